@@ -1,0 +1,1 @@
+"""The benchmark harness: tasks, metrics, the sweep runner, timing, results and plots."""

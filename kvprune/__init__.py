@@ -1,0 +1,27 @@
+"""kvprune: prune audio tokens and their KV cache inside Hugging Face audio LLMs.
+
+    from kvprune import FastVPress
+    with FastVPress(layer=2)(model, ratio=0.5):
+        model.generate(**inputs)
+"""
+
+from .press import PruneStats, TokenDropPress, get_press, list_presses, register_press
+from .presses import DARTPress, FastVPress, FramePress, RandomPress
+from .models import UnsupportedModelError, list_families, resolve_family
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DARTPress",
+    "FastVPress",
+    "FramePress",
+    "PruneStats",
+    "RandomPress",
+    "TokenDropPress",
+    "UnsupportedModelError",
+    "get_press",
+    "list_families",
+    "list_presses",
+    "register_press",
+    "resolve_family",
+]

@@ -1,0 +1,62 @@
+"""Where the audio is in a prompt: contiguous runs of the audio placeholder token, one clip each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class AudioClip:
+    """One contiguous run of audio placeholders in one batch row.
+
+    ``start``/``end`` index the (possibly left-padded) input tensor; ``index`` numbers the clips
+    of a row from 0, so a clip is identified the same way whether its row runs alone or in a batch.
+    """
+
+    row: int
+    index: int
+    start: int
+    end: int
+    n_keep: int
+
+    @property
+    def length(self) -> int:
+        return self.end - self.start
+
+    def positions(self, device=None) -> torch.Tensor:
+        return torch.arange(self.start, self.end, device=device)
+
+
+def keep_count(n_tokens: int, ratio: float) -> int:
+    """Tokens a clip keeps at a pruning ratio: ``max(1, round(n * (1 - ratio)))`` (Python round)."""
+    return max(1, round(n_tokens * (1.0 - ratio)))
+
+
+def validate_ratio(ratio: float) -> float:
+    """Ratios are the fraction of audio tokens removed, in [0, 1)."""
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= float(ratio) < 1.0:
+        raise ValueError(
+            f"ratio={ratio!r} is invalid: it is the fraction of audio tokens removed and must lie in [0, 1) "
+            "(0 keeps everything, 0.9 drops 90%)."
+        )
+    return float(ratio)
+
+
+def find_clips(input_ids: torch.Tensor, audio_token_id: int, ratio: float) -> list[list[AudioClip]]:
+    """Split each row's audio placeholders into clips and give each its kept count."""
+    is_audio = (input_ids == audio_token_id).cpu()
+    padded = torch.nn.functional.pad(is_audio.to(torch.int8), (1, 1))
+    edges = padded[:, 1:] - padded[:, :-1]
+    clips: list[list[AudioClip]] = []
+    for row in range(input_ids.shape[0]):
+        starts = (edges[row] == 1).nonzero().flatten().tolist()
+        ends = (edges[row] == -1).nonzero().flatten().tolist()
+        clips.append(
+            [
+                AudioClip(row=row, index=i, start=s, end=e, n_keep=keep_count(e - s, ratio))
+                for i, (s, e) in enumerate(zip(starts, ends))
+            ]
+        )
+    return clips

@@ -1,0 +1,74 @@
+"""Which prompt positions each decoder layer's KV cache holds after pruning.
+
+Rows of a batch may keep different numbers of tokens. They are stored as a rectangle of *slots*:
+row ``b`` keeps ``n_b`` tokens and gets ``L - n_b`` filler slots on the left (like extra left padding),
+which the attention mask hides. Tokens appended after the pruned prompt (decoding, later turns) are
+all kept, so a layer's key columns are its prompt slots followed by every later position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SlotMap:
+    """Slots of one pruned layer: absolute sequence index and validity of each cached prompt entry."""
+
+    index: torch.Tensor  # (B, L) long: index into the full (padded) prompt; filler slots point at 0
+    valid: torch.Tensor  # (B, L) bool: False for filler slots
+    prompt_len: int  # length of the full prompt the slots were taken from
+
+    @classmethod
+    def from_keep_mask(cls, keep: torch.Tensor) -> "SlotMap":
+        """Build slots from a (B, S) bool mask of kept prompt positions, filler on the left."""
+        counts = keep.sum(dim=1)
+        width = int(counts.max())
+        filler = width - counts  # (B,)
+        slot = torch.arange(width, device=keep.device).expand(keep.shape[0], -1)
+        valid = slot >= filler[:, None]
+        # rank of each kept position among its row's kept positions, shifted right by the filler
+        rank = keep.long().cumsum(dim=1) - 1 + filler[:, None]
+        index = torch.zeros_like(slot)
+        rows, cols = keep.nonzero(as_tuple=True)
+        index[rows, rank[rows, cols]] = cols
+        return cls(index=index, valid=valid, prompt_len=keep.shape[1])
+
+    def to(self, device) -> "SlotMap":
+        """The same slots on ``device`` (layers of a model split across devices get their own copy)."""
+        if self.index.device == torch.device(device):
+            return self
+        return SlotMap(self.index.to(device), self.valid.to(device), self.prompt_len)
+
+    @property
+    def has_filler(self) -> bool:
+        return not bool(self.valid.all())
+
+    @property
+    def width(self) -> int:
+        return self.index.shape[1]
+
+    def columns(self, total_len: int) -> "SlotMap":
+        """Key columns once ``total_len`` positions exist: the prompt slots, then everything after."""
+        extra = total_len - self.prompt_len
+        if extra <= 0:
+            return self
+        batch = self.index.shape[0]
+        tail = torch.arange(self.prompt_len, total_len, device=self.index.device).expand(batch, -1)
+        return SlotMap(
+            index=torch.cat([self.index, tail], dim=1),
+            valid=torch.cat([self.valid, torch.ones_like(tail, dtype=torch.bool)], dim=1),
+            prompt_len=self.prompt_len,
+        )
+
+
+@dataclass
+class CacheLayout:
+    """Per decoder layer, the slots its cache holds (``None``: every position, unpruned)."""
+
+    layers: list[SlotMap | None]
+
+    def __getitem__(self, layer_idx: int) -> SlotMap | None:
+        return self.layers[layer_idx]

@@ -1,0 +1,81 @@
+"""Restrict the attention masks HF builds for the full sequence to the slots a pruned layer keeps.
+
+HF passes each decoder layer one of: ``None`` (sdpa, causal, no padding), a bool (B,1,q,kv) tensor
+(sdpa), an additive float (B,1,q,kv) tensor (eager), or a (B,kv) padding mask (flash attention).
+Each is gathered to the kept rows/columns in its own format, and filler slots are hidden.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .layout import SlotMap
+
+
+def is_flash(attn_implementation: str | None) -> bool:
+    return bool(attn_implementation) and "flash" in attn_implementation
+
+
+def restrict_mask(
+    mask: torch.Tensor | None,
+    cols: SlotMap,
+    rows: SlotMap | None,
+    query_index: torch.Tensor,
+    *,
+    attn_implementation: str,
+    dtype: torch.dtype,
+) -> torch.Tensor | None:
+    """Mask for a pruned layer.
+
+    ``cols`` are the layer's key slots; ``rows`` are given only at the pruning prefill, where the
+    queries are pruned too; ``query_index`` (B|1, q) is each query's index in the full sequence.
+    """
+    if mask is None:
+        if not cols.has_filler:
+            return None  # causal over kept slots (prefill) or attend-all (decode): HF's own default
+        return _build_mask(cols, rows, query_index, attn_implementation, dtype)
+    cols, rows = cols.to(mask.device), rows.to(mask.device) if rows is not None else None
+    if mask.dim() == 2:  # flash attention padding mask
+        gathered = mask.expand(cols.index.shape[0], -1).gather(1, cols.index)
+        return gathered.masked_fill(~cols.valid, 0)
+    batch = cols.index.shape[0]
+    mask = mask.expand(batch, -1, -1, -1)
+    heads = mask.shape[1]
+    if rows is not None:
+        mask = mask.gather(2, rows.index[:, None, :, None].expand(batch, heads, rows.width, mask.shape[3]))
+    mask = mask.gather(3, cols.index[:, None, None, :].expand(batch, heads, mask.shape[2], cols.width))
+    blocked = False if mask.dtype == torch.bool else torch.finfo(mask.dtype).min
+    allowed = True if mask.dtype == torch.bool else 0.0
+    mask = mask.masked_fill(~cols.valid[:, None, None, :], blocked)
+    if rows is not None and rows.has_filler:
+        mask = _filler_rows_see_themselves(mask, rows, allowed, blocked)
+    return mask
+
+
+def _filler_rows_see_themselves(mask, rows: SlotMap, allowed, blocked):
+    """A filler query must attend to something, or softmax gives NaN; let it see only its own slot."""
+    width = rows.width
+    eye = torch.eye(width, dtype=torch.bool, device=mask.device)
+    filler_row = ~rows.valid[:, None, :, None]  # (B,1,L,1)
+    mask = mask.masked_fill(filler_row & ~eye, blocked)
+    return mask.masked_fill(filler_row & eye, allowed)
+
+
+def _build_mask(cols: SlotMap, rows: SlotMap | None, query_index, attn_implementation: str, dtype):
+    """A mask where HF had none (no padding), needed because filler slots must be hidden."""
+    if is_flash(attn_implementation):
+        return cols.valid.long()
+    allowed = (cols.index[:, None, :] <= query_index[..., None]) & cols.valid[:, None, :]
+    allowed = allowed[:, None]  # (B, 1, q, kv)
+    if rows is not None and rows.has_filler:
+        allowed = _filler_rows_see_themselves(allowed, rows, True, False)
+    if attn_implementation == "sdpa":
+        return allowed
+    if attn_implementation == "eager":
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min
+        )
+    raise NotImplementedError(
+        f"kvprune cannot build attention masks for {attn_implementation!r}; "
+        "use 'sdpa', 'eager' or 'flash_attention_2'."
+    )

@@ -1,0 +1,87 @@
+"""DART: keep the audio tokens least duplicated by a few pivot tokens (no attention weights needed).
+
+Pivots are the ``pivot_audio`` audio tokens and the ``pivot_text`` text tokens after the clip with
+the largest L1 norm of layer K-1's keys (post-RoPE, heads flattened). Duplication is the cosine
+similarity of layer K-1's output hidden states after the final norm. Pivots, in prompt order, each
+claim their share of the remaining audio tokens least similar to them; text pivots are not kept.
+
+Budgets:
+
+* ``"equal"`` (default): exactly ``max(1, round(n * (1 - ratio)))`` tokens per clip, pivots included,
+  the same count as every other press, so methods are compared at the same budget. The ``k - p_a``
+  claims are split as evenly as possible, earlier pivots taking the remainder.
+* ``"reference"``: AudioMarathon's count, ``p_a + (p_a + p_t) * int(n * (1 - ratio) / (p_a + p_t))``
+  (capped at ``n``), which differs from the others' count by up to ``p_a`` tokens either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from kvprune.press import TokenDropPress, register_press
+
+BUDGETS = ("equal", "reference")
+
+
+@register_press("dart")
+@dataclass
+class DARTPress(TokenDropPress):
+    pivot_audio: int = 4
+    pivot_text: int = 4
+    budget: str = "equal"
+
+    needs: ClassVar[frozenset[str]] = frozenset({"keys", "hidden"})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.budget not in BUDGETS:
+            raise ValueError(f"budget={self.budget!r} is invalid; choose one of {BUDGETS}.")
+        if self.pivot_audio < 1 or self.pivot_text < 0:
+            raise ValueError("pivot_audio must be >= 1 and pivot_text >= 0.")
+
+    def select(self, clip, evidence) -> torch.Tensor:
+        row, start, n = clip.row, clip.start, clip.length
+        key_norm = evidence.keys[row].transpose(0, 1).flatten(1).float().abs().sum(-1)  # (S,)
+        device = key_norm.device
+        audio = clip.positions(device)
+        after = torch.arange(key_norm.shape[0], device=device) >= clip.end
+        text_after = (after & evidence.valid[row] & ~evidence.is_audio[row]).nonzero().flatten()
+
+        n_audio_pivots = min(self.pivot_audio, clip.n_keep if self.budget == "equal" else n)
+        audio_pivots = audio[key_norm[audio].topk(n_audio_pivots).indices]
+        n_text_pivots = min(self.pivot_text, len(text_after))
+        text_pivots = text_after[key_norm[text_after].topk(n_text_pivots).indices]
+        pivots = torch.cat([audio_pivots, text_pivots]).sort().values.tolist()
+        shares = self._shares(clip.n_keep, n, n_audio_pivots, len(pivots))
+
+        features = F.normalize(evidence.hidden[row].float(), dim=-1)
+        clip_features = features[start : start + n]
+        pool = torch.ones(n, dtype=torch.bool, device=device)
+        pool[audio_pivots - start] = False
+        kept = [audio_pivots]
+        for pivot, share in zip(pivots, shares):
+            if share == 0:
+                continue
+            similarity = (clip_features @ features[pivot]).masked_fill(~pool, float("inf"))
+            chosen = similarity.topk(share, largest=False).indices
+            pool[chosen] = False
+            kept.append(chosen + start)
+        return torch.cat(kept)
+
+    def _shares(self, n_keep: int, n: int, n_audio_pivots: int, n_pivots: int) -> list[int]:
+        """How many audio tokens each pivot claims, in pivot order, never more than remain."""
+        if self.budget == "equal":
+            claims = n_keep - n_audio_pivots
+            shares = [claims // n_pivots + (i < claims % n_pivots) for i in range(n_pivots)]
+        else:
+            shares = [int(n * (1.0 - self.ratio) / n_pivots)] * n_pivots
+        remaining = n - n_audio_pivots
+        capped = []
+        for share in shares:
+            capped.append(min(share, remaining))
+            remaining -= capped[-1]
+        return capped

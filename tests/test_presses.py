@@ -1,0 +1,141 @@
+"""The four token-dropping presses on every model family, under sdpa and eager attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, rows_for
+from kvprune import get_press, list_presses
+from kvprune.audio_spans import keep_count
+from tiny_models import FAMILIES
+
+FAMILY_NAMES = list(FAMILIES)
+PRESSES = ["fastv", "random", "frame", "dart"]
+# two clips in the first row, one in the second, of different lengths; left padding on the second
+TWO_ROWS = [
+    [("text", 3), ("audio", 12), ("text", 4), ("audio", 8), ("text", 5)],
+    [("text", 5), ("audio", 16), ("text", 3)],
+]
+ONE_ROW = [[("text", 4), ("audio", 20), ("text", 3), ("audio", 8), ("text", 6)]]
+
+matrix = pytest.mark.parametrize("family", FAMILY_NAMES)
+backends = pytest.mark.parametrize("attn", ATTENTION)
+presses = pytest.mark.parametrize("press_name", PRESSES)
+
+
+def test_list_presses_names_the_four():
+    assert list_presses() == PRESSES
+
+
+@matrix
+@backends
+@presses
+def test_ratio_zero_is_bit_identical(family, attn, press_name):
+    m = model(family, attn)
+    inputs = FAMILIES[family].inputs(rows_for(family, TWO_ROWS))
+    with torch.no_grad():
+        logits = m(**inputs).logits
+        tokens = m.generate(**inputs, max_new_tokens=5, **GREEDY)
+        press = get_press(press_name, layer=K)
+        with press(m, ratio=0.0):
+            pressed_logits = m(**inputs).logits
+            pressed_tokens = m.generate(**inputs, max_new_tokens=5, **GREEDY)
+    assert torch.equal(pressed_logits, logits)
+    assert torch.equal(pressed_tokens, tokens)
+    assert [s.kept_tokens for s in press.stats] == [s.audio_tokens for s in press.stats]
+
+
+@matrix
+@backends
+@presses
+def test_kept_counts_and_cache_lengths(family, attn, press_name):
+    rows = rows_for(family, TWO_ROWS)
+    m = model(family, attn)
+    inputs = FAMILIES[family].inputs(rows)
+    ratio = 0.3
+    press = get_press(press_name, layer=K)
+    with torch.no_grad(), press(m, ratio=ratio):
+        out = m.generate(**inputs, max_new_tokens=4, return_dict_in_generate=True, **GREEDY)
+    expected_kept = []
+    for row, clips, kept in zip(rows, clip_positions(family, rows), press.kept_positions):
+        assert torch.equal(kept, kept.unique()), "kept positions are sorted and unique"
+        counts = [int(torch.isin(kept, c).sum()) for c in clips]
+        assert counts == [keep_count(len(c), ratio) for c in clips]
+        assert len(kept) == sum(counts), "only audio positions are reported"
+        expected_kept.append(sum(counts))
+    assert [s.kept_tokens for s in press.stats] == expected_kept
+    assert [s.audio_tokens for s in press.stats] == [sum(len(c) for c in cl) for cl in clip_positions(family, rows)]
+
+    width = inputs["input_ids"].shape[1]
+    steps = out.sequences.shape[1] - width - 1  # the last new token is never fed back
+    # rows drop different counts: pruned layers are as wide as the (padded) row that kept most
+    pruned_width = width - min(s.audio_tokens - s.kept_tokens for s in press.stats)
+    lengths = cache_lengths(cache_of(out))
+    assert lengths[:K] == [width + steps] * K
+    assert lengths[K:] == [pruned_width + steps] * (len(lengths) - K)
+
+
+@matrix
+@backends
+@presses
+def test_cached_decoding_equals_recompute_without_cache(family, attn, press_name):
+    rows = rows_for(family, ONE_ROW)
+    m = model(family, attn)
+    inputs = FAMILIES[family].inputs(rows)
+    press = get_press(press_name, layer=K)
+    with torch.no_grad(), press(m, ratio=0.5):
+        out = m.generate(**inputs, max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **GREEDY)
+    width = inputs["input_ids"].shape[1]
+    fixed = FixedPress(ratio=0.5, layer=K, keep=press.kept_positions)
+    for step, step_logits in enumerate(out.logits):
+        ids = out.sequences[:, : width + step]
+        recompute = dict(inputs, input_ids=ids, attention_mask=torch.ones_like(ids))
+        with torch.no_grad(), fixed(m):
+            logits = m(**recompute, use_cache=False).logits[:, -1]
+        torch.testing.assert_close(logits, step_logits, rtol=1e-4, atol=1e-4)
+        assert torch.equal(fixed.kept_positions[0], press.kept_positions[0])
+
+
+@matrix
+@backends
+@presses
+def test_batch_with_padding_equals_one_row_at_a_time(family, attn, press_name):
+    rows = rows_for(family, TWO_ROWS)
+    m = model(family, attn)
+    fam = FAMILIES[family]
+    press = get_press(press_name, layer=K)
+    batch = fam.inputs(rows, seed=3)
+    with torch.no_grad(), press(m, ratio=0.5):
+        together = m.generate(**batch, max_new_tokens=5, **GREEDY)
+    kept_together = press.kept_positions
+    width = batch["input_ids"].shape[1]
+    for b, row in enumerate(rows):
+        alone = _single_row(fam, rows, b, seed=3)
+        with torch.no_grad(), press(m, ratio=0.5):
+            tokens = m.generate(**alone, max_new_tokens=5, **GREEDY)
+        assert torch.equal(press.kept_positions[0], kept_together[b])
+        assert torch.equal(tokens[0, alone["input_ids"].shape[1] :], together[b, width:])
+
+
+def _single_row(fam, rows, b, seed):
+    """Row b of the batch built by ``fam.inputs(rows, seed)``, unpadded, with its own audio only."""
+    batch = fam.inputs(rows, seed=seed)
+    keep = batch["attention_mask"][b].bool()
+    single = dict(input_ids=batch["input_ids"][b : b + 1, keep], attention_mask=batch["attention_mask"][b : b + 1, keep])
+    clip_counts = [sum(kind == "audio" for kind, _ in row) for row in rows]
+    first, count = sum(clip_counts[:b]), clip_counts[b]
+    for name, value in batch.items():
+        if name in single:
+            continue
+        if family_audio_axis_is_chunks(fam, name):
+            per_clip = [n // fam.clip_multiple for row in rows for kind, n in row if kind == "audio"]
+            start = sum(per_clip[:first])
+            single[name] = value[start : start + sum(per_clip[first : first + count])]
+        else:
+            single[name] = value[first : first + count]
+    return single
+
+
+def family_audio_axis_is_chunks(fam, name):
+    return fam.name == "voxtral" and name == "input_features"

@@ -1,0 +1,130 @@
+"""FastV and DART pick exactly what independent references computed in the test pick."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers import ATTENTION, K, model, rows_for
+from kvprune import DARTPress, FastVPress
+from kvprune.audio_spans import keep_count
+from tiny_models import AUDIO, FAMILIES
+
+ROWS = [
+    [("text", 3), ("audio", 16), ("text", 4), ("audio", 8), ("text", 5)],
+    [("text", 6), ("audio", 12), ("text", 2)],
+]
+# where each family keeps its final norm (written out here, not taken from kvprune);
+# transformers < 5.2x keeps the Omni thinker's text model at .model, later ones at .model.language_model
+FINAL_NORM = {
+    "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
+    "phi4_multimodal": lambda m: m.model.norm,
+    "voxtral": lambda m: m.model.language_model.norm,
+    "aero": lambda m: m.language_model.model.norm,
+    "qwen2_audio": lambda m: m.model.language_model.norm,
+}
+DECODER_LAYERS = {
+    "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
+    "phi4_multimodal": lambda m: m.model.layers,
+    "voxtral": lambda m: m.model.language_model.layers,
+    "aero": lambda m: m.language_model.model.layers,
+    "qwen2_audio": lambda m: m.model.language_model.layers,
+}
+
+
+def _clips(input_ids_row: torch.Tensor) -> list[list[int]]:
+    """Runs of audio placeholders as lists of indices, found by a plain scan."""
+    clips, current = [], []
+    for i, token in enumerate(input_ids_row.tolist()):
+        if token == AUDIO:
+            current.append(i)
+        elif current:
+            clips.append(current)
+            current = []
+    if current:
+        clips.append(current)
+    return clips
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("attn", ATTENTION)
+@pytest.mark.parametrize("ratio", [0.3, 0.7])
+def test_fastv_keeps_top_k_of_eager_attention(family, attn, ratio):
+    rows = rows_for(family, ROWS)
+    inputs = FAMILIES[family].inputs(rows)
+    with torch.no_grad():
+        attentions = model(family, "eager")(**inputs, output_attentions=True).attentions
+    # layer K-1, last prompt token, mean over heads: the matrix the press must never build
+    scores = attentions[K - 1][:, :, -1, :].mean(dim=1)
+    press = FastVPress(layer=K)
+    with torch.no_grad(), press(model(family, attn), ratio=ratio):
+        model(family, attn)(**inputs)
+    for b in range(len(rows)):
+        pad = int((inputs["attention_mask"][b] == 0).sum())
+        expected = []
+        for clip in _clips(inputs["input_ids"][b]):
+            clip_scores = scores[b, clip]
+            top = clip_scores.topk(keep_count(len(clip), ratio)).indices
+            expected += [clip[i] - pad for i in top.tolist()]
+        assert press.kept_positions[b].tolist() == sorted(expected)
+
+
+def reference_dart(keys, hidden, clip, text_after, n_keep, budget, ratio, pivot_audio=4, pivot_text=4):
+    """DART as described in the press docstring, written with Python lists and loops."""
+    key_l1 = [float(keys[i].abs().sum()) for i in range(len(keys))]
+    n_audio_pivots = min(pivot_audio, n_keep if budget == "equal" else len(clip))
+    audio_pivots = sorted(clip, key=lambda i: -key_l1[i])[:n_audio_pivots]
+    text_pivots = sorted(text_after, key=lambda i: -key_l1[i])[: min(pivot_text, len(text_after))]
+    pivots = sorted(audio_pivots + text_pivots)
+    if budget == "equal":
+        claims = n_keep - n_audio_pivots
+        shares = [claims // len(pivots) + (1 if i < claims % len(pivots) else 0) for i in range(len(pivots))]
+    else:
+        shares = [int(len(clip) * (1 - ratio) / len(pivots))] * len(pivots)
+    kept = list(audio_pivots)
+    pool = [i for i in clip if i not in audio_pivots]
+    for pivot, share in zip(pivots, shares):
+        similarity = {i: float(F.cosine_similarity(hidden[pivot], hidden[i], dim=0)) for i in pool}
+        chosen = sorted(pool, key=lambda i: similarity[i])[:share]
+        kept += chosen
+        pool = [i for i in pool if i not in chosen]
+    return kept
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("attn", ATTENTION)
+@pytest.mark.parametrize("budget,ratio", [("equal", 0.5), ("equal", 0.8), ("reference", 0.5)])
+def test_dart_matches_plain_reference(family, attn, budget, ratio):
+    rows = rows_for(family, ROWS)
+    m = model(family, attn)
+    inputs = FAMILIES[family].inputs(rows)
+    captured = {}
+    hook = DECODER_LAYERS[family](m)[K - 1].register_forward_hook(
+        lambda module, args, output: captured.setdefault("hidden", output[0] if isinstance(output, tuple) else output)
+    )
+    try:
+        with torch.no_grad():
+            out = m(**inputs, use_cache=True)
+    finally:
+        hook.remove()
+    cache = getattr(out, "cache", None) or out.past_key_values
+    keys = cache.layers[K - 1].keys  # post-RoPE keys of layer K-1: (B, kv_heads, S, head_dim)
+    with torch.no_grad():
+        hidden = FINAL_NORM[family](m)(captured["hidden"]).float()
+
+    press = DARTPress(layer=K, budget=budget)
+    with torch.no_grad(), press(m, ratio=ratio):
+        m(**inputs)
+    for b in range(len(rows)):
+        ids, valid = inputs["input_ids"][b], inputs["attention_mask"][b].bool()
+        pad = int((~valid).sum())
+        flat_keys = keys[b].transpose(0, 1).flatten(1).float()
+        expected = []
+        for clip in _clips(ids):
+            text_after = [i for i in range(clip[-1] + 1, len(ids)) if valid[i] and ids[i] != AUDIO]
+            kept = reference_dart(flat_keys, hidden[b], clip, text_after, keep_count(len(clip), ratio), budget, ratio)
+            expected += [i - pad for i in kept]
+        assert press.kept_positions[b].tolist() == sorted(expected)
+        if budget == "equal":
+            assert press.stats[b].kept_tokens == sum(keep_count(len(c), ratio) for c in _clips(ids))
