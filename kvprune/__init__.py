@@ -5,16 +5,19 @@
         model.generate(**inputs)
 """
 
-from .press import PruneStats, TokenDropPress, get_press, list_presses, register_press
-from .presses import DARTPress, FastVPress, FramePress, RandomPress
+from .press import CachePress, ComposedPress, PruneStats, TokenDropPress, get_press, list_presses, register_press
+from .presses import DARTPress, FastVPress, FramePress, KNormPress, RandomPress
 from .models import UnsupportedModelError, list_families, resolve_family
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CachePress",
+    "ComposedPress",
     "DARTPress",
     "FastVPress",
     "FramePress",
+    "KNormPress",
     "PruneStats",
     "RandomPress",
     "TokenDropPress",

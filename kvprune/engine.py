@@ -1,20 +1,27 @@
-"""The pruning engine: hooks on a stock Hugging Face model that drop audio tokens at decoder layer K.
+"""The pruning engine: hooks on a stock Hugging Face model that shorten what its layers see and keep.
 
-One ``PressSession`` is live per ``with press(model):`` block. Per forward call of the model:
+One ``PressSession`` is live per ``with press(model):`` block. It serves two kinds of press, alone
+or together: at most one *token-dropping* press (drops audio tokens from the hidden states before
+decoder layer K) and any number of *cache* presses (compress each layer's KV cache, restricted to
+audio entries, once that layer has run its prefill). Per forward call of the model:
 
 1. The entry module's pre-hook reads ``input_ids`` and the cache. A call that starts from an empty
-   cache is a *prefill*: the audio clips are found and, if any token is to go, the call is marked for
-   pruning. A call that continues a cache pruned earlier reuses that cache's layout.
-2. Layers ``0..K-1`` run untouched on the full sequence. Layer K-1's attention is recorded (keys and
-   the last query's attention row) and its output kept, if the press needs them.
-3. At layer K the press picks the audio tokens to keep; the hidden states, rotary embeddings,
-   position ids and attention mask are gathered to the kept slots. Every later layer gets the same
-   gathered arguments, so the KV cache of layers >= K holds only the kept tokens.
-4. On later calls (decoding, another turn) layers >= K get the attention mask restricted to their
-   cached slots; nothing else changes, because kept tokens keep their original positions.
+   cache is a *prefill*: the audio clips are found and the call is marked for pruning if any press
+   has something to remove. A call that continues a cache pruned earlier reuses its layout.
+2. Token dropping: layers ``0..K-1`` run untouched; layer K-1's attention is recorded (keys and the
+   last query's attention row) and its output kept, if the press needs them. At layer K the press
+   picks the audio tokens to keep and the hidden states, rotary embeddings, position ids and
+   attention mask are gathered to the kept slots; every later layer gets the same gathered
+   arguments, so layers >= K and their cache hold only the kept tokens.
+3. Cache compression: after layer j's prefill, each cache press scores the audio entries of that
+   layer's cache and the engine keeps the best, gathering keys and values in place.
+4. The layout (which prompt positions each layer's cache holds) outlives the call, keyed by the
+   cache object; on later calls (decoding, another turn) every layer whose cache differs from the
+   full prompt gets the attention mask restricted to its slots. Nothing else changes, because kept
+   tokens keep their original positions.
 
-Cache layer 0 stays full length: HF sizes masks and positions from it, which is why pruning at
-layer 0 is refused.
+Cache layer 0 always stays full length: HF sizes masks and positions from it, which is why pruning
+at layer 0 is refused.
 """
 
 from __future__ import annotations
@@ -27,30 +34,14 @@ import torch
 import torch.nn as nn
 
 from .audio_spans import AudioClip, find_clips
+from .compat import find_cache, output_cache
 from .layout import CacheLayout, SlotMap
 from .masks import is_flash, restrict_mask
 from .models import resolve_family
 from .recording import AttentionRecorder
 
 if TYPE_CHECKING:
-    from .press import TokenDropPress
-
-CACHE_KWARGS = ("cache", "past_key_values")  # transformers renamed past_key_values -> cache in 5.2x
-
-
-def find_cache(kwargs: dict) -> Any:
-    for name in CACHE_KWARGS:
-        if kwargs.get(name) is not None:
-            return kwargs[name]
-    return None
-
-
-def output_cache(output: Any) -> Any:
-    for name in CACHE_KWARGS:
-        value = output.get(name) if isinstance(output, dict) else getattr(output, name, None)
-        if value is not None:
-            return value
-    return None
+    from .press import CachePress, TokenDropPress
 
 
 @dataclass
@@ -71,38 +62,49 @@ class _Call:
     cache: Any
     past_len: int
     n_new: int
-    clips: list[list[AudioClip]] | None = None  # set on a call that prunes
+    layout: CacheLayout | None = None
+    # set on a prefill that prunes:
+    clips: list[list[AudioClip]] | None = None
     offsets: torch.Tensor | None = None  # (B, S) position of each index within its unpadded row
     is_audio: torch.Tensor | None = None  # (B, S)
     valid: torch.Tensor | None = None  # (B, S), False on padding
-    layout: CacheLayout | None = None
+    drop_pending: bool = False  # the token-dropping press has yet to choose (before layer K)
+    drop_slots: SlotMap | None = None  # hidden-state slots of layers >= K during this prefill
     hidden: torch.Tensor | None = None
     memo: dict = field(default_factory=dict)
 
     @property
-    def prunes(self) -> bool:
+    def prefill(self) -> bool:
         return self.clips is not None
 
 
 class PressSession:
-    """Installs a token-dropping press on a model for the duration of a ``with`` block."""
+    """Installs presses on a model for the duration of a ``with`` block."""
 
-    def __init__(self, model: nn.Module, press: "TokenDropPress"):
-        self.press = press
+    def __init__(self, model: nn.Module, presses: list):
+        from .press import CachePress, TokenDropPress
+
+        droppers = [p for p in presses if isinstance(p, TokenDropPress)]
+        self.compressors: list[CachePress] = [p for p in presses if isinstance(p, CachePress)]
+        if len(droppers) > 1:
+            raise ValueError("at most one token-dropping press can be active at a time; compose it with cache presses.")
+        self.dropper: TokenDropPress | None = droppers[0] if droppers else None
         self.family = resolve_family(model)
         self.entry = self.family.entry(model)
         self.layers = self.family.layers(model)
         self.norm = self.family.final_norm(model)
         self.audio_token_id = self.family.audio_token_id(model)
-        n_layers = len(self.layers)
-        if not 1 <= press.layer < n_layers:
-            raise ValueError(
-                f"layer={press.layer} is invalid for {self.family.display_name} with {n_layers} decoder "
-                f"layers: it must be in [1, {n_layers - 1}] (layer 0 must stay full length)."
-            )
-        self.k = press.layer
         self.attn_implementation = self.family.decoder(model).config._attn_implementation
-        needs = press.needs
+        n_layers = len(self.layers)
+        for press in presses:
+            for name, first in _first_layers(press):
+                if not 1 <= first < n_layers:
+                    raise ValueError(
+                        f"{name}={first} is invalid for {self.family.display_name} with {n_layers} decoder "
+                        f"layers: it must be in [1, {n_layers - 1}] (layer 0 must stay full length)."
+                    )
+        self.k = self.dropper.layer if self.dropper else n_layers
+        needs = self.dropper.needs if self.dropper else frozenset()
         self.recorder = None
         if "attention" in needs or "keys" in needs:
             self.recorder = AttentionRecorder(
@@ -116,14 +118,16 @@ class PressSession:
     # -- context manager -------------------------------------------------------------------------
     def __enter__(self) -> "PressSession":
         try:
-            self._handles.append(self.entry.register_forward_pre_hook(self._before_call, with_kwargs=True))
-            self._handles.append(self.entry.register_forward_hook(self._after_call, with_kwargs=True))
+            self._hook(self.entry.register_forward_pre_hook(self._before_call, with_kwargs=True))
+            self._hook(self.entry.register_forward_hook(self._after_call, with_kwargs=True))
             if self.want_hidden:
-                self._handles.append(self.layers[self.k - 1].register_forward_hook(self._capture_hidden))
-            for j in range(self.k, len(self.layers)):
-                self._handles.append(
-                    self.layers[j].register_forward_pre_hook(self._pre_layer_hook(j), with_kwargs=True)
-                )
+                self._hook(self.layers[self.k - 1].register_forward_hook(self._capture_hidden))
+            for j in range(1, len(self.layers)):
+                self._hook(self.layers[j].register_forward_pre_hook(self._before_layer(j), with_kwargs=True))
+            if self.compressors:
+                first = min(p.first_layer for p in self.compressors)
+                for j in range(first, len(self.layers)):
+                    self._hook(self.layers[j].register_forward_hook(self._after_layer(j), with_kwargs=True))
             if self.recorder is not None:
                 self.recorder.attach()
         except BaseException:
@@ -133,6 +137,9 @@ class PressSession:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _hook(self, handle) -> None:
+        self._handles.append(handle)
 
     def close(self) -> None:
         for handle in self._handles:
@@ -165,7 +172,7 @@ class PressSession:
 
     def _after_call(self, module, args, kwargs, output):
         call, self._call = self._call, None
-        if call is not None and call.layout is not None:
+        if call is not None and call.layout is not None and call.layout.pruned:
             cache = output_cache(output) or call.cache
             if cache is not None:
                 self._layouts[cache] = call.layout
@@ -174,47 +181,51 @@ class PressSession:
         return None
 
     def _start_prefill(self, input_ids, attention_mask, cache) -> _Call | None:
-        press = self.press
-        clips = find_clips(input_ids, self.audio_token_id, press.ratio)
+        drop_ratio = self.dropper.ratio if self.dropper else 0.0
+        clips = find_clips(input_ids, self.audio_token_id, drop_ratio)
         offsets = _left_offsets(attention_mask, input_ids)
-        if not any(c.n_keep < c.length for row in clips for c in row):
-            # ratio 0 or no audio: the model runs exactly as without the press
-            press._record(clips, [[c.positions() for c in row] for row in clips], offsets)
+        drops = any(c.n_keep < c.length for row in clips for c in row)
+        if self.dropper is not None and not drops:  # ratio 0 or no audio: nothing is dropped
+            self.dropper._record(clips, [[c.positions() for c in row] for row in clips], offsets)
+        has_audio = any(row for row in clips)
+        compresses = has_audio and any(p.ratio > 0 for p in self.compressors)
+        for press in self.compressors:
+            press._reset(len(clips))
+        if not drops and not compresses:  # the model runs exactly as without the presses
             return None
         is_audio = input_ids == self.audio_token_id
         valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(is_audio)
-        call = _Call(
-            cache=cache, past_len=0, n_new=input_ids.shape[1], clips=clips, offsets=offsets,
-            is_audio=is_audio, valid=valid,
-        )
-        if self.recorder is not None:
+        if self.recorder is not None and drops:
             self.recorder.armed = True
-        return call
+        return _Call(
+            cache=cache, past_len=0, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)),
+            clips=clips, offsets=offsets, is_audio=is_audio, valid=valid, drop_pending=drops,
+        )
 
     def _capture_hidden(self, module, args, output):
         call = self._call
-        if call is not None and call.prunes and call.layout is None:
+        if call is not None and call.drop_pending:
             call.hidden = output[0] if isinstance(output, tuple) else output
 
-    # -- decoder layers >= K ---------------------------------------------------------------------
-    def _pre_layer_hook(self, layer_idx: int):
+    # -- before each decoder layer ---------------------------------------------------------------
+    def _before_layer(self, layer_idx: int):
         def hook(module, args, kwargs):
             call = self._call
             if call is None:
                 return None
-            if call.prunes and call.layout is None:
-                self._prune(call, args[0] if args else kwargs["hidden_states"])
+            if call.prefill:
+                if layer_idx == self.k and call.drop_pending:
+                    self._drop(call, args[0] if args else kwargs["hidden_states"])
+                if call.drop_slots is None or layer_idx < self.k:
+                    return None
+                return self._prefill_arguments(call, layer_idx, args, kwargs)
             slots = call.layout[layer_idx]
-            if slots is None:
-                return None
-            if call.prunes:
-                return self._prefill_arguments(call, layer_idx, slots, args, kwargs)
-            return self._continuation_arguments(call, slots, args, kwargs)
+            return None if slots is None else self._continuation_arguments(call, slots, args, kwargs)
 
         return hook
 
-    def _prune(self, call: _Call, hidden: torch.Tensor) -> None:
-        """Ask the press which audio tokens to keep and lay out the kept slots of layers >= K."""
+    def _drop(self, call: _Call, hidden: torch.Tensor) -> None:
+        """Ask the token-dropping press which audio tokens to keep; lay out the kept slots."""
         evidence = Evidence(is_audio=call.is_audio, valid=call.valid)
         if self.recorder is not None:
             evidence.attention = self.recorder.attention_row
@@ -226,23 +237,36 @@ class PressSession:
         keep = ~call.is_audio.to(hidden.device)
         kept_per_row = []
         for row in call.clips:
-            kept = [self.press.select(clip, evidence).to(keep.device) for clip in row]
+            kept = [self._checked(self.dropper.select(clip, evidence), clip).to(keep.device) for clip in row]
             for clip, indices in zip(row, kept):
                 keep[clip.row, indices] = True
             kept_per_row.append(kept)
-        self.press._record(call.clips, kept_per_row, call.offsets)
-        slots = SlotMap.from_keep_mask(keep)
-        call.layout = CacheLayout([None] * self.k + [slots] * (len(self.layers) - self.k))
+        self.dropper._record(call.clips, kept_per_row, call.offsets)
+        call.drop_slots = SlotMap.from_keep_mask(keep)
+        call.drop_pending = False
+        for j in range(self.k, len(self.layers)):
+            call.layout.layers[j] = call.drop_slots
 
-    def _prefill_arguments(self, call, layer_idx, slots: SlotMap, args, kwargs):
+    def _checked(self, indices: torch.Tensor, clip: AudioClip) -> torch.Tensor:
+        """A press must return distinct positions inside the clip; say which press broke that."""
+        if indices.numel() and (
+            int(indices.min()) < clip.start or int(indices.max()) >= clip.end or indices.unique().numel() != indices.numel()
+        ):
+            raise RuntimeError(
+                f"{type(self.dropper).__name__}.select returned positions outside clip [{clip.start}, {clip.end}) "
+                "or duplicates."
+            )
+        return indices
+
+    def _prefill_arguments(self, call, layer_idx, args, kwargs):
+        slots = call.drop_slots
         if layer_idx == self.k:
             hidden = args[0] if args else kwargs.pop("hidden_states")
             args = (_gather_seq(hidden, slots.index), *args[1:])
-        memo = call.memo
-        key = ("prefill", id(slots), id(kwargs.get("attention_mask")), id(kwargs.get("position_embeddings")))
-        if key not in memo:
-            memo[key] = self._gather_prefill_kwargs(kwargs, slots)
-        kwargs.update(memo[key])
+        key = ("prefill", id(kwargs.get("attention_mask")), id(kwargs.get("position_embeddings")))
+        if key not in call.memo:
+            call.memo[key] = self._gather_prefill_kwargs(kwargs, slots)
+        kwargs.update(call.memo[key])
         return args, kwargs
 
     def _gather_prefill_kwargs(self, kwargs, slots: SlotMap) -> dict:
@@ -270,10 +294,9 @@ class PressSession:
         if mask is None and not slots.has_filler:
             return None
         total = call.past_len + call.n_new
-        key = ("cont", id(slots), id(mask))
+        key = ("continuation", id(slots), id(mask))
         if key not in call.memo:
-            device = slots.index.device
-            query_index = torch.arange(call.past_len, total, device=device)[None]
+            query_index = torch.arange(call.past_len, total, device=slots.index.device)[None]
             call.memo[key] = restrict_mask(
                 mask,
                 cols=slots.columns(total),
@@ -285,6 +308,42 @@ class PressSession:
         kwargs["attention_mask"] = call.memo[key]
         return args, kwargs
 
+    # -- after each decoder layer: cache compression ---------------------------------------------
+    def _after_layer(self, layer_idx: int):
+        def hook(module, args, kwargs, output):
+            call = self._call
+            if call is None or not call.prefill:
+                return None
+            cache = find_cache(kwargs)
+            if cache is None:
+                return None  # no cache to compress (use_cache=False)
+            for press in self.compressors:
+                if layer_idx >= press.first_layer and press.ratio > 0:
+                    self._compress(call, cache.layers[layer_idx], layer_idx, press)
+            return None
+
+        return hook
+
+    def _compress(self, call: _Call, cache_layer, layer_idx: int, press: "CachePress") -> None:
+        current = call.layout[layer_idx]
+        if current is None:
+            current = SlotMap.identity(call.is_audio.shape[0], call.n_new, cache_layer.keys.device)
+        is_audio = call.is_audio.to(current.index.device).gather(1, current.index) & current.valid
+        scores = press.score(layer_idx, cache_layer.keys, cache_layer.values, is_audio)
+        keep = press.keep_mask(scores, is_audio, current.valid)
+        chosen = SlotMap.from_keep_mask(keep)  # slots of the current layout to keep
+        cache_layer.keys = _gather_slots(cache_layer.keys, chosen.index)
+        cache_layer.values = _gather_slots(cache_layer.values, chosen.index)
+        call.layout.layers[layer_idx] = current.select(chosen)
+        press._record_layer(layer_idx, is_audio.sum(1), (keep & is_audio).sum(1))
+
+
+def _first_layers(press) -> list[tuple[str, int]]:
+    """(argument name, value) of the first layer a press acts on, for validation."""
+    if hasattr(press, "first_layer"):
+        return [("first_layer", press.first_layer)]
+    return [("layer", press.layer)]
+
 
 def _gather_seq(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Gather (B|1, S, ...) or (B|1, S) tensors along the sequence axis with a (B, L) index."""
@@ -294,6 +353,13 @@ def _gather_seq(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     tensor = tensor.expand(batch, *tensor.shape[1:])
     idx = index.to(tensor.device).view(batch, -1, *([1] * (tensor.dim() - 2))).expand(-1, -1, *tensor.shape[2:])
     return tensor.gather(1, idx)
+
+
+def _gather_slots(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Gather a (B, heads, L, head_dim) cache tensor along its slot axis with a (B, L') index."""
+    batch, heads, _, dim = tensor.shape
+    idx = index.to(tensor.device)[:, None, :, None].expand(batch, heads, -1, dim)
+    return tensor.gather(2, idx)
 
 
 def _left_offsets(attention_mask, input_ids) -> torch.Tensor:

@@ -22,6 +22,12 @@ class SlotMap:
     prompt_len: int  # length of the full prompt the slots were taken from
 
     @classmethod
+    def identity(cls, batch: int, length: int, device) -> "SlotMap":
+        """Every position of a ``length``-token prompt, in order: an unpruned layer."""
+        index = torch.arange(length, device=device).expand(batch, -1)
+        return cls(index=index, valid=torch.ones_like(index, dtype=torch.bool), prompt_len=length)
+
+    @classmethod
     def from_keep_mask(cls, keep: torch.Tensor) -> "SlotMap":
         """Build slots from a (B, S) bool mask of kept prompt positions, filler on the left."""
         counts = keep.sum(dim=1)
@@ -35,6 +41,14 @@ class SlotMap:
         rows, cols = keep.nonzero(as_tuple=True)
         index[rows, rank[rows, cols]] = cols
         return cls(index=index, valid=valid, prompt_len=keep.shape[1])
+
+    def select(self, chosen: "SlotMap") -> "SlotMap":
+        """The slots ``chosen`` picks out of these (``chosen.index`` indexes this map's slots)."""
+        return SlotMap(
+            index=self.index.gather(1, chosen.index),
+            valid=chosen.valid & self.valid.gather(1, chosen.index),
+            prompt_len=self.prompt_len,
+        )
 
     def to(self, device) -> "SlotMap":
         """The same slots on ``device`` (layers of a model split across devices get their own copy)."""
@@ -69,6 +83,10 @@ class CacheLayout:
     """Per decoder layer, the slots its cache holds (``None``: every position, unpruned)."""
 
     layers: list[SlotMap | None]
+
+    @property
+    def pruned(self) -> bool:
+        return any(slots is not None for slots in self.layers)
 
     def __getitem__(self, layer_idx: int) -> SlotMap | None:
         return self.layers[layer_idx]

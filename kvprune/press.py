@@ -1,7 +1,9 @@
 """The Press API: ``with press(model, ratio=0.5): model.generate(**inputs)``.
 
 A press is a small dataclass. Token-dropping presses only decide *which* audio tokens of a clip to
-keep (``select``); the engine (``kvprune.engine``) does everything else, identically for all of them.
+keep (``select``); cache presses only *score* a layer's cached audio entries (``score``). The engine
+(``kvprune.engine``) does everything else, identically for all of them, and runs several presses
+at once when they are composed (``ComposedPress``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from .audio_spans import AudioClip, validate_ratio
+from .audio_spans import AudioClip, keep_count, validate_ratio
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,20 @@ class PruneStats:
 
 @dataclass
 class Press:
-    """Base of all presses. Calling a press on a model returns a context manager."""
+    """Base of all presses: calling one on a model returns a context manager."""
 
     def __call__(self, model: nn.Module, ratio: float | None = None):
-        raise NotImplementedError
+        """Install the press on ``model`` for a ``with`` block; ``ratio`` sets ``self.ratio`` first."""
+        from .engine import PressSession
+
+        if ratio is not None:
+            self.ratio = ratio
+        for press in self.parts():
+            press.ratio = validate_ratio(press.ratio)
+        return PressSession(model, self.parts())
+
+    def parts(self) -> list["Press"]:
+        return [self]
 
 
 @dataclass
@@ -58,15 +70,6 @@ class TokenDropPress(Press):
     def __post_init__(self) -> None:
         self.ratio = validate_ratio(self.ratio)
 
-    def __call__(self, model: nn.Module, ratio: float | None = None):
-        """Install the press on ``model`` for a ``with`` block; ``ratio`` sets ``self.ratio`` first."""
-        from .engine import PressSession
-
-        if ratio is not None:
-            self.ratio = ratio
-        self.ratio = validate_ratio(self.ratio)
-        return PressSession(model, self)
-
     def select(self, clip: AudioClip, evidence) -> torch.Tensor:
         """Indices (into the prompt tensor) of the ``clip.n_keep`` tokens of ``clip`` to keep."""
         raise NotImplementedError
@@ -77,12 +80,69 @@ class TokenDropPress(Press):
         for row_clips, row_kept, row_offsets in zip(clips, kept, offsets):
             indices = torch.cat(row_kept).cpu() if row_kept else torch.zeros(0, dtype=torch.long)
             self.kept_positions.append(row_offsets.gather(0, indices).sort().values)
-            self.stats.append(
-                PruneStats(audio_tokens=sum(c.length for c in row_clips), kept_tokens=len(indices))
-            )
+            self.stats.append(PruneStats(audio_tokens=sum(c.length for c in row_clips), kept_tokens=len(indices)))
 
 
-_PRESSES: dict[str, type[TokenDropPress]] = {}
+@dataclass
+class CachePress(Press):
+    """Compresses each decoder layer's KV cache after its prefill, among audio entries only.
+
+    Text and special tokens are never evicted. Each layer from ``first_layer`` on keeps, per row,
+    ``max(1, round(n * (1 - ratio)))`` of the ``n`` audio entries it holds (after any token dropping),
+    the highest-scoring ones, with one choice shared by all heads. The prefill itself is unchanged
+    (it already ran); later tokens attend to the compressed cache.
+
+    After a prefill, ``layer_stats[j][b]`` counts audio entries and kept entries of layer j, row b.
+    """
+
+    ratio: float = 0.0
+    first_layer: int = 1
+    layer_stats: dict[int, list[PruneStats]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.ratio = validate_ratio(self.ratio)
+
+    def score(self, layer_idx: int, keys: torch.Tensor, values: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
+        """Importance of each cached entry, (B, L); higher is kept. ``keys``: (B, kv_heads, L, head_dim)."""
+        raise NotImplementedError
+
+    def keep_mask(self, scores: torch.Tensor, is_audio: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Every non-audio slot, plus each row's best audio entries."""
+        keep = ~is_audio
+        for row in range(scores.shape[0]):
+            n_audio = int(is_audio[row].sum())
+            if n_audio:
+                audio_scores = scores[row].float().masked_fill(~is_audio[row], float("-inf"))
+                keep[row, audio_scores.topk(keep_count(n_audio, self.ratio)).indices] = True
+        return keep
+
+    def _reset(self, batch: int) -> None:
+        self.layer_stats = {}
+
+    def _record_layer(self, layer_idx: int, audio: torch.Tensor, kept: torch.Tensor) -> None:
+        self.layer_stats[layer_idx] = [PruneStats(int(a), int(k)) for a, k in zip(audio.tolist(), kept.tolist())]
+
+
+@dataclass
+class ComposedPress(Press):
+    """Several presses at once: at most one token-dropping press plus any number of cache presses.
+
+    ``ComposedPress([DARTPress(ratio=0.5), KNormPress(ratio=0.3)])`` drops half the audio tokens at
+    layer K, then evicts 30% of the remaining audio entries from every layer's cache.
+    """
+
+    presses: list[Press] = field(default_factory=list)
+
+    def __call__(self, model: nn.Module, ratio: float | None = None):
+        if ratio is not None:
+            raise ValueError("a ComposedPress has no single ratio: set the ratio of each of its presses.")
+        return super().__call__(model)
+
+    def parts(self) -> list[Press]:
+        return [part for press in self.presses for part in press.parts()]
+
+
+_PRESSES: dict[str, type[Press]] = {}
 
 
 def register_press(name: str):
@@ -96,11 +156,19 @@ def register_press(name: str):
     return decorate
 
 
-def list_presses() -> list[str]:
-    return list(_PRESSES)
+PRESS_KINDS = {"token": TokenDropPress, "cache": CachePress}
 
 
-def get_press(name: str, **kwargs) -> TokenDropPress:
+def list_presses(kind: str | None = None) -> list[str]:
+    """Registered press names; ``kind="token"`` or ``"cache"`` keeps one kind."""
+    if kind is None:
+        return list(_PRESSES)
+    if kind not in PRESS_KINDS:
+        raise ValueError(f"kind={kind!r} is invalid; choose one of {', '.join(PRESS_KINDS)}.")
+    return [name for name, cls in _PRESSES.items() if issubclass(cls, PRESS_KINDS[kind])]
+
+
+def get_press(name: str, **kwargs) -> Press:
     """Build a press by name, e.g. ``get_press("fastv", ratio=0.5, layer=3)``."""
     try:
         cls = _PRESSES[name]

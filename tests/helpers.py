@@ -56,12 +56,29 @@ def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
 
 @dataclass
 class FixedPress(TokenDropPress):
-    """Keeps given prompt positions (per row, no padding) whatever the evidence says."""
+    """Keeps given prompt positions (per row; rows without padding) whatever the evidence says."""
 
     keep: list[torch.Tensor] = field(default_factory=list)
-    offsets: torch.Tensor | None = None  # (B,) left padding per row
 
     def select(self, clip, evidence):
-        pad = int(self.offsets[clip.row]) if self.offsets is not None else 0
-        positions = self.keep[clip.row] + pad
+        positions = self.keep[clip.row]
         return positions[(positions >= clip.start) & (positions < clip.end)]
+
+
+def single_row(fam, rows, b, seed):
+    """Row b of the batch built by ``fam.inputs(rows, seed)``, unpadded, with its own audio only."""
+    batch = fam.inputs(rows, seed=seed)
+    keep = batch["attention_mask"][b].bool()
+    single = dict(input_ids=batch["input_ids"][b : b + 1, keep], attention_mask=batch["attention_mask"][b : b + 1, keep])
+    clip_counts = [sum(kind == "audio" for kind, _ in row) for row in rows]
+    first, count = sum(clip_counts[:b]), clip_counts[b]
+    for name, value in batch.items():
+        if name in single:
+            continue
+        if fam.name == "voxtral" and name == "input_features":  # 30 s chunks stacked on the batch axis
+            per_clip = [n // fam.clip_multiple for row in rows for kind, n in row if kind == "audio"]
+            start = sum(per_clip[:first])
+            single[name] = value[start : start + sum(per_clip[first : first + count])]
+        else:
+            single[name] = value[first : first + count]
+    return single

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, rows_for
+from helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, rows_for, single_row
 from kvprune import get_press, list_presses
 from kvprune.audio_spans import keep_count
 from tiny_models import FAMILIES
@@ -25,7 +25,7 @@ presses = pytest.mark.parametrize("press_name", PRESSES)
 
 
 def test_list_presses_names_the_four():
-    assert list_presses() == PRESSES
+    assert list_presses(kind="token") == PRESSES
 
 
 @matrix
@@ -111,31 +111,8 @@ def test_batch_with_padding_equals_one_row_at_a_time(family, attn, press_name):
     kept_together = press.kept_positions
     width = batch["input_ids"].shape[1]
     for b, row in enumerate(rows):
-        alone = _single_row(fam, rows, b, seed=3)
+        alone = single_row(fam, rows, b, seed=3)
         with torch.no_grad(), press(m, ratio=0.5):
             tokens = m.generate(**alone, max_new_tokens=5, **GREEDY)
         assert torch.equal(press.kept_positions[0], kept_together[b])
         assert torch.equal(tokens[0, alone["input_ids"].shape[1] :], together[b, width:])
-
-
-def _single_row(fam, rows, b, seed):
-    """Row b of the batch built by ``fam.inputs(rows, seed)``, unpadded, with its own audio only."""
-    batch = fam.inputs(rows, seed=seed)
-    keep = batch["attention_mask"][b].bool()
-    single = dict(input_ids=batch["input_ids"][b : b + 1, keep], attention_mask=batch["attention_mask"][b : b + 1, keep])
-    clip_counts = [sum(kind == "audio" for kind, _ in row) for row in rows]
-    first, count = sum(clip_counts[:b]), clip_counts[b]
-    for name, value in batch.items():
-        if name in single:
-            continue
-        if family_audio_axis_is_chunks(fam, name):
-            per_clip = [n // fam.clip_multiple for row in rows for kind, n in row if kind == "audio"]
-            start = sum(per_clip[:first])
-            single[name] = value[start : start + sum(per_clip[first : first + count])]
-        else:
-            single[name] = value[first : first + count]
-    return single
-
-
-def family_audio_axis_is_chunks(fam, name):
-    return fam.name == "voxtral" and name == "input_features"
