@@ -7,6 +7,7 @@ token. The pruning engine never looks at model classes; it asks the family.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch.nn as nn
 
@@ -32,8 +33,13 @@ class ModelFamily:
     decoder_paths: tuple[str, ...]
     audio_token_attrs: tuple[str, ...]
     llm_tokens_per_second: float
+    #: ``config.model_type`` -> the class ``from_pretrained`` loads (``""``: AutoModelForCausalLM, remote code)
+    model_types: dict[str, str] = field(default_factory=dict)
+    #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes them
+    build_inputs: Callable[..., Any] | None = None
+    #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
+    load_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""
-    model_types: tuple[str, ...] = field(default=())
 
     @property
     def architectures(self) -> tuple[str, ...]:
@@ -42,8 +48,7 @@ class ModelFamily:
     def matches(self, model: nn.Module) -> bool:
         if type(model).__name__ in self.entry_paths:
             return True
-        model_type = getattr(getattr(model, "config", None), "model_type", None)
-        return model_type in self.model_types
+        return getattr(getattr(model, "config", None), "model_type", None) in self.model_types
 
     def entry(self, model: nn.Module) -> nn.Module:
         return _follow(model, self.entry_paths.get(type(model).__name__, ""))

@@ -1,6 +1,13 @@
-"""Phi-4-multimodal (the speech LoRA adapter of real checkpoints is loaded by peft, not here)."""
+"""Phi-4-multimodal. Real checkpoints also need their speech LoRA adapter (peft), which is the
+caller's to load; audio goes in whole."""
 
 from .base import ModelFamily, register_family
+from .prompting import chat_template_inputs
+
+
+def build_inputs(processor, waves, prompt):
+    return chat_template_inputs(processor, waves, prompt)
+
 
 PHI4_MULTIMODAL = register_family(
     ModelFamily(
@@ -10,5 +17,7 @@ PHI4_MULTIMODAL = register_family(
         decoder_paths=("model",),
         audio_token_attrs=("audio_config.audio_token_id", "audio_token_id"),
         llm_tokens_per_second=12.5,
+        model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
+        build_inputs=build_inputs,
     )
 )

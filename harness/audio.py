@@ -1,0 +1,46 @@
+"""Audio files to the mono 16 kHz float32 waveforms every supported processor expects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+SAMPLING_RATE = 16_000
+
+
+class AudioLoadError(ValueError):
+    """An audio file is missing or unreadable; the message names the file."""
+
+
+def load_audio(path: str | Path, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
+    """Read ``path``, downmix to mono and resample to ``sampling_rate``."""
+    path = Path(path)
+    if not path.is_file():
+        raise AudioLoadError(f"audio file not found: {path}")
+    try:
+        data, rate = sf.read(path, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError) as error:
+        raise AudioLoadError(f"cannot read audio file {path}: {error}") from None
+    if data.shape[0] == 0:
+        raise AudioLoadError(f"audio file is empty: {path}")
+    return resample(data.mean(axis=1), rate, sampling_rate)
+
+
+def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """Band-limited resampling by zero-padding or truncating the spectrum (as scipy.signal.resample)."""
+    if rate == target:
+        return wave.astype(np.float32, copy=False)
+    n_out = int(round(len(wave) * target / rate))
+    spectrum = np.fft.rfft(wave)
+    n_bins = n_out // 2 + 1
+    if n_bins <= len(spectrum):
+        spectrum = spectrum[:n_bins]
+    else:
+        spectrum = np.pad(spectrum, (0, n_bins - len(spectrum)))
+    return (np.fft.irfft(spectrum, n=n_out) * (n_out / len(wave))).astype(np.float32)
+
+
+def duration_seconds(waves: list[np.ndarray], sampling_rate: int = SAMPLING_RATE) -> float:
+    return sum(len(w) for w in waves) / sampling_rate

@@ -1,0 +1,32 @@
+"""Ratio lists as users write them: ``0.1..0.9`` (step 0.1), ``0.1..0.9:0.2``, or ``0,0.5,0.9``."""
+
+from __future__ import annotations
+
+from kvprune.audio_spans import validate_ratio
+
+
+def parse_ratios(text: str | float | list) -> list[float]:
+    """Parse and validate a ratio specification; each ratio must lie in [0, 1)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return [validate_ratio(text)]
+    if isinstance(text, (list, tuple)):
+        return [r for item in text for r in parse_ratios(item)]
+    text = str(text).replace(" ", "")
+    try:
+        if ".." in text:
+            bounds, _, step = text.partition(":")
+            start, stop = (float(x) for x in bounds.split(".."))
+            step = float(step) if step else 0.1
+            if step <= 0:
+                raise ValueError
+            count = int(round((stop - start) / step)) + 1
+            ratios = [round(start + i * step, 10) for i in range(count) if start + i * step <= stop + 1e-9]
+        else:
+            ratios = [float(x) for x in text.split(",") if x]
+    except ValueError:
+        raise ValueError(
+            f"cannot read ratios {text!r}: write a range '0.1..0.9' (step 0.1), '0.1..0.9:0.2', or a list '0,0.5,0.9'."
+        ) from None
+    if not ratios:
+        raise ValueError(f"ratios {text!r} name no ratio.")
+    return [validate_ratio(r) for r in ratios]

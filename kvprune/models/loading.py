@@ -1,0 +1,106 @@
+"""Load any supported model by Hugging Face id or local directory, with its processor.
+
+The family is read from the checkpoint's config (``model_type``), so the same call serves a hub id
+and a folder written by ``save_pretrained``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn as nn
+import transformers
+
+from .base import ModelFamily, UnsupportedModelError, list_families
+
+DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedModel:
+    """A model, its processor and its family: everything the harness needs to run a prompt."""
+
+    name: str
+    family: ModelFamily
+    model: nn.Module
+    processor: Any
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def build_inputs(self, waves, prompt: str):
+        inputs = self.family.build_inputs(self.processor, waves, prompt)
+        dtype = next(self.model.parameters()).dtype
+        return {k: _to(v, self.device, dtype) for k, v in inputs.items()}
+
+    @property
+    def generator(self) -> nn.Module:
+        """The module whose ``generate`` produces text (the thinker of a full Qwen2.5-Omni)."""
+        return self.family.entry(self.model)
+
+    def decode(self, ids: torch.Tensor) -> str:
+        return self.processor.batch_decode(ids, skip_special_tokens=True)[0].strip()
+
+    def audio_tokens(self, input_ids: torch.Tensor) -> int:
+        return int((input_ids == self.family.audio_token_id(self.model)).sum())
+
+
+def _to(value, device, dtype):
+    if not isinstance(value, torch.Tensor):
+        return value
+    return value.to(device=device, dtype=dtype if value.is_floating_point() else None)
+
+
+def family_of_checkpoint(name_or_path: str, trust_remote_code: bool = False) -> tuple[ModelFamily, str]:
+    """The family of a checkpoint and the model_type its config declares."""
+    try:
+        config = transformers.AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    except ValueError as error:
+        if "trust_remote_code" not in str(error):
+            raise
+        raise UnsupportedModelError(
+            f"{name_or_path} ships its own modeling code (Aero-1 does); rerun with --trust-remote-code "
+            "(trust_remote_code=True) if you trust it."
+        ) from None
+    for family in list_families():
+        if config.model_type in family.model_types:
+            return family, config.model_type
+    supported = "; ".join(f"{f.display_name} ({', '.join(f.model_types)})" for f in list_families())
+    raise UnsupportedModelError(
+        f"{name_or_path}: model_type {config.model_type!r} is not a supported audio LLM. "
+        f"Supported model types: {supported}."
+    )
+
+
+def load_model(
+    name_or_path: str | Path,
+    *,
+    dtype: str = "auto",
+    device: str | None = None,
+    device_map: str | None = None,
+    attn_implementation: str = "sdpa",
+    trust_remote_code: bool = False,
+) -> LoadedModel:
+    """``from_pretrained`` the model and processor of a supported family."""
+    name = str(name_or_path)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r} is invalid; choose one of {', '.join(DTYPES)}.")
+    family, model_type = family_of_checkpoint(name, trust_remote_code)
+    class_name = family.model_types[model_type]
+    model_class = getattr(transformers, class_name) if class_name else transformers.AutoModelForCausalLM
+    model = model_class.from_pretrained(
+        name,
+        dtype=DTYPES[dtype],
+        device_map=device_map,
+        attn_implementation=attn_implementation,
+        trust_remote_code=trust_remote_code,
+        **family.load_kwargs.get(class_name, {}),
+    )
+    if device_map is None:
+        model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    processor = transformers.AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
+    return LoadedModel(name=name, family=family, model=model.eval(), processor=processor)

@@ -1,0 +1,45 @@
+"""Turning audio and a question into model inputs the way each family's processor expects.
+
+Most families render a chat template whose user turn holds one audio item per clip followed by the
+text, then let the processor expand the audio placeholders and extract features. Families differ
+in how long audio is cut (``chunk_seconds``) and in the processor's keyword for audio.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import soundfile as sf
+
+SAMPLING_RATE = 16_000
+
+
+def split_chunks(waves: list[np.ndarray], seconds: float | None) -> list[np.ndarray]:
+    """Cut every clip into consecutive pieces of at most ``seconds`` (None: keep clips whole)."""
+    if seconds is None:
+        return list(waves)
+    size = int(seconds * SAMPLING_RATE)
+    return [wave[i : i + size] for wave in waves for i in range(0, max(len(wave), 1), size)]
+
+
+def user_turn(n_audio: int, prompt: str, audio_item: dict) -> list[dict]:
+    content = [dict(audio_item) for _ in range(n_audio)] + [{"type": "text", "text": prompt}]
+    return [{"role": "user", "content": content}]
+
+
+def chat_template_inputs(processor, waves, prompt, *, audio_item=None, audio_kwarg="audio"):
+    """Render the chat template as text, then let the processor expand placeholders and featurize."""
+    conversation = user_turn(len(waves), prompt, audio_item or {"type": "audio"})
+    text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    return processor(
+        text=text, **{audio_kwarg: waves}, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding=True
+    )
+
+
+def wav_base64(wave: np.ndarray) -> str:
+    """A clip as base64 WAV, for processors that load audio themselves from a message (Voxtral)."""
+    buffer = io.BytesIO()
+    sf.write(buffer, wave, SAMPLING_RATE, format="WAV", subtype="FLOAT")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
