@@ -43,7 +43,7 @@ def kv_cache_bytes(cache) -> int:
     return total
 
 
-class _Clock:
+class Clock:
     """Marks on the device timeline (CUDA events) or the host clock."""
 
     def __init__(self, device: torch.device):
@@ -64,7 +64,7 @@ class _Clock:
 def timed_generate(generator: nn.Module, inputs: dict, **generate_kwargs) -> tuple[torch.Tensor, Timing]:
     """Run ``generator.generate(**inputs)`` once and split its time at the end of the prefill."""
     device = next(generator.parameters()).device
-    clock = _Clock(device)
+    clock = Clock(device)
     marks: dict = {}
 
     def after_forward(module, args, output):

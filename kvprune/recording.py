@@ -31,7 +31,8 @@ class _ConfigView:
         return getattr(self.__dict__["_base"], name)
 
 
-def _backend(module: nn.Module, name: str) -> Callable:
+def attention_backend(module: nn.Module, name: str) -> Callable:
+    """The attention function ``module`` dispatches to under implementation ``name``."""
     if name in ALL_ATTENTION_FUNCTIONS:
         return ALL_ATTENTION_FUNCTIONS[name]
     if name == "eager":
@@ -84,7 +85,7 @@ class AttentionRecorder:
     def attach(self) -> None:
         _register_recorder()
         config = self.attention.config
-        self._backend = _backend(self.attention, config._attn_implementation)
+        self._backend = attention_backend(self.attention, config._attn_implementation)
         self._original_config = config
         self.attention.config = _ConfigView(config, RECORDER_NAME)
         self.attention._kvprune_recorder = self

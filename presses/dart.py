@@ -58,15 +58,17 @@ class DARTPress(TokenDropPress):
         pivots = torch.cat([audio_pivots, text_pivots]).sort().values.tolist()
         shares = self._shares(clip.n_keep, n, n_audio_pivots, len(pivots))
 
-        features = F.normalize(evidence.hidden[row].float(), dim=-1)
-        clip_features = features[start : start + n]
+        hidden = evidence.hidden[row]
+        clip_features = F.normalize(hidden[start : start + n].float(), dim=-1)
+        pivot_features = F.normalize(hidden[pivots].float(), dim=-1)
+        similarities = clip_features @ pivot_features.T  # (n, pivots): one matrix product for all pivots
         pool = torch.ones(n, dtype=torch.bool, device=device)
         pool[audio_pivots - start] = False
         kept = [audio_pivots]
-        for pivot, share in zip(pivots, shares):
+        for column, share in enumerate(shares):
             if share == 0:
                 continue
-            similarity = (clip_features @ features[pivot]).masked_fill(~pool, float("inf"))
+            similarity = similarities[:, column].masked_fill(~pool, float("inf"))
             chosen = similarity.topk(share, largest=False).indices
             pool[chosen] = False
             kept.append(chosen + start)

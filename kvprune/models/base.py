@@ -37,6 +37,8 @@ class ModelFamily:
     model_types: dict[str, str] = field(default_factory=dict)
     #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes them
     build_inputs: Callable[..., Any] | None = None
+    #: ``load_processor(name_or_path, trust_remote_code)``; None: ``AutoProcessor.from_pretrained``
+    load_processor: Callable[..., Any] | None = None
     #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
     load_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""

@@ -55,16 +55,27 @@ def _to(value, device, dtype):
     return value.to(device=device, dtype=dtype if value.is_floating_point() else None)
 
 
+class ModelLoadError(ValueError):
+    """A checkpoint could not be found or read; the message says where kvprune looked."""
+
+
 def family_of_checkpoint(name_or_path: str, trust_remote_code: bool = False) -> tuple[ModelFamily, str]:
     """The family of a checkpoint and the model_type its config declares."""
+    if _looks_local(name_or_path) and not Path(name_or_path).expanduser().is_dir():
+        raise ModelLoadError(f"model directory {name_or_path} not found (give a local checkpoint folder or a Hugging Face id).")
     try:
         config = transformers.AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
     except ValueError as error:
         if "trust_remote_code" not in str(error):
             raise
-        raise UnsupportedModelError(
+        raise ModelLoadError(
             f"{name_or_path} ships its own modeling code (Aero-1 does); rerun with --trust-remote-code "
             "(trust_remote_code=True) if you trust it."
+        ) from None
+    except OSError as error:
+        raise ModelLoadError(
+            f"cannot read the config of {name_or_path}: not a checkpoint folder here, and the Hugging Face Hub "
+            f"could not provide it ({error.__class__.__name__}: {str(error).splitlines()[0]})."
         ) from None
     for family in list_families():
         if config.model_type in family.model_types:
@@ -74,6 +85,10 @@ def family_of_checkpoint(name_or_path: str, trust_remote_code: bool = False) -> 
         f"{name_or_path}: model_type {config.model_type!r} is not a supported audio LLM. "
         f"Supported model types: {supported}."
     )
+
+
+def _looks_local(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).exists()
 
 
 def load_model(
@@ -102,5 +117,6 @@ def load_model(
     )
     if device_map is None:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    processor = transformers.AutoProcessor.from_pretrained(name, trust_remote_code=trust_remote_code)
+    load_processor = family.load_processor or transformers.AutoProcessor.from_pretrained
+    processor = load_processor(name, trust_remote_code=trust_remote_code)
     return LoadedModel(name=name, family=family, model=model.eval(), processor=processor)

@@ -4,8 +4,39 @@ Audio goes in whole (no chunking): the processor's feature extractor covers up t
 ``chunk_length`` (300 s on the released checkpoints) and the encoder windows it internally.
 """
 
+from transformers import AutoProcessor, Qwen2_5OmniProcessor
+from transformers.utils import is_torchvision_available
+
 from .base import ModelFamily, register_family
 from .prompting import chat_template_inputs
+
+_TOKEN_ATTRIBUTES = (
+    "image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token",
+    "audio_bos_token", "audio_eos_token", "image_token_id", "audio_token_id", "video_token_id",
+)
+
+
+class AudioOnlyOmniProcessor(Qwen2_5OmniProcessor):
+    """``Qwen2_5OmniProcessor`` with only its feature extractor and tokenizer (text and audio input).
+
+    The stock processor insists on a video processor, and transformers' video processors need
+    torchvision, which kvprune does not depend on. This keeps the standard text and audio path
+    (chat template, ``<|AUDIO|>`` expansion, Whisper features) and reads the same saved files,
+    ignoring their image and video parts.
+    """
+
+    def __init__(self, feature_extractor=None, tokenizer=None, chat_template=None):
+        # skip Qwen2_5OmniProcessor.__init__, which passes image and video processors up
+        super(Qwen2_5OmniProcessor, self).__init__(feature_extractor, tokenizer, chat_template=chat_template)
+        for name in _TOKEN_ATTRIBUTES:
+            setattr(self, name, getattr(tokenizer, name))
+
+
+def load_processor(name_or_path, trust_remote_code: bool = False):
+    """The checkpoint's processor; its audio-only form where torchvision is not installed."""
+    if is_torchvision_available():
+        return AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    return AudioOnlyOmniProcessor.from_pretrained(name_or_path)
 
 
 def build_inputs(processor, waves, prompt):
@@ -28,6 +59,7 @@ QWEN2_5_OMNI = register_family(
             "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
         },
         build_inputs=build_inputs,
+        load_processor=load_processor,
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},
         notes="Audio placeholders are framed by audio start/end tokens, which are never pruned.",

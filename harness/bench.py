@@ -1,0 +1,145 @@
+"""``kvprune bench``: pruned and unpruned prefill and decode side by side on one device, at real
+model shapes and audio lengths, next to the ideal a pruning method could reach and the cost of scoring.
+
+For each preset (a real architecture with random weights) and audio length, it measures the
+unpruned request, then each press at each ratio, each as a prefill followed by forced decode steps:
+
+* the ideal per ratio: the unpruned prefill with its decoder layers >= K timed on the full prompt
+  replaced by the same layers timed on the kept prompt (the encoder, embedding, layers < K and the
+  rest are what LLM-side pruning cannot touch);
+* scoring: each press's whole selection on real-size tensors, and what AudioMarathon-style scores
+  (an eager attention matrix) cost against kvprune's last-row scores.
+
+Results go to ``bench.csv``, ``bench.md`` and ``prefill_vs_ratio.png``, rewritten after every preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvprune import list_presses
+
+from .bench_presets import PRESETS, get_preset
+from .ratios import parse_ratios
+
+DESCRIPTION = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
+
+
+@dataclass
+class BenchConfig:
+    """What one bench run measures and how (the defaults are the command line's)."""
+
+    presets: list[str] = field(default_factory=lambda: ["qwen2.5-omni-7b"])
+    audio_seconds: list[float] = field(default_factory=lambda: [30.0, 120.0, 300.0])
+    methods: list[str] = field(default_factory=lambda: ["fastv", "random", "frame", "dart"])
+    ratios: list[float] = field(default_factory=lambda: [0.5, 0.9])
+    layer: int = 2
+    decode_tokens: int = 32
+    repeats: int = 5
+    warmup: int = 2
+    attn: str = "sdpa"
+    device: str | None = None  # default: cuda if available, else cpu
+    dtype: str | None = None  # default: bfloat16 on cuda, float32 on cpu
+    out: Path | None = Path("bench_results")  # None: write nothing
+    max_minutes: float | None = None  # stop starting runs after this long; the rest become error rows
+    seed: int = 0
+    command: str = ""
+    progress: bool = True
+
+    def __post_init__(self):
+        """Validate names early (before any model is built) and drop repeated entries."""
+        for name in self.presets:
+            get_preset(name)
+        token_presses = list_presses(kind="token")
+        unknown = [m for m in self.methods if m not in token_presses]
+        if unknown:
+            raise ValueError(f"unknown token-dropping press {', '.join(unknown)}; available: {', '.join(token_presses)}")
+        self.presets, self.methods = list(dict.fromkeys(self.presets)), list(dict.fromkeys(self.methods))
+        self.audio_seconds = list(dict.fromkeys(float(s) for s in self.audio_seconds))
+        self.ratios = list(dict.fromkeys(parse_ratios(self.ratios)))
+
+
+def run_bench(config: BenchConfig):
+    """Run every preset x audio length x (unpruned, ideal, press x ratio): a ``pandas.DataFrame``
+    with one row each, also written to ``config.out`` after every preset (unless it is None)."""
+    from .bench_run import run_presets  # models, pandas and matplotlib load only when a bench runs
+
+    return run_presets(config)
+
+
+# -- command line ------------------------------------------------------------------------------------
+def _list(text: str) -> list[str]:
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _joined(numbers: list[float]) -> str:
+    return ",".join(f"{n:g}" for n in numbers)
+
+
+def _command() -> str:
+    """This run as a ``kvprune bench`` command, however it was started (CLI or ``python -m``)."""
+    argv = sys.argv[1:]
+    return shlex.join(["kvprune", "bench", *(argv[1:] if argv[:1] == ["bench"] else argv)])
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    defaults = BenchConfig()
+    add = parser.add_argument
+    add("--preset", default=",".join(defaults.presets), help=f"comma list of: {', '.join(PRESETS)}")
+    add("--audio-seconds", default=_joined(defaults.audio_seconds), help="comma list of audio lengths in seconds")
+    add("--methods", default=",".join(defaults.methods), help="comma list of presses")
+    add("--ratios", default=_joined(defaults.ratios), help="'0.5,0.9', '0.1..0.9' (step 0.1) or '0.1..0.9:0.2'")
+    add("--layer", type=int, default=defaults.layer, help="decoder layer K the presses prune before")
+    add("--decode-tokens", type=int, default=defaults.decode_tokens, help="forced tokens decoded after the prefill")
+    add("--repeats", type=int, default=defaults.repeats, help="timed runs per measurement (median)")
+    add("--warmup", type=int, default=defaults.warmup, help="untimed runs before them")
+    add("--attn", default=defaults.attn, help="attn_implementation: sdpa, eager, flash_attention_2")
+    add("--device", default=None, help="default: cuda if available, else cpu")
+    add("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    add("--out", type=Path, default=defaults.out, help="folder for bench.csv, bench.md, prefill_vs_ratio.png")
+    add("--max-minutes", type=float, default=None, help="start no run after this many minutes")
+    add("--seed", type=int, default=defaults.seed)
+    add("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    """Run the bench from parsed arguments; 0 if every run succeeded, 1 if some recorded an error."""
+    config = BenchConfig(
+        presets=_list(args.preset),
+        audio_seconds=[float(s) for s in _list(args.audio_seconds)],
+        methods=_list(args.methods),
+        ratios=parse_ratios(args.ratios),
+        layer=args.layer,
+        decode_tokens=args.decode_tokens,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        attn=args.attn,
+        device=args.device,
+        dtype=args.dtype,
+        out=args.out,
+        max_minutes=args.max_minutes,
+        seed=args.seed,
+        command=_command(),
+        progress=not args.no_progress,
+    )
+    frame = run_bench(config)
+    errors = frame["error"].notna()
+    print(
+        f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md, prefill_vs_ratio.png in {config.out}"
+    )
+    return 1 if errors.any() else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kvprune.harness.bench``: the same as ``kvprune bench``."""
+    parser = add_bench_arguments(argparse.ArgumentParser(prog="kvprune bench", description=DESCRIPTION))
+    return bench_main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The work of ``kvprune bench`` (see ``kvprune.harness.bench``): build each preset, measure every
+run, record failures as rows, write the report after every preset."""
+
+from __future__ import annotations
+
+import gc
+import math
+import platform
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from functools import partial
+
+import pandas as pd
+import torch
+import transformers
+from tqdm.auto import tqdm
+
+import kvprune
+from kvprune import get_press, resolve_family
+from kvprune.audio_spans import keep_count
+
+from .bench import BenchConfig
+from .bench_measure import Meter, RequestTiming, logits_rows
+from .bench_presets import Preset, Prompt, check_weights, get_preset
+from .bench_report import GIB, IDEAL, UNPRUNED, bench_frame, write_report
+from .bench_scoring import ScoringInputs, eager_matrix_cost, last_row_ms, press_scoring_ms
+
+
+class _Run:
+    """State of one bench run: device, meter, deadline, progress bar and the rows so far."""
+
+    def __init__(self, config: BenchConfig):
+        self.config = config
+        self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = getattr(torch, config.dtype or ("bfloat16" if self.device.type == "cuda" else "float32"))
+        self.meter = Meter(self.device, config.warmup, config.repeats)
+        self.deadline = math.inf if config.max_minutes is None else time.monotonic() + 60 * config.max_minutes
+        runs_per_length = 2 + len(config.methods) * len(config.ratios)  # unpruned, ideal, presses
+        self.bar = tqdm(
+            total=len(config.presets) * len(config.audio_seconds) * runs_per_length,
+            disable=not config.progress,
+            unit="run",
+            dynamic_ncols=True,
+        )
+        self.rows: list[dict] = []
+
+    def measure(self, base: dict, method: str, ratios: list[float], fn: Callable[[], list[dict]]) -> list[dict]:
+        """One run, one progress step: a row per ratio with ``base`` fields and what ``fn`` measured
+        for that ratio, or the error that stopped it."""
+        self.bar.set_description(f"{base['preset']} {base['audio_seconds']:g}s {method}")
+        if time.monotonic() > self.deadline:
+            measured = [{"error": "skipped: --max-minutes reached"}] * len(ratios)
+        else:
+            measured = _attempt(fn, len(ratios))
+        rows = [
+            dict(base, method=method, ratio=ratio, **values) for ratio, values in zip(ratios, measured, strict=True)
+        ]
+        self.rows.extend(rows)
+        self.bar.update(1)
+        return rows
+
+
+def run_presets(config: BenchConfig) -> pd.DataFrame:
+    """Every preset x audio length x (unpruned, ideal, press x ratio); one row each."""
+    run = _Run(config)
+    meta = _environment(config, run)
+    try:
+        for name in config.presets:
+            _bench_preset(run, get_preset(name))
+            if config.out is not None:
+                write_report(bench_frame(run.rows, meta), config.out)
+    finally:
+        run.bar.close()
+    return bench_frame(run.rows, meta)
+
+
+def _bench_preset(run: _Run, preset: Preset) -> None:
+    config = run.config
+    base = dict(preset=preset.name, layer=config.layer)
+    model, failure = _build(run, preset)
+    if model is None:
+        _free_memory()
+        for seconds in config.audio_seconds:
+            run.measure(dict(base, audio_seconds=seconds), UNPRUNED, [0.0], lambda: [{"error": failure}])
+            run.bar.update(1 + len(config.methods) * len(config.ratios))
+        return
+    family = resolve_family(model)
+    base.update(family=family.name, llm_layers=len(family.layers(model)))
+    try:
+        for seconds in config.audio_seconds:
+            _bench_length(run, model, preset, dict(base, audio_seconds=seconds))
+    finally:
+        del model
+        _free_memory()
+
+
+def _build(run: _Run, preset: Preset):
+    """The preset's model with checked random weights, or None and why not (e.g. it does not fit)."""
+    try:
+        model = preset.build(run.device, run.dtype, run.config.attn, run.config.seed)
+        check_weights(model, preset.audio)
+        return model, None
+    except Exception as error:
+        return None, f"build: {_describe(error)}"
+
+
+def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
+    config, meter = run.config, run.meter
+    prompt = preset.prompt(model, base["audio_seconds"], config.decode_tokens, config.seed)
+    base.update(audio_tokens=prompt.audio_tokens, seq_len=prompt.seq_len)
+    encoder = preset.audio.encoder_modules(model)
+    k, n_layers = config.layer, base["llm_layers"]
+
+    def tail_ms(seq_len: int) -> float:
+        """Layers >= K and the LM head on a ``seq_len`` prompt."""
+        return meter.layers_ms(model, k, n_layers, seq_len, logits_rows(model, seq_len))
+
+    def unpruned() -> dict:
+        timing = _timing_fields(meter.request(model, prompt, encoder))
+        return dict(
+            timing,
+            kept_tokens=prompt.audio_tokens,
+            tail_layers_ms=tail_ms(prompt.seq_len),
+            head_layers_ms=meter.layers_ms(model, 0, k, prompt.seq_len, 0),
+            **_scoring_costs(run, model, prompt),
+        )
+
+    reference = run.measure(base, UNPRUNED, [0.0], lambda: [unpruned()])[0]
+
+    def ideal() -> list[dict]:
+        if "prefill_ms" not in reference:
+            raise RuntimeError("no unpruned measurement to start from")
+        rows = []
+        for ratio in config.ratios:
+            kept = keep_count(prompt.audio_tokens, ratio)
+            removed = prompt.audio_tokens - kept  # none removed: the ideal is the unpruned prefill itself
+            tail = tail_ms(prompt.seq_len - removed) if removed else reference["tail_layers_ms"]
+            rows.append(
+                dict(
+                    kept_tokens=kept,
+                    encoder_ms=reference["encoder_ms"],
+                    head_layers_ms=reference["head_layers_ms"],
+                    tail_layers_ms=tail,
+                    prefill_ms=reference["prefill_ms"] - reference["tail_layers_ms"] + tail,
+                )
+            )
+        return rows
+
+    run.measure(base, IDEAL, config.ratios, ideal)
+    for method in config.methods:
+        for ratio in config.ratios:
+            run.measure(base, method, [ratio], partial(_pressed, run, model, prompt, encoder, method, ratio))
+
+
+def _pressed(run: _Run, model, prompt: Prompt, encoder, method: str, ratio: float) -> list[dict]:
+    press = get_press(method, layer=run.config.layer)
+    with press(model, ratio=ratio):
+        timing = run.meter.request(model, prompt, encoder)
+    kept = press.stats[0].kept_tokens
+    scoring = ScoringInputs.for_model(model, run.config.layer, prompt.inputs["input_ids"], run.config.seed)
+    return [dict(_timing_fields(timing), kept_tokens=kept, score_ms=press_scoring_ms(run.meter, press, scoring))]
+
+
+def _scoring_costs(run: _Run, model, prompt: Prompt) -> dict:
+    """AudioMarathon's eager attention matrix against kvprune's last-row scores, at layer K-1. If
+    they fail (e.g. the matrix does not fit), the unpruned row still counts, with the error."""
+
+    def measure() -> list[dict]:
+        scoring = ScoringInputs.for_model(model, run.config.layer, prompt.inputs["input_ids"], run.config.seed)
+        eager = eager_matrix_cost(run.meter, model, run.config.layer, scoring)
+        return [
+            dict(
+                eager_score_ms=eager.extra_ms,
+                eager_score_extra_gib=eager.extra_bytes / GIB,
+                last_row_score_ms=last_row_ms(run.meter, scoring),
+            )
+        ]
+
+    costs = _attempt(measure, 1)[0]
+    if "error" in costs:
+        costs["error"] = f"scoring costs: {costs['error']}"
+    return costs
+
+
+def _attempt(fn: Callable[[], list[dict]], n_rows: int) -> list[dict]:
+    """``fn()``, or ``n_rows`` rows holding the error it raised; a failure (e.g. out of memory) is
+    recorded and the bench goes on."""
+    try:
+        return fn()
+    except Exception as error:
+        failure = _describe(error)
+    _free_memory()  # only here, past the except block, are the failed run's tensors released
+    return [{"error": failure}] * n_rows
+
+
+def _timing_fields(timing: RequestTiming) -> dict:
+    return dict(
+        prefill_ms=timing.prefill_ms,
+        encoder_ms=timing.encoder_ms,
+        decode_ms_per_token=timing.decode_ms_per_token,
+        peak_gib=timing.peak_bytes / GIB,
+        kv_bytes=timing.kv_bytes,
+    )
+
+
+def _describe(error: Exception) -> str:
+    return f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _environment(config: BenchConfig, run: _Run) -> dict:
+    card = torch.cuda.get_device_name(run.device) if run.device.type == "cuda" else platform.processor() or "cpu"
+    return dict(
+        card=card,
+        device=str(run.device),
+        dtype=str(run.dtype).removeprefix("torch."),
+        attn=config.attn,
+        repeats=config.repeats,
+        warmup=config.warmup,
+        decode_tokens=config.decode_tokens,
+        torch=torch.__version__,
+        transformers=transformers.__version__,
+        kvprune=kvprune.__version__,
+        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        command=config.command,
+    )

@@ -1,0 +1,219 @@
+"""The sweep runner: every model x task x (baseline + method x ratio), one sample at a time.
+
+Samples are the outer loop: a sample's audio is loaded and its prompt built once, then the unpruned
+baseline and every method x ratio run on the same inputs, back to back. Each run is one ``generate``
+call, timed by ``timing.timed_generate``, and its result line is appended immediately. A run whose
+key is already in the results folder is skipped, so rerunning an interrupted command resumes it.
+A failure (unreadable audio, out of memory, a bug in one press) becomes an error line and the
+sweep goes on. Under ``accelerate launch`` each process takes every N-th sample.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from contextlib import nullcontext
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm.auto import tqdm
+
+import kvprune
+from kvprune.models.loading import LoadedModel, load_model
+from kvprune.press import TokenDropPress, get_press
+
+from .audio import duration_seconds, load_audio
+from .results import ResultStore, run_key
+from .sweep_config import BASELINE, SweepConfig
+from .task import Sample, Task, get_task
+from .timing import timed_generate
+
+
+def _distributed() -> tuple[int, int, str | None]:
+    """(rank, world size, device) under ``accelerate launch``; (0, 1, None) otherwise."""
+    try:
+        from accelerate import PartialState
+    except ImportError:  # accelerate is a dependency, but keep single-process runs independent of it
+        return 0, 1, None
+    state = PartialState()
+    if state.num_processes == 1:
+        return 0, 1, None
+    return state.process_index, state.num_processes, str(state.device)
+
+
+def runs_of(config: SweepConfig) -> list[tuple[str, float]]:
+    """The unpruned baseline once, then every method at every ratio."""
+    return [(BASELINE, 0.0)] + [(m, r) for m in config.methods for r in config.ratios]
+
+
+def prompt_hash(model: str, prompt: str, sample: Sample) -> str:
+    text = json.dumps([model, prompt, [p.name for p in sample.audio]], ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class SweepRunner:
+    def __init__(self, config: SweepConfig, progress: bool = True):
+        self.config = config
+        self.progress = progress
+        self.rank, self.world_size, device = _distributed()
+        self.device = config.device or device
+        self.store = ResultStore(config.out, self.rank, self.world_size)
+
+    def run(self) -> Path:
+        self._write_run_info()
+        try:
+            for model_name in self.config.models:
+                self._run_model(model_name)
+        finally:
+            self.store.close()
+        return self.config.out
+
+    # -- per model / task ------------------------------------------------------------------------
+    def _run_model(self, model_name: str) -> None:
+        tasks = [get_task(name) for name in self.config.tasks]
+        plan = [(task, self._samples(task)) for task in tasks]
+        done = self.store.done_keys(self.config.retry_errors)
+        loaded: LoadedModel | None = None
+        warm = False
+        for task, samples in plan:
+            work = []
+            for sample in samples:
+                prompt = task.render(sample)
+                digest = prompt_hash(model_name, prompt, sample)
+                todo = [r for r in runs_of(self.config) if self._key(model_name, task, r, sample, digest) not in done]
+                if todo:
+                    work.append((sample, prompt, digest, todo))
+            if not work:
+                continue
+            if loaded is None:
+                loaded = self._load(model_name)
+            bar = tqdm(total=sum(len(w[3]) for w in work), desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress)
+            for sample, prompt, digest, todo in work:
+                self._run_sample(loaded, task, sample, prompt, digest, todo, warmup=not warm, bar=bar)
+                warm = True
+            bar.close()
+
+    def _samples(self, task: Task) -> list[Sample]:
+        samples = task.load(self.config.data_root, limit=self.config.limit)
+        return samples[self.rank :: self.world_size]
+
+    def _load(self, model_name: str) -> LoadedModel:
+        c = self.config
+        return load_model(
+            model_name, dtype=c.dtype, device=self.device, device_map=c.device_map,
+            attn_implementation=c.attn_implementation, trust_remote_code=c.trust_remote_code,
+        )
+
+    def _key(self, model_name, task, run, sample, digest) -> tuple:
+        method, ratio = run
+        return run_key(dict(
+            model=model_name, task=task.name, method=method, ratio=ratio, layer=self._layer(method),
+            sample_id=sample.id, prompt_hash=digest,
+        ))
+
+    def _layer(self, method: str) -> int | None:
+        """The decoder layer a method starts at: K for token dropping, the first compressed layer for cache presses."""
+        if method == BASELINE:
+            return None
+        press = self._press(method, 0.0)
+        return press.layer if isinstance(press, TokenDropPress) else press.first_layer
+
+    def _press(self, method: str, ratio: float):
+        press = get_press(method, ratio=ratio)
+        if isinstance(press, TokenDropPress):
+            press.layer = self.config.layer
+        return press
+
+    # -- per sample ------------------------------------------------------------------------------
+    def _run_sample(self, loaded, task, sample, prompt, digest, todo, warmup, bar) -> None:
+        base = dict(
+            model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
+            item=sample.item or sample.id, prompt_hash=digest, reference=sample.answer, warmup=warmup,
+        )
+        try:
+            waves = [load_audio(path) for path in sample.audio]
+            inputs = loaded.build_inputs(waves, prompt)
+            base.update(audio_seconds=duration_seconds(waves), audio_tokens=loaded.audio_tokens(inputs["input_ids"]))
+        except Exception as error:  # one bad sample must not stop the sweep
+            for method, ratio in todo:
+                self._record(task, sample, base, method, ratio, error=error)
+                bar.update()
+            return
+        for method, ratio in todo:
+            try:
+                outcome = self._generate(loaded, task, inputs, method, ratio)
+            except Exception as error:
+                _free_device_memory(error)
+                outcome = dict(error=error)
+            self._record(task, sample, base, method, ratio, **outcome)
+            bar.update()
+
+    def _generate(self, loaded: LoadedModel, task: Task, inputs: dict, method: str, ratio: float) -> dict:
+        press = None if method == BASELINE else self._press(method, ratio)
+        tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
+        generate_kwargs = dict(
+            max_new_tokens=self.config.max_new_tokens or task.max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+        )
+        with press(loaded.model) if press else nullcontext():
+            new_ids, timing = timed_generate(loaded.generator, inputs, **generate_kwargs)
+        kept = sum(s.kept_tokens for s in press.stats) if isinstance(press, TokenDropPress) else None
+        return dict(output=loaded.decode(new_ids), timing=timing, kept_tokens=kept)
+
+    def _record(self, task, sample, base, method, ratio, output=None, timing=None, kept_tokens=None, error=None):
+        parsed = None
+        if output is not None and error is None:
+            try:
+                parsed = task.parse(output, sample)
+            except Exception as parse_error:  # a parser bug on one output is that sample's error
+                error = parse_error
+        row = dict(
+            base,
+            method=method,
+            ratio=ratio,
+            layer=self._layer(method),
+            output=output,
+            parsed=parsed,
+            **task.score(parsed, sample),
+            kept_tokens=kept_tokens if kept_tokens is not None else base.get("audio_tokens"),
+            error=None if error is None else f"{type(error).__name__}: {error}",
+            time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        )
+        if timing is not None:
+            row.update(asdict(timing), decode_tokens_per_s=timing.decode_tokens_per_s)
+        self.store.append(row)
+
+    def _write_run_info(self) -> None:
+        """Append what ran where to run.json, so numbers can be traced to a card and versions."""
+        path = self.config.out / "runs.jsonl"
+        info = dict(
+            time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            config={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.config).items()},
+            device=_device_name(self.device),
+            rank=self.rank,
+            world_size=self.world_size,
+            versions=dict(kvprune=kvprune.__version__, torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version()),
+        )
+        self.config.out.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(info) + "\n")
+
+
+def _device_name(device: str | None) -> str:
+    if torch.cuda.is_available() and (device is None or str(device).startswith("cuda")):
+        return torch.cuda.get_device_name(torch.device(device or "cuda"))
+    return platform.processor() or platform.machine()
+
+
+def _free_device_memory(error: Exception) -> None:
+    if isinstance(error, torch.OutOfMemoryError) and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
+    return SweepRunner(config, progress=progress).run()

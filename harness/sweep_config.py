@@ -1,0 +1,97 @@
+"""What a sweep runs: models x tasks x methods x ratios, from a YAML file and command-line overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from kvprune.press import list_presses
+
+from .ratios import parse_ratios
+
+BASELINE = "none"  # the method name of the unpruned run, done once per model x task
+
+
+class SweepConfigError(ValueError):
+    """A sweep configuration names something that does not exist or has the wrong shape."""
+
+
+@dataclass
+class SweepConfig:
+    models: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    methods: list[str] = field(default_factory=lambda: list_presses(kind="token"))
+    ratios: list[float] = field(default_factory=lambda: parse_ratios("0.1..0.9"))
+    layer: int = 2
+    limit: int | None = None
+    data_root: Path | None = None
+    out: Path = Path("kvprune-results")
+    dtype: str = "auto"
+    device: str | None = None
+    device_map: str | None = None
+    attn_implementation: str = "sdpa"
+    trust_remote_code: bool = False
+    max_new_tokens: int | None = None
+    retry_errors: bool = False
+
+    @classmethod
+    def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
+        """Defaults, then the YAML file, then every override that is not None."""
+        values = _read_yaml(Path(yaml_path)) if yaml_path else {}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        config = cls(**{k: _normalise(k, v) for k, v in values.items()})
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not self.models:
+            raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
+        if not self.tasks:
+            raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
+        if self.data_root is None:
+            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
+        if not Path(self.data_root).is_dir():
+            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
+        unknown = [m for m in self.methods if m not in list_presses()]
+        if unknown:
+            raise SweepConfigError(f"unknown method(s) {', '.join(unknown)}; available: {', '.join(list_presses())}.")
+        if self.layer < 1:
+            raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
+        if self.limit is not None and self.limit < 1:
+            raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
+
+
+def _csv(value) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def _normalise(name: str, value):
+    if name in ("models", "tasks", "methods"):
+        return _csv(value)
+    if name == "ratios":
+        return parse_ratios(value)
+    if name in ("data_root", "out"):
+        return Path(value).expanduser()
+    return value
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise SweepConfigError(f"sweep config {path} not found.")
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise SweepConfigError(f"sweep config {path} is not valid YAML: {error}") from None
+    if not isinstance(values, dict):
+        raise SweepConfigError(f"sweep config {path} must be a mapping of settings.")
+    if "model" in values:  # a single model is the common case
+        values["models"] = [values.pop("model")] if isinstance(values["model"], str) else values.pop("model")
+    known = {f.name for f in fields(SweepConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise SweepConfigError(f"sweep config {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+    return values
