@@ -101,24 +101,23 @@ class Meter:
 
     @torch.no_grad()
     def request(self, model: nn.Module, prompt: Prompt, encoder: tuple[nn.Module, nn.Module]) -> RequestTiming:
-        """Prefill, then ``prompt.decode_ids`` fed one at a time on the cache (no sampling). The
-        encoder's share of the prefill is timed between a pre-hook on ``encoder[0]`` and a hook on
-        ``encoder[1]``."""
+        """One request: the prefill, then ``prompt.decode_ids`` fed one at a time on the cache (no
+        sampling). The encoder's share of the prefill is timed between a pre-hook on ``encoder[0]``
+        and a hook on ``encoder[1]``. Repetition and medians are the caller's (see ``median_timing``)."""
         marks: list = []
         hooks = [
             encoder[0].register_forward_pre_hook(lambda *_: marks.append(("start", self.clock.mark()))),
             encoder[1].register_forward_hook(lambda *_: marks.append(("end", self.clock.mark()))),
         ]
         try:
-            return _median_timing(self._samples(lambda: self._request_once(model, prompt, marks)))
+            return self._timed_request(model, prompt, marks)
         finally:
             for hook in hooks:
                 hook.remove()
 
-    def _request_once(self, model: nn.Module, prompt: Prompt, marks: list) -> RequestTiming:
+    def _timed_request(self, model: nn.Module, prompt: Prompt, marks: list) -> RequestTiming:
         cache_name = cache_argument(model)
         prefill_extra = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
-        marks.clear()
         self.sync()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -175,7 +174,9 @@ def _span_ms(meter: Meter, marks: list) -> float:
     return meter.ms(starts[0], ends[-1]) if starts and ends else math.nan
 
 
-def _median_timing(samples: list[RequestTiming]) -> RequestTiming:
+def median_timing(samples: list[RequestTiming]) -> RequestTiming:
+    """Medians of the timings of repeated requests; the peak memory is the largest seen."""
+
     def median(name):
         return statistics.median(getattr(s, name) for s in samples)
 

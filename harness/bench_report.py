@@ -127,8 +127,9 @@ def markdown(frame: pd.DataFrame) -> str:
         f"- card: {first['card']} ({first['device']}, {first['dtype']}, attention {first['attn']})",
         f"- torch {first['torch']}, transformers {first['transformers']}, kvprune {first['kvprune']}; {first['date']}",
         f"- command: `{first['command']}`",
-        f"- medians of {first['repeats']} runs after {first['warmup']} warm-up runs; "
-        f"decode = {first['decode_tokens']} forced tokens",
+        f"- medians of {first['repeats']} rounds after {first['warmup']} warm-up rounds; each round runs every "
+        "request (unpruned and each press x ratio) once, starting one place later each round, so drift "
+        f"spreads over all of them; decode = {first['decode_tokens']} forced tokens",
         "- random weights built from each architecture's config (timing depends on shapes, not values); batch 1",
         "- ideal = unpruned prefill − layers ≥ K on the full prompt + layers ≥ K on the kept prompt",
     ]

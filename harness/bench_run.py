@@ -9,7 +9,6 @@ import platform
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from functools import partial
 
 import pandas as pd
 import torch
@@ -21,7 +20,7 @@ from kvprune import get_press, resolve_family
 from kvprune.audio_spans import keep_count
 
 from .bench import BenchConfig
-from .bench_measure import Meter, RequestTiming, logits_rows
+from .bench_measure import Meter, RequestTiming, logits_rows, median_timing
 from .bench_presets import Preset, Prompt, check_weights, get_preset
 from .bench_report import GIB, IDEAL, UNPRUNED, bench_frame, write_report
 from .bench_scoring import ScoringInputs, eager_matrix_cost, last_row_ms, press_scoring_ms
@@ -111,22 +110,24 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
     base.update(audio_tokens=prompt.audio_tokens, seq_len=prompt.seq_len)
     encoder = preset.audio.encoder_modules(model)
     k, n_layers = config.layer, base["llm_layers"]
+    requests = [(UNPRUNED, 0.0)] + [(m, r) for m in config.methods for r in config.ratios]
+    measured = _interleaved(run, model, prompt, encoder, requests, base)
 
     def tail_ms(seq_len: int) -> float:
         """Layers >= K and the LM head on a ``seq_len`` prompt."""
         return meter.layers_ms(model, k, n_layers, seq_len, logits_rows(model, seq_len))
 
-    def unpruned() -> dict:
-        timing = _timing_fields(meter.request(model, prompt, encoder))
-        return dict(
-            timing,
-            kept_tokens=prompt.audio_tokens,
+    def unpruned() -> list[dict]:
+        if "error" in measured[UNPRUNED, 0.0]:
+            raise RuntimeError(measured[UNPRUNED, 0.0]["error"])
+        return [dict(
+            measured[UNPRUNED, 0.0],
             tail_layers_ms=tail_ms(prompt.seq_len),
             head_layers_ms=meter.layers_ms(model, 0, k, prompt.seq_len, 0),
             **_scoring_costs(run, model, prompt),
-        )
+        )]
 
-    reference = run.measure(base, UNPRUNED, [0.0], lambda: [unpruned()])[0]
+    reference = run.measure(base, UNPRUNED, [0.0], unpruned)[0]
 
     def ideal() -> list[dict]:
         if "prefill_ms" not in reference:
@@ -148,18 +149,58 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
         return rows
 
     run.measure(base, IDEAL, config.ratios, ideal)
-    for method in config.methods:
-        for ratio in config.ratios:
-            run.measure(base, method, [ratio], partial(_pressed, run, model, prompt, encoder, method, ratio))
+    scoring = ScoringInputs.for_model(model, k, prompt.inputs["input_ids"], config.seed)
+    for method, ratio in requests[1:]:
+        def pressed(method=method, ratio=ratio) -> list[dict]:
+            if "error" in measured[method, ratio]:
+                raise RuntimeError(measured[method, ratio]["error"])
+            press = get_press(method, layer=k, ratio=ratio)
+            return [dict(measured[method, ratio], score_ms=press_scoring_ms(meter, press, scoring))]
+
+        run.measure(base, method, [ratio], pressed)
 
 
-def _pressed(run: _Run, model, prompt: Prompt, encoder, method: str, ratio: float) -> list[dict]:
+def _interleaved(run: _Run, model, prompt: Prompt, encoder, requests: list[tuple[str, float]], base: dict) -> dict:
+    """Every request (unpruned, press x ratio) timed in rounds, each round running each request once,
+    starting one place later each round. Slow drift (clocks, host load) then spreads over all of them
+    instead of biasing whichever ran in a bad minute; medians are taken per request."""
+    samples: dict[tuple[str, float], list] = {request: [] for request in requests}
+    failed: dict[tuple[str, float], str] = {}
+    rounds = run.meter.warmup + run.meter.repeats
+    for round_ in range(rounds):
+        shift = round_ % len(requests)
+        for method, ratio in requests[shift:] + requests[:shift]:
+            run.bar.set_description(f"{base['preset']} {base['audio_seconds']:g}s round {round_ + 1}/{rounds}")
+            if (method, ratio) in failed:
+                continue
+            if time.monotonic() > run.deadline:
+                failed[method, ratio] = "skipped: --max-minutes reached"
+                continue
+            try:
+                timing, kept = _request(run, model, prompt, encoder, method, ratio)
+            except Exception as error:
+                failed[method, ratio] = _describe(error)
+                _free_memory()
+                continue
+            if round_ >= run.meter.warmup:
+                samples[method, ratio].append((timing, kept))
+    results = {}
+    for request, runs in samples.items():
+        if request in failed or not runs:
+            results[request] = {"error": failed.get(request, "no timed run")}
+        else:
+            results[request] = dict(_timing_fields(median_timing([t for t, _ in runs])), kept_tokens=runs[0][1])
+    return results
+
+
+def _request(run: _Run, model, prompt: Prompt, encoder, method: str, ratio: float):
+    """One timed request, unpruned or under a press; returns its timing and the audio tokens kept."""
+    if method == UNPRUNED:
+        return run.meter.request(model, prompt, encoder), prompt.audio_tokens
     press = get_press(method, layer=run.config.layer)
     with press(model, ratio=ratio):
         timing = run.meter.request(model, prompt, encoder)
-    kept = press.stats[0].kept_tokens
-    scoring = ScoringInputs.for_model(model, run.config.layer, prompt.inputs["input_ids"], run.config.seed)
-    return [dict(_timing_fields(timing), kept_tokens=kept, score_ms=press_scoring_ms(run.meter, press, scoring))]
+    return timing, press.stats[0].kept_tokens
 
 
 def _scoring_costs(run: _Run, model, prompt: Prompt) -> dict:

@@ -51,6 +51,7 @@ def _figure(panels, model, path: Path, draw) -> Path:
         draw(ax, frame, colors)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
+        ax.set_ylim(min(0.0, frame["score"].min() - 2), 102)  # the whole 0-100 scale: no exaggerated dips
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.remove()

@@ -20,12 +20,19 @@ class SlotMap:
     index: torch.Tensor  # (B, L) long: index into the full (padded) prompt; filler slots point at 0
     valid: torch.Tensor  # (B, L) bool: False for filler slots
     prompt_len: int  # length of the full prompt the slots were taken from
+    #: whether any slot is filler; read on every decoding step, so it is a host bool computed once
+    #: (reading ``valid`` there would synchronise the device once per layer per token)
+    has_filler: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.has_filler is None:
+            self.has_filler = not bool(self.valid.all())
 
     @classmethod
     def identity(cls, batch: int, length: int, device) -> "SlotMap":
         """Every position of a ``length``-token prompt, in order: an unpruned layer."""
         index = torch.arange(length, device=device).expand(batch, -1)
-        return cls(index=index, valid=torch.ones_like(index, dtype=torch.bool), prompt_len=length)
+        return cls(index=index, valid=torch.ones_like(index, dtype=torch.bool), prompt_len=length, has_filler=False)
 
     @classmethod
     def from_keep_mask(cls, keep: torch.Tensor) -> "SlotMap":
@@ -54,11 +61,7 @@ class SlotMap:
         """The same slots on ``device`` (layers of a model split across devices get their own copy)."""
         if self.index.device == torch.device(device):
             return self
-        return SlotMap(self.index.to(device), self.valid.to(device), self.prompt_len)
-
-    @property
-    def has_filler(self) -> bool:
-        return not bool(self.valid.all())
+        return SlotMap(self.index.to(device), self.valid.to(device), self.prompt_len, self.has_filler)
 
     @property
     def width(self) -> int:
@@ -75,6 +78,7 @@ class SlotMap:
             index=torch.cat([self.index, tail], dim=1),
             valid=torch.cat([self.valid, torch.ones_like(tail, dtype=torch.bool)], dim=1),
             prompt_len=self.prompt_len,
+            has_filler=self.has_filler,
         )
 
 

@@ -23,17 +23,17 @@ mkdir -p "$OUT"
 {
   nvidia-smi --query-gpu=name --format=csv
   nvidia-smi --query-gpu=memory.total,driver_version --format=csv
-  python -c "import sys, torch, transformers, kvprune; print('python', sys.version.split()[0]); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('transformers', transformers.__version__); print('kvprune', kvprune.__version__)"
+  python3 -c "import sys, torch, transformers, kvprune; print('python', sys.version.split()[0]); print('torch', torch.__version__, 'cuda', torch.version.cuda); print('transformers', transformers.__version__); print('kvprune', kvprune.__version__)"
 } 2>&1 | tee "$OUT/env.txt"
 
-minutes_left() { python -c "print(round(max(0.0, ($BUDGET_S - $SECONDS) / 60), 2))"; }
+minutes_left() { python3 -c "print(round(max(0.0, ($BUDGET_S - $SECONDS) / 60), 2))"; }
 
-python -m kvprune.harness.bench --preset qwen2.5-omni-7b "${GRID[@]}" \
-  --max-minutes "$(python -c "print(min(6.3, $(minutes_left)))")" --out "$OUT/omni7b" 2>&1 | tee "$OUT/log.txt"
+python3 -m kvprune.harness.bench --preset qwen2.5-omni-7b "${GRID[@]}" \
+  --max-minutes "$(python3 -c "print(min(6.3, $(minutes_left)))")" --out "$OUT/omni7b" 2>&1 | tee "$OUT/log.txt"
 echo "omni-7b pass: exit ${PIPESTATUS[0]}, ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
 
-if python -c "import sys; sys.exit(0 if $(minutes_left) >= 1.5 else 1)"; then
-  python -m kvprune.harness.bench --preset qwen2.5-omni-3b "${GRID[@]}" --warmup 1 --repeats 3 --decode-tokens 16 \
+if python3 -c "import sys; sys.exit(0 if $(minutes_left) >= 1.5 else 1)"; then
+  python3 -m kvprune.harness.bench --preset qwen2.5-omni-3b "${GRID[@]}" --warmup 1 --repeats 3 --decode-tokens 16 \
     --max-minutes "$(minutes_left)" --out "$OUT/omni3b" 2>&1 | tee -a "$OUT/log.txt"
   echo "omni-3b pass: exit ${PIPESTATUS[0]}, ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
 else

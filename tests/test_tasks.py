@@ -20,7 +20,8 @@ ABBREVIATIONS = {
 
 
 def test_the_ten_audiomarathon_tasks_are_registered():
-    assert list_tasks() == sorted(ABBREVIATIONS)
+    audiomarathon = [name for name in list_tasks() if not name.startswith("demo_")]
+    assert audiomarathon == sorted(ABBREVIATIONS)
     for name, abbreviation in ABBREVIATIONS.items():
         task = get_task(name)
         assert (task.name, task.abbreviation) == (name, abbreviation)
@@ -321,7 +322,7 @@ def test_had_needs_both_class_folders(tmp_path):
 
 
 def test_unknown_task_lists_the_tasks():
-    with pytest.raises(ValueError, match=r"unknown task 'tua'; the tasks are: desed, gtzan, had, librispeech"):
+    with pytest.raises(ValueError, match=r"unknown task 'tua'; the tasks are: .*desed, gtzan, had, librispeech"):
         get_task("tua")
 
 

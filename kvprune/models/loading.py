@@ -16,6 +16,7 @@ import transformers
 
 from .base import ModelFamily, UnsupportedModelError, list_families
 
+DEMO = "demo"  # the name the embedded demo model answers to
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -100,15 +101,19 @@ def load_model(
     attn_implementation: str = "sdpa",
     trust_remote_code: bool = False,
 ) -> LoadedModel:
-    """``from_pretrained`` the model and processor of a supported family."""
-    name = str(name_or_path)
+    """``from_pretrained`` the model and processor of a supported family (``"demo"``: the embedded demo)."""
+    name = path = str(name_or_path)
+    if name == DEMO:
+        from kvprune.demo import DEMO_MODEL_DIR
+
+        path = str(DEMO_MODEL_DIR)
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is invalid; choose one of {', '.join(DTYPES)}.")
-    family, model_type = family_of_checkpoint(name, trust_remote_code)
+    family, model_type = family_of_checkpoint(path, trust_remote_code)
     class_name = family.model_types[model_type]
     model_class = getattr(transformers, class_name) if class_name else transformers.AutoModelForCausalLM
     model = model_class.from_pretrained(
-        name,
+        path,
         dtype=DTYPES[dtype],
         device_map=device_map,
         attn_implementation=attn_implementation,
@@ -118,5 +123,5 @@ def load_model(
     if device_map is None:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     load_processor = family.load_processor or transformers.AutoProcessor.from_pretrained
-    processor = load_processor(name, trust_remote_code=trust_remote_code)
+    processor = load_processor(path, trust_remote_code=trust_remote_code)
     return LoadedModel(name=name, family=family, model=model.eval(), processor=processor)

@@ -1,0 +1,201 @@
+"""``kvprune sweep`` end to end on the demo model: results, resume after a kill, outputs, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib.image
+import pandas as pd
+import pytest
+
+import task_fixtures
+from kvprune.cli import main
+from kvprune.harness.results import read_rows, run_key
+from kvprune.harness.task import get_task
+
+TASKS = ["gtzan", "had"]
+# what a rerun must reproduce exactly; timings and timestamps differ run to run
+COMPARED = ["model", "task", "method", "ratio", "layer", "sample_id", "prompt_hash", "output", "parsed", "reference", "correct",
+            "audio_tokens", "kept_tokens", "error"]
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data")
+    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 2.0  # 50 audio tokens per clip
+    try:
+        task_fixtures.gtzan(root)
+        task_fixtures.had(root, real=2, fake=2)
+    finally:
+        task_fixtures.CLIP_SECONDS = saved
+    return root
+
+
+def sweep_args(data_root: Path, out: Path) -> list[str]:
+    return [
+        "sweep", "--model", "demo", "--tasks", ",".join(TASKS), "--methods", "fastv,dart",
+        "--ratios", "0.3,0.7", "--limit", "3", "--data-root", str(data_root), "--out", str(out),
+        "--device", "cpu", "--quiet",
+    ]
+
+
+def by_key(rows: list[dict]) -> dict[tuple, dict]:
+    return {run_key(r): {k: r.get(k) for k in COMPARED} for r in rows}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(data_root, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("uninterrupted")
+    assert main(sweep_args(data_root, out)) == 0
+    return out
+
+
+def expected_runs(data_root: Path) -> int:
+    """Samples (at most 3 per task) x (baseline + 2 methods x 2 ratios)."""
+    return sum(len(get_task(t).load(data_root, limit=3)) for t in TASKS) * 5
+
+
+def test_every_run_is_recorded_once(uninterrupted, data_root):
+    rows = read_rows(uninterrupted)
+    assert len(rows) == expected_runs(data_root) == len(by_key(rows))
+    assert {(r["method"], r["ratio"]) for r in rows} == {("none", 0.0), ("fastv", 0.3), ("fastv", 0.7), ("dart", 0.3), ("dart", 0.7)}
+    assert all(r["error"] is None for r in rows)
+    first = rows[0]
+    assert first["warmup"] and not any(r["warmup"] for r in rows if r["sample_id"] != first["sample_id"] or r["task"] != first["task"])
+    for row in rows:
+        assert row["prefill_s"] > 0 and row["decode_s"] >= 0 and row["new_tokens"] >= 1
+        assert row["kv_cache_bytes"] > 0 and row["audio_seconds"] > 0
+        assert row["kept_tokens"] == (row["audio_tokens"] if row["method"] == "none" else
+                                      max(1, round(row["audio_tokens"] * (1 - row["ratio"]))))
+
+
+def test_a_killed_sweep_resumes_to_the_same_results(data_root, uninterrupted, tmp_path):
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "kvprune.cli", *sweep_args(data_root, out)]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    results = out / "results.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and process.poll() is None:
+        if results.exists() and results.read_text().count("\n") >= 7:
+            os.killpg(process.pid, signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    process.wait()
+    assert process.returncode == -signal.SIGKILL, "the sweep finished before it could be killed"
+    partial = read_rows(out)
+    assert 7 <= len(partial) < expected_runs(data_root)
+
+    assert main(sweep_args(data_root, out)) == 0
+    resumed = read_rows(out)
+    assert len(resumed) == len(by_key(resumed)), "no run is recorded twice"
+    assert by_key(resumed) == by_key(read_rows(uninterrupted))
+
+
+def test_outputs_are_written_and_readable(uninterrupted):
+    summary = pd.read_csv(uninterrupted / "summary.csv")
+    assert len(summary) == len(TASKS) * 5
+    assert set(summary["metric"]) == {"f1_macro"}
+    baseline = summary[summary["method"] == "none"]
+    assert (baseline["prefill_speedup"] == 1.0).all() and (baseline["kv_saved"].abs() < 1e-12).all()
+    pruned = summary[summary["method"] != "none"]
+    assert (pruned["kv_saved"] > 0).all(), "pruned runs hold a smaller cache after prefill"
+    for png in uninterrupted.glob("*.png"):
+        image = matplotlib.image.imread(png)
+        assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 200
+    assert len(list(uninterrupted.glob("*.png"))) == 2
+    report = (uninterrupted / "report.md").read_text()
+    for task in TASKS:
+        assert f"### {task} (f1_macro)" in report
+    assert "### Task average" in report
+
+
+def test_plot_and_report_commands(uninterrupted, capsys):
+    assert main(["plot", str(uninterrupted)]) == 0
+    assert main(["report", str(uninterrupted)]) == 0
+    printed = capsys.readouterr().out
+    assert "score_vs_ratio.png" in printed and "report.md" in printed
+
+
+def test_notebook_analyses_a_results_folder(uninterrupted, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    notebook = json.loads((Path(__file__).parents[1] / "notebooks" / "analysis.ipynb").read_text())
+    namespace: dict = {}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"]).replace('Path("../kvprune-results/demo")', f"Path({str(uninterrupted)!r})")
+            exec(compile(source, "analysis.ipynb", "exec"), namespace)
+    assert len(namespace["summary"]) == len(TASKS) * 5
+
+
+def test_a_bad_audio_file_is_recorded_and_the_sweep_goes_on(tmp_path):
+    root = tmp_path / "data"
+    task_fixtures.had(root, real=2, fake=1)
+    broken = sorted((root / "HAD" / "real").glob("*.wav"))[0]
+    broken.write_bytes(b"not audio at all")
+    out = tmp_path / "out"
+    args = sweep_args(root, out)
+    args[args.index("--tasks") + 1] = "had"
+    assert main(args) == 0
+    rows = read_rows(out)
+    failed = [r for r in rows if r["error"]]
+    assert failed and all(r["sample_id"] == f"real/{broken.name}" for r in failed)
+    assert all("cannot read audio file" in r["error"] for r in failed)
+    assert len(failed) == 5 and len(rows) == 15
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (("--data-root", "/nonexistent/folder"), "not a directory"),
+        (("--tasks", "gtzan,nope"), "unknown task 'nope'"),
+        (("--methods", "fastv,snapkv"), "unknown method(s) snapkv"),
+        (("--ratios", "0.5..1.2"), "ratio=1.0"),
+        (("--model", "/nonexistent/model"), "/nonexistent/model"),
+    ],
+)
+def test_user_errors_name_the_problem(data_root, tmp_path, capsys, change, message):
+    args = sweep_args(data_root, tmp_path / "out")
+    flag, value = change
+    args[args.index(flag) + 1] = value
+    assert main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_task_data_names_the_expected_layout(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(sweep_args(empty, tmp_path / "out")) == 2
+    error = capsys.readouterr().err
+    assert "GTZAN" in error and "Expected layout" in error
+
+
+def test_sweep_config_file_with_overrides(data_root, tmp_path):
+    config = tmp_path / "sweep.yaml"
+    config.write_text(f"model: demo\ntasks: [had]\nmethods: [frame]\nratios: 0.5\nlimit: 2\nout: {tmp_path / 'from_yaml'}\n")
+    assert main(["sweep", "--config", str(config), "--data-root", str(data_root), "--methods", "random", "--quiet", "--device", "cpu"]) == 0
+    rows = read_rows(tmp_path / "from_yaml")
+    assert {r["method"] for r in rows} == {"none", "random"} and len(rows) == 4
+    config.write_text("model: x\nratio: 0.5\n")
+    with pytest.raises(ValueError, match="unknown setting\\(s\\) ratio"):
+        from kvprune.harness.sweep_config import SweepConfig
+
+        SweepConfig.build(config, data_root=data_root)
+
+
+def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
+    """The README's run command, cut down: the demo model on its regenerated held-out suite."""
+    monkeypatch.setenv("KVPRUNE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "demo"
+    assert main(["sweep", "--limit", "1", "--methods", "frame", "--ratios", "0.5", "--out", str(out), "--quiet"]) == 0
+    rows = read_rows(out)
+    assert {r["task"] for r in rows} == {"demo_pitch", "demo_count", "demo_event", "demo_order"}
+    assert {r["model"] for r in rows} == {"demo"} and len(rows) == 8
+    assert "embedded demo" in capsys.readouterr().out
