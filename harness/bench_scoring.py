@@ -16,7 +16,7 @@ import torch.nn as nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from kvprune.audio_spans import AudioClip, find_clips
-from kvprune.engine import Evidence
+from kvprune.engine import Evidence, drop_slots
 from kvprune.layout import SlotMap
 from kvprune.models import resolve_family
 from kvprune.press import TokenDropPress
@@ -103,7 +103,7 @@ class ScoringInputs:
     def evidence(self, needs) -> Evidence:
         """What the engine hands a press, computed the way the engine computes it."""
         is_audio = self.is_audio
-        evidence = Evidence(is_audio=is_audio, valid=torch.ones_like(is_audio))
+        evidence = Evidence.for_prompt(is_audio, torch.ones_like(is_audio))
         if "attention" in needs:
             evidence.attention = last_query_attention(self.query, self.key, None, self.scaling)
         if "keys" in needs:
@@ -114,10 +114,10 @@ class ScoringInputs:
 
 
 def select_slots(press: TokenDropPress, inputs: ScoringInputs, clip: AudioClip) -> SlotMap:
-    """A press's whole decision for one prompt: scores, its ``select``, the kept-slot layout."""
-    keep = ~inputs.is_audio
-    keep[clip.row, press.select(clip, inputs.evidence(press.needs)).to(keep.device)] = True
-    return SlotMap.from_keep_mask(keep)
+    """A press's whole decision for one prompt, as the engine makes it: scores, ``select``, slots."""
+    evidence = inputs.evidence(press.needs)
+    slots, _ = drop_slots(press, [[clip]], evidence, evidence.unpruned_positions(), inputs.input_ids.shape[1])
+    return slots
 
 
 def press_scoring_ms(meter: Meter, press: TokenDropPress, inputs: ScoringInputs) -> float:

@@ -46,11 +46,15 @@ def validate_ratio(ratio: float) -> float:
 
 def find_clips(input_ids: torch.Tensor, audio_token_id: int, ratio: float) -> list[list[AudioClip]]:
     """Split each row's audio placeholders into clips and give each its kept count."""
-    is_audio = (input_ids == audio_token_id).cpu()
+    return clips_of((input_ids == audio_token_id).cpu(), ratio)
+
+
+def clips_of(is_audio: torch.Tensor, ratio: float) -> list[list[AudioClip]]:
+    """The clips of a (B, S) host bool mask of audio placeholder positions."""
     padded = torch.nn.functional.pad(is_audio.to(torch.int8), (1, 1))
     edges = padded[:, 1:] - padded[:, :-1]
     clips: list[list[AudioClip]] = []
-    for row in range(input_ids.shape[0]):
+    for row in range(is_audio.shape[0]):
         starts = (edges[row] == 1).nonzero().flatten().tolist()
         ends = (edges[row] == -1).nonzero().flatten().tolist()
         clips.append(

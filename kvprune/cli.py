@@ -48,11 +48,11 @@ def _sweep(args) -> int:
         trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
         retry_errors=args.retry_errors or None,
     )
-    if args.config is None and args.model is None:
+    if args.config is None and args.model in (None, "demo"):
         from kvprune.harness.demo_default import prepare_default
 
         overrides = prepare_default(overrides)
-        print(f"No --model or --config: running the embedded demo ({overrides['models'][0]}) on its held-out suite.")
+        print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
     config = SweepConfig.build(args.config, **overrides)
     out = run_sweep(config, progress=not args.quiet)
     written = _write_outputs(out, plots=not args.no_plots)

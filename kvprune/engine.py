@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 
-from .audio_spans import AudioClip, find_clips
+from .audio_spans import AudioClip, clips_of, keep_count
 from .compat import find_cache, output_cache
-from .layout import CacheLayout, SlotMap
+from .layout import CacheLayout, SlotMap, to_device
 from .masks import is_flash, restrict_mask
 from .models import resolve_family
 from .recording import AttentionRecorder
@@ -46,13 +46,44 @@ if TYPE_CHECKING:
 
 @dataclass
 class Evidence:
-    """What layer K-1 computed for the prompt, for presses to score audio tokens with (batch-first)."""
+    """What layer K-1 computed for the prompt, for presses to score audio tokens with (batch-first).
+
+    The masks come twice: on the model's device for tensor work, and on the host for bookkeeping
+    (counts, positions) that would otherwise have to wait for the device in the middle of a prefill.
+    """
 
     is_audio: torch.Tensor  # (B, S) bool
     valid: torch.Tensor  # (B, S) bool, False on padding
+    host_is_audio: torch.Tensor  # (B, S) bool, on the CPU
+    host_valid: torch.Tensor  # (B, S) bool, on the CPU
     attention: torch.Tensor | None = None  # (B, S) last prompt token's attention, mean over heads
     keys: torch.Tensor | None = None  # (B, kv_heads, S, head_dim) post-RoPE keys
     hidden: torch.Tensor | None = None  # (B, S, D) layer K-1 output after the final norm
+
+    @classmethod
+    def for_prompt(cls, is_audio: torch.Tensor, valid: torch.Tensor, host_is_audio: torch.Tensor | None = None) -> "Evidence":
+        host_is_audio = is_audio.cpu() if host_is_audio is None else host_is_audio
+        return cls(is_audio=is_audio, valid=valid, host_is_audio=host_is_audio, host_valid=valid.cpu())
+
+    def unpruned_positions(self) -> list[torch.Tensor]:
+        """Per row, on the device, the positions no token-dropping press may drop (all but audio)."""
+        return [to_device((~row).nonzero().flatten(), self.is_audio.device) for row in self.host_is_audio]
+
+    def masks_only(self) -> "Evidence":
+        """The same prompt without layer K-1's tensors (which can be large)."""
+        return Evidence(self.is_audio, self.valid, self.host_is_audio, self.host_valid)
+
+
+def drop_slots(press, clips: list[list[AudioClip]], evidence: Evidence, unpruned: list[torch.Tensor], prompt_len: int):
+    """A token-dropping press's decision for a prompt: the slots layers >= K keep, and per row and
+    clip the positions it chose. Nothing here waits for the device (shapes are known on the host):
+    a stall in the middle of the prefill would expose the host's launch cost of every later layer."""
+    kept_per_row, rows = [], []
+    for row_clips, row_unpruned in zip(clips, unpruned):
+        kept = [press.select(clip, evidence).to(row_unpruned.device) for clip in row_clips]
+        kept_per_row.append(kept)
+        rows.append(torch.cat([row_unpruned, *kept]).sort().values)
+    return SlotMap.from_rows(rows, prompt_len), kept_per_row
 
 
 @dataclass
@@ -66,10 +97,11 @@ class _Call:
     # set on a prefill that prunes:
     clips: list[list[AudioClip]] | None = None
     offsets: torch.Tensor | None = None  # (B, S) position of each index within its unpadded row
-    is_audio: torch.Tensor | None = None  # (B, S)
-    valid: torch.Tensor | None = None  # (B, S), False on padding
+    evidence: Evidence | None = None  # masks now; layer K-1's tensors once recorded
+    unpruned: list[torch.Tensor] | None = None  # per row, on the device: positions no press may drop
     drop_pending: bool = False  # the token-dropping press has yet to choose (before layer K)
     drop_slots: SlotMap | None = None  # hidden-state slots of layers >= K during this prefill
+    audio_entries: dict[int, list[int]] = field(default_factory=dict)  # per layer compressed so far, per row
     hidden: torch.Tensor | None = None
     memo: dict = field(default_factory=dict)
 
@@ -182,7 +214,8 @@ class PressSession:
 
     def _start_prefill(self, input_ids, attention_mask, cache) -> _Call | None:
         drop_ratio = self.dropper.ratio if self.dropper else 0.0
-        clips = find_clips(input_ids, self.audio_token_id, drop_ratio)
+        host_is_audio = (input_ids == self.audio_token_id).cpu()  # before the encoder runs: no stall
+        clips = clips_of(host_is_audio, drop_ratio)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
         if self.dropper is not None and not drops:  # ratio 0 or no audio: nothing is dropped
@@ -195,11 +228,13 @@ class PressSession:
             return None
         is_audio = input_ids == self.audio_token_id
         valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(is_audio)
+        evidence = Evidence.for_prompt(is_audio, valid, host_is_audio)
         if self.recorder is not None and drops:
             self.recorder.armed = True
         return _Call(
             cache=cache, past_len=0, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)),
-            clips=clips, offsets=offsets, is_audio=is_audio, valid=valid, drop_pending=drops,
+            clips=clips, offsets=offsets, evidence=evidence, drop_pending=drops,
+            unpruned=evidence.unpruned_positions() if drops else None,
         )
 
     def _capture_hidden(self, module, args, output):
@@ -215,7 +250,7 @@ class PressSession:
                 return None
             if call.prefill:
                 if layer_idx == self.k and call.drop_pending:
-                    self._drop(call, args[0] if args else kwargs["hidden_states"])
+                    self._drop(call)
                 if call.drop_slots is None or layer_idx < self.k:
                     return None
                 return self._prefill_arguments(call, layer_idx, args, kwargs)
@@ -224,9 +259,9 @@ class PressSession:
 
         return hook
 
-    def _drop(self, call: _Call, hidden: torch.Tensor) -> None:
+    def _drop(self, call: _Call) -> None:
         """Ask the token-dropping press which audio tokens to keep; lay out the kept slots."""
-        evidence = Evidence(is_audio=call.is_audio, valid=call.valid)
+        evidence = call.evidence
         if self.recorder is not None:
             evidence.attention = self.recorder.attention_row
             evidence.keys = self.recorder.keys
@@ -234,29 +269,12 @@ class PressSession:
         if self.want_hidden:
             evidence.hidden = self.norm(call.hidden)
             call.hidden = None
-        keep = ~call.is_audio.to(hidden.device)
-        kept_per_row = []
-        for row in call.clips:
-            kept = [self._checked(self.dropper.select(clip, evidence), clip).to(keep.device) for clip in row]
-            for clip, indices in zip(row, kept):
-                keep[clip.row, indices] = True
-            kept_per_row.append(kept)
-        self.dropper._record(call.clips, kept_per_row, call.offsets)
-        call.drop_slots = SlotMap.from_keep_mask(keep)
+        call.drop_slots, kept = drop_slots(self.dropper, call.clips, evidence, call.unpruned, call.n_new)
+        self.dropper._record(call.clips, kept, call.offsets)
         call.drop_pending = False
+        call.evidence = evidence.masks_only()
         for j in range(self.k, len(self.layers)):
             call.layout.layers[j] = call.drop_slots
-
-    def _checked(self, indices: torch.Tensor, clip: AudioClip) -> torch.Tensor:
-        """A press must return distinct positions inside the clip; say which press broke that."""
-        if indices.numel() and (
-            int(indices.min()) < clip.start or int(indices.max()) >= clip.end or indices.unique().numel() != indices.numel()
-        ):
-            raise RuntimeError(
-                f"{type(self.dropper).__name__}.select returned positions outside clip [{clip.start}, {clip.end}) "
-                "or duplicates."
-            )
-        return indices
 
     def _prefill_arguments(self, call, layer_idx, args, kwargs):
         slots = call.drop_slots
@@ -325,17 +343,34 @@ class PressSession:
         return hook
 
     def _compress(self, call: _Call, cache_layer, layer_idx: int, press: "CachePress") -> None:
+        """Keep each row's best audio entries of one layer's cache (and everything else), in place."""
         current = call.layout[layer_idx]
         if current is None:
-            current = SlotMap.identity(call.is_audio.shape[0], call.n_new, cache_layer.keys.device)
-        is_audio = call.is_audio.to(current.index.device).gather(1, current.index) & current.valid
+            current = SlotMap.identity(len(call.clips), call.n_new, cache_layer.keys.device)
+        is_audio = call.evidence.is_audio.to(current.index.device).gather(1, current.index) & current.valid
+        n_audio = self._audio_entries(call, layer_idx)  # on the host: no stall in the prefill
         scores = press.score(layer_idx, cache_layer.keys, cache_layer.values, is_audio)
-        keep = press.keep_mask(scores, is_audio, current.valid)
-        chosen = SlotMap.from_keep_mask(keep)  # slots of the current layout to keep
+        kept_audio = [keep_count(n, press.ratio) if n else 0 for n in n_audio]
+        chosen = SlotMap.from_rows(  # slots of the current layout to keep
+            [
+                scores[b].float().masked_fill(~is_audio[b], float("inf")).topk(current.width - n + k).indices.sort().values
+                for b, (n, k) in enumerate(zip(n_audio, kept_audio))
+            ],
+            prompt_len=current.width,
+        )
         cache_layer.keys = _gather_slots(cache_layer.keys, chosen.index)
         cache_layer.values = _gather_slots(cache_layer.values, chosen.index)
         call.layout.layers[layer_idx] = current.select(chosen)
-        press._record_layer(layer_idx, is_audio.sum(1), (keep & is_audio).sum(1))
+        call.audio_entries[layer_idx] = kept_audio
+        press._record_layer(layer_idx, n_audio, kept_audio)
+
+    def _audio_entries(self, call: _Call, layer_idx: int) -> list[int]:
+        """Per row, the audio entries layer ``layer_idx``'s cache holds now, counted on the host."""
+        if layer_idx in call.audio_entries:
+            return call.audio_entries[layer_idx]
+        if call.drop_slots is not None and layer_idx >= self.k:
+            return [s.kept_tokens for s in self.dropper.stats]
+        return [sum(clip.length for clip in row) for row in call.clips]
 
 
 def _first_layers(press) -> list[tuple[str, int]]:

@@ -13,6 +13,14 @@ from dataclasses import dataclass
 import torch
 
 
+def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
+    """A host tensor on ``device`` without waiting for the device's queue (pinned, non-blocking copy)."""
+    device = torch.device(device)
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
+
+
 @dataclass
 class SlotMap:
     """Slots of one pruned layer: absolute sequence index and validity of each cached prompt entry."""
@@ -35,19 +43,20 @@ class SlotMap:
         return cls(index=index, valid=torch.ones_like(index, dtype=torch.bool), prompt_len=length, has_filler=False)
 
     @classmethod
-    def from_keep_mask(cls, keep: torch.Tensor) -> "SlotMap":
-        """Build slots from a (B, S) bool mask of kept prompt positions, filler on the left."""
-        counts = keep.sum(dim=1)
-        width = int(counts.max())
-        filler = width - counts  # (B,)
-        slot = torch.arange(width, device=keep.device).expand(keep.shape[0], -1)
-        valid = slot >= filler[:, None]
-        # rank of each kept position among its row's kept positions, shifted right by the filler
-        rank = keep.long().cumsum(dim=1) - 1 + filler[:, None]
-        index = torch.zeros_like(slot)
-        rows, cols = keep.nonzero(as_tuple=True)
-        index[rows, rank[rows, cols]] = cols
-        return cls(index=index, valid=valid, prompt_len=keep.shape[1])
+    def from_rows(cls, rows: list[torch.Tensor], prompt_len: int) -> "SlotMap":
+        """Slots from each row's sorted kept positions, filler on the left.
+
+        Widths come from the tensors' shapes, known on the host, so nothing waits for the device:
+        this runs in the middle of a prefill, where a synchronisation would stall the GPU."""
+        lengths = [len(row) for row in rows]
+        width = max(lengths)
+        device = rows[0].device
+        index = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+        valid = torch.zeros(len(rows), width, dtype=torch.bool, device=device)
+        for b, row in enumerate(rows):
+            index[b, width - len(row) :] = row
+            valid[b, width - len(row) :] = True
+        return cls(index=index, valid=valid, prompt_len=prompt_len, has_filler=any(n != width for n in lengths))
 
     def select(self, chosen: "SlotMap") -> "SlotMap":
         """The slots ``chosen`` picks out of these (``chosen.index`` indexes this map's slots)."""

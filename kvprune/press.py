@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from .audio_spans import AudioClip, keep_count, validate_ratio
+from .audio_spans import AudioClip, validate_ratio
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,9 @@ class TokenDropPress(Press):
 
     ratio: float = 0.0
     layer: int = 2
-    kept_positions: list[torch.Tensor] = field(default_factory=list, init=False, repr=False, compare=False)
     stats: list[PruneStats] = field(default_factory=list, init=False, repr=False, compare=False)
+    _outcome: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    _kept_positions: list[torch.Tensor] | None = field(default=None, init=False, repr=False, compare=False)
 
     #: what ``select`` reads from the evidence of layer K-1: "attention", "keys", "hidden"
     needs: ClassVar[frozenset[str]] = frozenset()
@@ -71,16 +72,37 @@ class TokenDropPress(Press):
         self.ratio = validate_ratio(self.ratio)
 
     def select(self, clip: AudioClip, evidence) -> torch.Tensor:
-        """Indices (into the prompt tensor) of the ``clip.n_keep`` tokens of ``clip`` to keep."""
+        """Indices (into the prompt tensor) of the ``clip.n_keep`` tokens of ``clip`` to keep, on the
+        evidence's device, distinct and inside ``[clip.start, clip.end)``. Avoid reading values back
+        to the host: it would stall the GPU in the middle of the prefill (see ``Evidence``)."""
         raise NotImplementedError
 
+    @property
+    def kept_positions(self) -> list[torch.Tensor]:
+        """Per row, the sorted prompt positions (left padding not counted) of the audio tokens kept."""
+        if self._kept_positions is None and self._outcome is not None:
+            self._kept_positions = [self._positions(*row) for row in zip(*self._outcome)]
+        return self._kept_positions or []
+
     def _record(self, clips: list[list[AudioClip]], kept: list[list[torch.Tensor]], offsets) -> None:
-        """Store the outcome of a prefill: kept positions per row (padding not counted) and counts."""
-        self.kept_positions, self.stats = [], []
-        for row_clips, row_kept, row_offsets in zip(clips, kept, offsets):
-            indices = torch.cat(row_kept).cpu() if row_kept else torch.zeros(0, dtype=torch.long)
-            self.kept_positions.append(row_offsets.gather(0, indices).sort().values)
-            self.stats.append(PruneStats(audio_tokens=sum(c.length for c in row_clips), kept_tokens=len(indices)))
+        """Store the outcome of a prefill. Counts come from shapes; positions are read back from the
+        device only when asked for, after the prefill."""
+        self.stats = [
+            PruneStats(audio_tokens=sum(c.length for c in row_clips), kept_tokens=sum(len(k) for k in row_kept))
+            for row_clips, row_kept in zip(clips, kept)
+        ]
+        self._outcome = (clips, kept, offsets)
+        self._kept_positions = None
+
+    def _positions(self, clips, kept, offsets) -> torch.Tensor:
+        for clip, indices in zip(clips, kept):
+            indices = indices.cpu()
+            if len(indices) and (indices.min() < clip.start or indices.max() >= clip.end or len(indices.unique()) != len(indices)):
+                raise RuntimeError(
+                    f"{type(self).__name__}.select returned positions outside clip [{clip.start}, {clip.end}) or duplicates."
+                )
+        indices = torch.cat(kept).cpu() if kept else torch.zeros(0, dtype=torch.long)
+        return offsets.gather(0, indices).sort().values
 
 
 @dataclass
@@ -106,21 +128,11 @@ class CachePress(Press):
         """Importance of each cached entry, (B, L); higher is kept. ``keys``: (B, kv_heads, L, head_dim)."""
         raise NotImplementedError
 
-    def keep_mask(self, scores: torch.Tensor, is_audio: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Every non-audio slot, plus each row's best audio entries."""
-        keep = ~is_audio
-        for row in range(scores.shape[0]):
-            n_audio = int(is_audio[row].sum())
-            if n_audio:
-                audio_scores = scores[row].float().masked_fill(~is_audio[row], float("-inf"))
-                keep[row, audio_scores.topk(keep_count(n_audio, self.ratio)).indices] = True
-        return keep
-
     def _reset(self, batch: int) -> None:
         self.layer_stats = {}
 
-    def _record_layer(self, layer_idx: int, audio: torch.Tensor, kept: torch.Tensor) -> None:
-        self.layer_stats[layer_idx] = [PruneStats(int(a), int(k)) for a, k in zip(audio.tolist(), kept.tolist())]
+    def _record_layer(self, layer_idx: int, audio: list[int], kept: list[int]) -> None:
+        self.layer_stats[layer_idx] = [PruneStats(a, k) for a, k in zip(audio, kept)]
 
 
 @dataclass

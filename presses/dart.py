@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
+from kvprune.layout import to_device
 from kvprune.press import TokenDropPress, register_press
 
 BUDGETS = ("equal", "reference")
@@ -48,15 +49,18 @@ class DARTPress(TokenDropPress):
         key_norm = evidence.keys[row].transpose(0, 1).flatten(1).float().abs().sum(-1)  # (S,)
         device = key_norm.device
         audio = clip.positions(device)
-        after = torch.arange(key_norm.shape[0], device=device) >= clip.end
-        text_after = (after & evidence.valid[row] & ~evidence.is_audio[row]).nonzero().flatten()
+        # the text after the clip is found on the host: its size decides the shares, and reading it
+        # back from the device would stall the prefill
+        after = torch.arange(len(evidence.host_valid[row])) >= clip.end
+        text_after = (after & evidence.host_valid[row] & ~evidence.host_is_audio[row]).nonzero().flatten()
 
         n_audio_pivots = min(self.pivot_audio, clip.n_keep if self.budget == "equal" else n)
         audio_pivots = audio[key_norm[audio].topk(n_audio_pivots).indices]
         n_text_pivots = min(self.pivot_text, len(text_after))
+        text_after = to_device(text_after, device)
         text_pivots = text_after[key_norm[text_after].topk(n_text_pivots).indices]
-        pivots = torch.cat([audio_pivots, text_pivots]).sort().values.tolist()
-        shares = self._shares(clip.n_keep, n, n_audio_pivots, len(pivots))
+        pivots = torch.cat([audio_pivots, text_pivots]).sort().values  # claims go in prompt order
+        shares = self._shares(clip.n_keep, n, n_audio_pivots, n_audio_pivots + n_text_pivots)
 
         hidden = evidence.hidden[row]
         clip_features = F.normalize(hidden[start : start + n].float(), dim=-1)

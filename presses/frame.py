@@ -15,4 +15,5 @@ class FramePress(TokenDropPress):
     """Keep index ``floor(i * n / k)`` for ``i < k`` of each clip of ``n`` tokens keeping ``k``."""
 
     def select(self, clip, evidence) -> torch.Tensor:
-        return torch.arange(clip.n_keep) * clip.length // clip.n_keep + clip.start
+        device = evidence.is_audio.device
+        return torch.arange(clip.n_keep, device=device) * clip.length // clip.n_keep + clip.start

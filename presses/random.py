@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kvprune.layout import to_device
 from kvprune.press import TokenDropPress, register_press
 
 
@@ -19,4 +20,5 @@ class RandomPress(TokenDropPress):
 
     def select(self, clip, evidence) -> torch.Tensor:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + clip.index * 10_007 + clip.length)
-        return torch.randperm(clip.length, generator=generator)[: clip.n_keep] + clip.start
+        chosen = torch.randperm(clip.length, generator=generator)[: clip.n_keep] + clip.start  # on the host: same on any device
+        return to_device(chosen, evidence.is_audio.device)

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# kvprune bench on one GPU in one call of at most 9 minutes, model builds included.
+# kvprune on one GPU in one call of at most 9 minutes (model builds included); results under $OUT.
 #
-#   OUT=/some/folder bash scripts/gpu_bench.sh        (repository root, kvprune installed)
+#   OUT=/some/folder bash scripts/gpu_bench.sh        (kvprune importable: installed, or on PYTHONPATH)
 #
-# 1. Qwen2.5-Omni-7B shape at 5 min, 2 min and 30 s of audio: unpruned, ideal, and all four presses
-#    at ratios 0, 0.5 and 0.9, with the default 2 warm-up runs, 5 timed runs and 32 decode tokens.
-#    Estimate (FACTS §5 anchors, H200): ~4.5 min of runs + ~0.5 min start-up and build; H100 a bit more.
-# 2. Qwen2.5-Omni-3B shape, same grid with lighter settings (1 warm-up, 3 runs, 16 decode tokens,
-#    ~2 min), in the time left. Both passes stop starting runs at their deadline (--max-minutes);
-#    what did not run is recorded as skipped, and every file is still written.
+# 1. kvprune bench, Qwen2.5-Omni-7B shape at 5 min, 2 min and 30 s of audio: unpruned, ideal, and all
+#    four presses at ratios 0, 0.5 and 0.9 (requests interleaved in rounds: 2 warm-up, 5 timed).
+# 2. kvprune sweep of the demo model on the GPU: the harness's CUDA-event timing of real generate
+#    calls (prefill = time to first token, decode = the rest of the same call).
+# 3. kvprune bench, Qwen2.5-Omni-3B shape, lighter settings, in the time left (its bench.md only).
+# Each bench pass stops starting runs at its deadline (--max-minutes); what did not run is recorded.
 #
-# Writes 8 files: $OUT/env.txt, $OUT/log.txt, $OUT/omni7b/{bench.csv,bench.md,prefill_vs_ratio.png}
-# and $OUT/omni3b/{the same three}.
+# Writes at most 8 files: env.txt, log.txt, omni7b/{bench.csv,bench.md,prefill_vs_ratio.png},
+# demo/{summary.csv,report.md} and omni3b.md.
 set -uo pipefail
 
 OUT=${OUT:?set OUT to the folder for the results}
@@ -28,14 +28,20 @@ mkdir -p "$OUT"
 
 minutes_left() { python3 -c "print(round(max(0.0, ($BUDGET_S - $SECONDS) / 60), 2))"; }
 
-python3 -m kvprune.harness.bench --preset qwen2.5-omni-7b "${GRID[@]}" \
-  --max-minutes "$(python3 -c "print(min(6.3, $(minutes_left)))")" --out "$OUT/omni7b" 2>&1 | tee "$OUT/log.txt"
+python3 -m kvprune.harness.bench --preset qwen2.5-omni-7b "${GRID[@]}" --no-progress \
+  --max-minutes "$(python3 -c "print(min(6.0, $(minutes_left)))")" --out "$OUT/omni7b" 2>&1 | tee "$OUT/log.txt"
 echo "omni-7b pass: exit ${PIPESTATUS[0]}, ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
+
+python3 -m kvprune.cli sweep --model demo --tasks demo_count,demo_pitch --methods fastv,frame --ratios 0.5,0.9 \
+  --limit 5 --out "$OUT/demo_run" --quiet --no-plots 2>&1 | tee -a "$OUT/log.txt"
+mkdir -p "$OUT/demo" && mv "$OUT/demo_run/summary.csv" "$OUT/demo_run/report.md" "$OUT/demo/" && rm -r "$OUT/demo_run"
+echo "demo sweep: ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
 
 if python3 -c "import sys; sys.exit(0 if $(minutes_left) >= 1.5 else 1)"; then
   python3 -m kvprune.harness.bench --preset qwen2.5-omni-3b "${GRID[@]}" --warmup 1 --repeats 3 --decode-tokens 16 \
-    --max-minutes "$(minutes_left)" --out "$OUT/omni3b" 2>&1 | tee -a "$OUT/log.txt"
-  echo "omni-3b pass: exit ${PIPESTATUS[0]}, ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
+    --no-progress --max-minutes "$(minutes_left)" --out /tmp/omni3b 2>&1 | tee -a "$OUT/log.txt"
+  cp /tmp/omni3b/bench.md "$OUT/omni3b.md"
+  echo "omni-3b pass: ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
 else
   echo "omni-3b pass skipped: less than 1.5 min left" | tee -a "$OUT/log.txt"
 fi

@@ -13,6 +13,11 @@ from kvprune.recording import key_validity, last_query_attention
 A = 9
 
 
+def slots_of(keep: torch.Tensor) -> SlotMap:
+    """The slots of a (B, S) keep mask, as the engine lays them out."""
+    return SlotMap.from_rows([row.nonzero().flatten() for row in keep.bool()], prompt_len=keep.shape[1])
+
+
 @pytest.mark.parametrize(
     "n,ratio,expected",
     [(10, 0.25, 8), (10, 0.35, 6), (10, 0.5, 5), (3, 0.9, 1), (1, 0.99, 1), (7499, 0.9, 750), (12, 0.0, 12)],
@@ -31,7 +36,7 @@ def test_find_clips_splits_runs_per_row():
 
 def test_slot_map_puts_filler_on_the_left():
     keep = torch.tensor([[1, 1, 0, 1, 1], [0, 1, 0, 0, 1]], dtype=torch.bool)
-    slots = SlotMap.from_keep_mask(keep)
+    slots = slots_of(keep)
     assert slots.index.tolist() == [[0, 1, 3, 4], [0, 0, 1, 4]]
     assert slots.valid.tolist() == [[True] * 4, [False, False, True, True]]
     cols = slots.columns(7)
@@ -60,7 +65,7 @@ def test_restricted_masks_agree_across_formats(with_padding):
     seq = 6
     pad = [0, 2] if with_padding else [0, 0]
     keep = torch.tensor([[1, 0, 1, 1, 0, 1], [1, 1, 0, 0, 0, 1]], dtype=torch.bool)  # 4 and 3 kept
-    slots = SlotMap.from_keep_mask(keep)
+    slots = slots_of(keep)
     causal = torch.ones(seq, seq, dtype=torch.bool).tril()
     not_pad = torch.tensor([[j >= p for j in range(seq)] for p in pad])
     bool_mask = (causal[None] & not_pad[:, None, :])[:, None]
@@ -74,13 +79,13 @@ def test_restricted_masks_agree_across_formats(with_padding):
     if not with_padding:  # HF passes None here under sdpa; the engine must build the same mask
         built = restrict_mask(None, cols=slots, rows=slots, query_index=slots.index, attn_implementation="sdpa", dtype=torch.float32)
         assert torch.equal(built[:, 0], expected)
-        even = SlotMap.from_keep_mask(keep[:1])  # no filler: HF's causal default still holds
+        even = slots_of(keep[:1])  # no filler: HF's causal default still holds
         assert restrict_mask(None, cols=even, rows=even, query_index=even.index, attn_implementation="sdpa", dtype=torch.float32) is None
 
 
 def test_decode_mask_hides_filler_and_keeps_new_tokens():
     keep = torch.tensor([[1, 1, 1, 1], [1, 0, 0, 1]], dtype=torch.bool)
-    slots = SlotMap.from_keep_mask(keep)
+    slots = slots_of(keep)
     cols = slots.columns(6)  # two tokens decoded so far; the next query is position 5
     mask = restrict_mask(None, cols=slots.columns(6), rows=None, query_index=torch.tensor([[5]]), attn_implementation="sdpa", dtype=torch.float32)
     assert mask.shape == (2, 1, 1, 6)
@@ -90,7 +95,7 @@ def test_decode_mask_hides_filler_and_keeps_new_tokens():
 
 
 def test_unknown_backend_is_refused():
-    slots = SlotMap.from_keep_mask(torch.tensor([[1, 1], [0, 1]], dtype=torch.bool))
+    slots = slots_of(torch.tensor([[1, 1], [0, 1]], dtype=torch.bool))
     with pytest.raises(NotImplementedError, match="flex_attention"):
         restrict_mask(None, cols=slots, rows=slots, query_index=slots.index, attn_implementation="flex_attention", dtype=torch.float32)
 

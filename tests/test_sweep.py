@@ -198,4 +198,4 @@ def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
     rows = read_rows(out)
     assert {r["task"] for r in rows} == {"demo_pitch", "demo_count", "demo_event", "demo_order"}
     assert {r["model"] for r in rows} == {"demo"} and len(rows) == 8
-    assert "embedded demo" in capsys.readouterr().out
+    assert "embedded demo model" in capsys.readouterr().out

@@ -67,8 +67,9 @@ def test_whole_selection(benchmark, inputs, name):
     assert slots.width == inputs.input_ids.shape[1] - clip.length + clip.n_keep
 
 
-def test_slot_map_from_keep_mask(benchmark, kept):
-    slots = benchmark(SlotMap.from_keep_mask, kept)
+def test_slot_map_from_rows(benchmark, kept):
+    rows = [row.nonzero().flatten() for row in kept]
+    slots = benchmark(SlotMap.from_rows, rows, kept.shape[1])
     assert slots.width == int(kept.sum())
 
 
@@ -76,7 +77,7 @@ def test_restrict_mask(benchmark, kept):
     """The sdpa mask of a padded batch restricted to the kept rows and columns at the pruning layer."""
     seq = kept.shape[1]
     mask = torch.ones(seq, seq, dtype=torch.bool).tril()[None, None]
-    slots = SlotMap.from_keep_mask(kept)
+    slots = SlotMap.from_rows([row.nonzero().flatten() for row in kept], kept.shape[1])
     restricted = benchmark(
         restrict_mask,
         mask,
