@@ -141,25 +141,41 @@ class Meter:
             kv_bytes=kv_bytes,
         )
 
+    @torch.no_grad()
+    def once_ms(self, fn: Callable[[], object]) -> float:
+        """One timed run of ``fn`` (for callers that interleave their own repetitions)."""
+        self.sync()
+        start = self.clock.mark()
+        fn()
+        end = self.clock.mark()
+        self.sync()
+        return self.ms(start, end)
+
     def layers_ms(self, model: nn.Module, start: int, stop: int, length: int, lm_rows: int) -> float:
-        """The text decoder with only ``layers[start:stop]`` on ``length`` random embeddings (cache
-        written, as in a prefill), then the LM head on the last ``lm_rows`` positions (0: none)."""
-        decoder = resolve_family(model).decoder(model)
-        head = model.get_output_embeddings()
-        parameter = next(decoder.parameters())
-        embeds = torch.randn(1, length, decoder.config.hidden_size, device=parameter.device, dtype=parameter.dtype)
+        """Median time of ``layers_run`` (warm-up and repeats as configured)."""
+        return self.median_ms(layers_run(model, start, stop, length, lm_rows))
 
-        def run():
-            hidden = decoder(inputs_embeds=embeds, use_cache=True).last_hidden_state
-            if lm_rows:
-                head(hidden[:, -lm_rows:])
 
+def layers_run(model: nn.Module, start: int, stop: int, length: int, lm_rows: int) -> Callable[[], None]:
+    """A run of the text decoder with only ``layers[start:stop]`` on ``length`` random embeddings
+    (cache written, as in a prefill), then the LM head on the last ``lm_rows`` positions (0: none)."""
+    decoder = resolve_family(model).decoder(model)
+    head = model.get_output_embeddings()
+    parameter = next(decoder.parameters())
+    embeds = torch.randn(1, length, decoder.config.hidden_size, device=parameter.device, dtype=parameter.dtype)
+
+    @torch.no_grad()
+    def run() -> None:
         layers = decoder.layers
         decoder.layers = layers[start:stop]
         try:
-            return self.median_ms(run)
+            hidden = decoder(inputs_embeds=embeds, use_cache=True).last_hidden_state
+            if lm_rows:
+                head(hidden[:, -lm_rows:])
         finally:
             decoder.layers = layers
+
+    return run
 
 
 def _check_finite(logits: torch.Tensor) -> None:

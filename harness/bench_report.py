@@ -131,7 +131,8 @@ def markdown(frame: pd.DataFrame) -> str:
         "request (unpruned and each press x ratio) once, starting one place later each round, so drift "
         f"spreads over all of them; decode = {first['decode_tokens']} forced tokens",
         "- random weights built from each architecture's config (timing depends on shapes, not values); batch 1",
-        "- ideal = unpruned prefill − layers ≥ K on the full prompt + layers ≥ K on the kept prompt",
+        "- ideal = unpruned prefill − layers ≥ K on the full prompt + layers ≥ K on the kept prompt (those layers "
+        "timed alone, in the same interleaved rounds as the requests)",
     ]
     for (preset, seconds), rows in frame.groupby(GROUP, sort=False):
         head = rows.iloc[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import math
+import statistics
 import platform
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from kvprune import get_press, resolve_family
 from kvprune.audio_spans import keep_count
 
 from .bench import BenchConfig
-from .bench_measure import Meter, RequestTiming, logits_rows, median_timing
+from .bench_measure import Meter, RequestTiming, layers_run, logits_rows, median_timing
 from .bench_presets import Preset, Prompt, check_weights, get_preset
 from .bench_report import GIB, IDEAL, UNPRUNED, bench_frame, write_report
 from .bench_scoring import ScoringInputs, eager_matrix_cost, last_row_ms, press_scoring_ms
@@ -111,18 +112,19 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
     encoder = preset.audio.encoder_modules(model)
     k, n_layers = config.layer, base["llm_layers"]
     requests = [(UNPRUNED, 0.0)] + [(m, r) for m in config.methods for r in config.ratios]
-    measured = _interleaved(run, model, prompt, encoder, requests, base)
-
-    def tail_ms(seq_len: int) -> float:
-        """Layers >= K and the LM head on a ``seq_len`` prompt."""
-        return meter.layers_ms(model, k, n_layers, seq_len, logits_rows(model, seq_len))
+    # layers >= K (and the LM head) alone, on the full prompt and on each kept length: the ideal's parts,
+    # timed in the same rounds as the requests so that drift cannot open a gap between them
+    lengths = {ratio: prompt.seq_len - prompt.audio_tokens + keep_count(prompt.audio_tokens, ratio) for ratio in config.ratios}
+    tails = {length: layers_run(model, k, n_layers, length, logits_rows(model, length))
+             for length in {prompt.seq_len, *lengths.values()}}
+    measured, tail_ms = _interleaved(run, model, prompt, encoder, requests, tails, base)
 
     def unpruned() -> list[dict]:
         if "error" in measured[UNPRUNED, 0.0]:
             raise RuntimeError(measured[UNPRUNED, 0.0]["error"])
         return [dict(
             measured[UNPRUNED, 0.0],
-            tail_layers_ms=tail_ms(prompt.seq_len),
+            tail_layers_ms=tail_ms[prompt.seq_len],
             head_layers_ms=meter.layers_ms(model, 0, k, prompt.seq_len, 0),
             **_scoring_costs(run, model, prompt),
         )]
@@ -132,21 +134,16 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
     def ideal() -> list[dict]:
         if "prefill_ms" not in reference:
             raise RuntimeError("no unpruned measurement to start from")
-        rows = []
-        for ratio in config.ratios:
-            kept = keep_count(prompt.audio_tokens, ratio)
-            removed = prompt.audio_tokens - kept  # none removed: the ideal is the unpruned prefill itself
-            tail = tail_ms(prompt.seq_len - removed) if removed else reference["tail_layers_ms"]
-            rows.append(
-                dict(
-                    kept_tokens=kept,
-                    encoder_ms=reference["encoder_ms"],
-                    head_layers_ms=reference["head_layers_ms"],
-                    tail_layers_ms=tail,
-                    prefill_ms=reference["prefill_ms"] - reference["tail_layers_ms"] + tail,
-                )
+        return [
+            dict(
+                kept_tokens=keep_count(prompt.audio_tokens, ratio),
+                encoder_ms=reference["encoder_ms"],
+                head_layers_ms=reference["head_layers_ms"],
+                tail_layers_ms=tail_ms[lengths[ratio]],
+                prefill_ms=reference["prefill_ms"] - tail_ms[prompt.seq_len] + tail_ms[lengths[ratio]],
             )
-        return rows
+            for ratio in config.ratios
+        ]
 
     run.measure(base, IDEAL, config.ratios, ideal)
     scoring = ScoringInputs.for_model(model, k, prompt.inputs["input_ids"], config.seed)
@@ -160,37 +157,45 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
         run.measure(base, method, [ratio], pressed)
 
 
-def _interleaved(run: _Run, model, prompt: Prompt, encoder, requests: list[tuple[str, float]], base: dict) -> dict:
-    """Every request (unpruned, press x ratio) timed in rounds, each round running each request once,
-    starting one place later each round. Slow drift (clocks, host load) then spreads over all of them
-    instead of biasing whichever ran in a bad minute; medians are taken per request."""
+def _interleaved(run: _Run, model, prompt: Prompt, encoder, requests: list[tuple[str, float]], probes: dict, base: dict):
+    """Every request (unpruned, press x ratio) and every probe (a callable) timed in rounds, each
+    round running each once, starting one place later each round. Slow drift (clocks, host load)
+    then spreads over all of them instead of biasing whichever ran in a bad minute. Returns the
+    median timings per request (or its error) and the median milliseconds per probe."""
     samples: dict[tuple[str, float], list] = {request: [] for request in requests}
+    probe_ms: dict = {key: [] for key in probes}
     failed: dict[tuple[str, float], str] = {}
     rounds = run.meter.warmup + run.meter.repeats
+    work = [("request", request) for request in requests] + [("probe", key) for key in probes]
     for round_ in range(rounds):
-        shift = round_ % len(requests)
-        for method, ratio in requests[shift:] + requests[:shift]:
-            run.bar.set_description(f"{base['preset']} {base['audio_seconds']:g}s round {round_ + 1}/{rounds}")
-            if (method, ratio) in failed:
+        shift = round_ % len(work)
+        run.bar.set_description(f"{base['preset']} {base['audio_seconds']:g}s round {round_ + 1}/{rounds}")
+        for kind, key in work[shift:] + work[:shift]:
+            if kind == "probe":
+                ms = run.meter.once_ms(probes[key])
+                if round_ >= run.meter.warmup:
+                    probe_ms[key].append(ms)
+                continue
+            if key in failed:
                 continue
             if time.monotonic() > run.deadline:
-                failed[method, ratio] = "skipped: --max-minutes reached"
+                failed[key] = "skipped: --max-minutes reached"
                 continue
             try:
-                timing, kept = _request(run, model, prompt, encoder, method, ratio)
+                timing, kept = _request(run, model, prompt, encoder, *key)
             except Exception as error:
-                failed[method, ratio] = _describe(error)
+                failed[key] = _describe(error)
                 _free_memory()
                 continue
             if round_ >= run.meter.warmup:
-                samples[method, ratio].append((timing, kept))
+                samples[key].append((timing, kept))
     results = {}
     for request, runs in samples.items():
         if request in failed or not runs:
             results[request] = {"error": failed.get(request, "no timed run")}
         else:
             results[request] = dict(_timing_fields(median_timing([t for t, _ in runs])), kept_tokens=runs[0][1])
-    return results
+    return results, {key: statistics.median(values) if values else math.nan for key, values in probe_ms.items()}
 
 
 def _request(run: _Run, model, prompt: Prompt, encoder, method: str, ratio: float):
