@@ -199,3 +199,23 @@ def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
     assert {r["task"] for r in rows} == {"demo_pitch", "demo_count", "demo_event", "demo_order"}
     assert {r["model"] for r in rows} == {"demo"} and len(rows) == 8
     assert "embedded demo model" in capsys.readouterr().out
+
+
+def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterrupted, tmp_path, monkeypatch):
+    """Under ``accelerate launch`` each process runs every N-th sample into its own file; together
+    they give exactly the single-process results (simulated here with two ranks in turn)."""
+    import kvprune.harness.runner as runner
+
+    out = tmp_path / "distributed"
+    for rank in range(2):
+        monkeypatch.setattr(runner, "_distributed", lambda rank=rank: (rank, 2, "cpu"))
+        assert main(sweep_args(data_root, out)) == 0
+    assert sorted(p.name for p in out.glob("results*.jsonl")) == ["results.rank0.jsonl", "results.rank1.jsonl"]
+    rank0 = {r["sample_id"] for r in read_rows_of(out / "results.rank0.jsonl")}
+    rank1 = {r["sample_id"] for r in read_rows_of(out / "results.rank1.jsonl")}
+    assert rank0 and rank1 and not rank0 & rank1
+    assert by_key(read_rows(out)) == by_key(read_rows(uninterrupted))
+
+
+def read_rows_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]

@@ -66,14 +66,12 @@ def family_of_checkpoint(name_or_path: str, trust_remote_code: bool = False) -> 
         raise ModelLoadError(f"model directory {name_or_path} not found (give a local checkpoint folder or a Hugging Face id).")
     try:
         config = transformers.AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    except ValueError as error:
-        if "trust_remote_code" not in str(error):
-            raise
-        raise ModelLoadError(
-            f"{name_or_path} ships its own modeling code (Aero-1 does); rerun with --trust-remote-code "
-            "(trust_remote_code=True) if you trust it."
-        ) from None
-    except OSError as error:
+    except (OSError, ValueError) as error:
+        if "trust_remote_code" in str(error):
+            raise ModelLoadError(
+                f"{name_or_path} ships its own modeling code (Aero-1 does); rerun with --trust-remote-code "
+                "(trust_remote_code=True) if you trust it."
+            ) from None
         raise ModelLoadError(
             f"cannot read the config of {name_or_path}: not a checkpoint folder here, and the Hugging Face Hub "
             f"could not provide it ({error.__class__.__name__}: {str(error).splitlines()[0]})."
