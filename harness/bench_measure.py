@@ -75,17 +75,9 @@ class Meter:
         """``run_once()`` for the warm-up runs, then for the ``repeats`` that count: their results."""
         return [run_once() for _ in range(self.warmup + self.repeats)][self.warmup :]
 
-    @torch.no_grad()
     def median_ms(self, fn: Callable[[], object]) -> float:
-        def once() -> float:
-            self.sync()
-            start = self.clock.mark()
-            fn()
-            end = self.clock.mark()
-            self.sync()
-            return self.ms(start, end)
-
-        return statistics.median(self._samples(once))
+        """Median of ``once_ms(fn)`` over the timed runs, after the warm-up."""
+        return statistics.median(self._samples(lambda: self.once_ms(fn)))
 
     @torch.no_grad()
     def extra_peak_bytes(self, fn: Callable[[], object]) -> float:

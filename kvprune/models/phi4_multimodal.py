@@ -4,11 +4,6 @@ caller's to load; audio goes in whole."""
 from .base import ModelFamily, register_family
 from .prompting import chat_template_inputs
 
-
-def build_inputs(processor, waves, prompt):
-    return chat_template_inputs(processor, waves, prompt)
-
-
 PHI4_MULTIMODAL = register_family(
     ModelFamily(
         name="phi4_multimodal",
@@ -18,6 +13,6 @@ PHI4_MULTIMODAL = register_family(
         audio_token_attrs=("audio_config.audio_token_id", "audio_token_id"),
         llm_tokens_per_second=12.5,
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
-        build_inputs=build_inputs,
+        build_inputs=chat_template_inputs,
     )
 )

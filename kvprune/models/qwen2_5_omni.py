@@ -39,10 +39,6 @@ def load_processor(name_or_path, trust_remote_code: bool = False):
     return AudioOnlyOmniProcessor.from_pretrained(name_or_path)
 
 
-def build_inputs(processor, waves, prompt):
-    return chat_template_inputs(processor, waves, prompt)
-
-
 QWEN2_5_OMNI = register_family(
     ModelFamily(
         name="qwen2_5_omni",
@@ -58,7 +54,7 @@ QWEN2_5_OMNI = register_family(
             "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration",
             "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
         },
-        build_inputs=build_inputs,
+        build_inputs=chat_template_inputs,
         load_processor=load_processor,
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},
