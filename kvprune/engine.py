@@ -223,7 +223,7 @@ class PressSession:
         has_audio = any(row for row in clips)
         compresses = has_audio and any(p.ratio > 0 for p in self.compressors)
         for press in self.compressors:
-            press._reset(len(clips))
+            press._reset()
         if not drops and not compresses:  # the model runs exactly as without the presses
             return None
         is_audio = input_ids == self.audio_token_id

@@ -24,10 +24,6 @@ class PruneStats:
     audio_tokens: int
     kept_tokens: int
 
-    @property
-    def kept_fraction(self) -> float:
-        return self.kept_tokens / self.audio_tokens if self.audio_tokens else 1.0
-
 
 @dataclass
 class Press:
@@ -128,7 +124,7 @@ class CachePress(Press):
         """Importance of each cached entry, (B, L); higher is kept. ``keys``: (B, kv_heads, L, head_dim)."""
         raise NotImplementedError
 
-    def _reset(self, batch: int) -> None:
+    def _reset(self) -> None:
         self.layer_stats = {}
 
     def _record_layer(self, layer_idx: int, audio: list[int], kept: list[int]) -> None:

@@ -3,7 +3,6 @@
 from .base import (
     ModelFamily,
     UnsupportedModelError,
-    get_family,
     list_families,
     register_family,
     resolve_family,
@@ -22,7 +21,6 @@ __all__ = [
     "VOXTRAL",
     "ModelFamily",
     "UnsupportedModelError",
-    "get_family",
     "list_families",
     "register_family",
     "resolve_family",

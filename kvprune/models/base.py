@@ -107,15 +107,6 @@ def list_families() -> list[ModelFamily]:
     return list(_FAMILIES.values())
 
 
-def get_family(name: str) -> ModelFamily:
-    try:
-        return _FAMILIES[name]
-    except KeyError:
-        raise UnsupportedModelError(
-            f"unknown model family {name!r}; supported: {', '.join(_FAMILIES)}"
-        ) from None
-
-
 def resolve_family(model: nn.Module) -> ModelFamily:
     """Return the family of a loaded model, or raise an error that lists the supported ones."""
     for family in _FAMILIES.values():
