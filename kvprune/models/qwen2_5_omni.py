@@ -4,6 +4,8 @@ Audio goes in whole (no chunking): the processor's feature extractor covers up t
 ``chunk_length`` (300 s on the released checkpoints) and the encoder windows it internally.
 """
 
+from types import SimpleNamespace
+
 from transformers import AutoProcessor, Qwen2_5OmniProcessor
 from transformers.utils import is_torchvision_available
 
@@ -30,6 +32,9 @@ class AudioOnlyOmniProcessor(Qwen2_5OmniProcessor):
         super(Qwen2_5OmniProcessor, self).__init__(feature_extractor, tokenizer, chat_template=chat_template)
         for name in _TOKEN_ATTRIBUTES:
             setattr(self, name, getattr(tokenizer, name))
+
+    # transformers 5.17 reads the merge sizes even when no image or video is given; nothing else is read
+    image_processor = video_processor = SimpleNamespace(merge_size=1)
 
 
 def load_processor(name_or_path, trust_remote_code: bool = False):
