@@ -162,7 +162,7 @@ def plot_prefill(frame: pd.DataFrame, path: Path) -> None:
     presets = list(dict.fromkeys(frame["preset"]))
     lengths = list(dict.fromkeys(frame["audio_seconds"]))
     fig, axes = plt.subplots(
-        len(presets), len(lengths), figsize=(4.5 * len(lengths), 3.6 * len(presets)), squeeze=False
+        len(presets), len(lengths), figsize=(max(4.5 * len(lengths), 7.0), 3.6 * len(presets)), squeeze=False
     )
     for i, preset in enumerate(presets):
         for j, seconds in enumerate(lengths):
@@ -170,8 +170,9 @@ def plot_prefill(frame: pd.DataFrame, path: Path) -> None:
             _panel(axes[i][j], rows, f"{preset}, {seconds:g} s")
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 6), frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+        columns = min(len(labels), 3 if len(lengths) == 1 else 6)  # a lone panel is narrow: wrap the legend
+        fig.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
+    fig.tight_layout(rect=(0, 0.16 if len(lengths) == 1 else 0.08, 1, 1))
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
