@@ -154,12 +154,12 @@ class PressSession:
             self._hook(self.entry.register_forward_hook(self._after_call, with_kwargs=True))
             if self.want_hidden:
                 self._hook(self.layers[self.k - 1].register_forward_hook(self._capture_hidden))
-            for j in range(1, len(self.layers)):
+            first_compressed = min((p.first_layer for p in self.compressors), default=len(self.layers))
+            # only layers whose cache can differ from the prompt need their arguments adjusted
+            for j in range(min(self.k, first_compressed), len(self.layers)):
                 self._hook(self.layers[j].register_forward_pre_hook(self._before_layer(j), with_kwargs=True))
-            if self.compressors:
-                first = min(p.first_layer for p in self.compressors)
-                for j in range(first, len(self.layers)):
-                    self._hook(self.layers[j].register_forward_hook(self._after_layer(j), with_kwargs=True))
+            for j in range(first_compressed, len(self.layers)):
+                self._hook(self.layers[j].register_forward_hook(self._after_layer(j), with_kwargs=True))
             if self.recorder is not None:
                 self.recorder.attach()
         except BaseException:
