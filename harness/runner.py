@@ -62,6 +62,7 @@ class SweepRunner:
         self.rank, self.world_size, device = _distributed()
         self.device = config.device or device
         self.store = ResultStore(config.out, self.rank, self.world_size)
+        self._layers: dict[str, int] = {}  # per method: asked for every run key, worked out once
 
     def run(self) -> Path:
         self._write_run_info()
@@ -119,8 +120,10 @@ class SweepRunner:
         """The decoder layer a method starts at: K for token dropping, the first compressed layer for cache presses."""
         if method == BASELINE:
             return None
-        press = self._press(method, 0.0)
-        return press.layer if isinstance(press, TokenDropPress) else press.first_layer
+        if method not in self._layers:
+            press = self._press(method, 0.0)
+            self._layers[method] = press.layer if isinstance(press, TokenDropPress) else press.first_layer
+        return self._layers[method]
 
     def _press(self, method: str, ratio: float):
         press = get_press(method, ratio=ratio)
@@ -132,7 +135,7 @@ class SweepRunner:
     def _run_sample(self, loaded, task, sample, prompt, digest, todo, warmup, bar) -> None:
         base = dict(
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
-            item=sample.item or sample.id, prompt_hash=digest, reference=sample.answer, warmup=warmup,
+            item=sample.item, prompt_hash=digest, reference=sample.answer, warmup=warmup,
         )
         try:
             waves = [load_audio(path) for path in sample.audio]

@@ -205,7 +205,8 @@ class PressSession:
     def _after_call(self, module, args, kwargs, output):
         call, self._call = self._call, None
         if call is not None and call.layout is not None and call.layout.pruned:
-            cache = output_cache(output) or call.cache
+            cache = output_cache(output)
+            cache = call.cache if cache is None else cache  # a Cache may be falsy (len 0): compare to None
             if cache is not None:
                 self._layouts[cache] = call.layout
         if self.recorder is not None:
