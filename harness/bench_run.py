@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 import kvprune
 from kvprune import get_press, resolve_family
-from kvprune.audio_spans import keep_count
+from kvprune.ratios import keep_count
 
 from .bench import BenchConfig
 from .bench_measure import Meter, RequestTiming, layers_run, logits_rows, median_timing

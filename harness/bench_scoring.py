@@ -3,7 +3,7 @@
 Two ways to get FastV's attention scores are compared on the same queries and keys:
 AudioMarathon's (run layer K-1 under eager attention with ``output_attentions``, which materialises
 its full (heads, S, S) attention matrix) against kvprune's (the softmax row of the last query only,
-``kvprune.recording.last_query_attention``, next to an unchanged sdpa layer). Each press's whole
+``kvprune.attention_probe.last_query_attention``, next to an unchanged sdpa layer). Each press's whole
 selection (scores, ``select``, the kept-slot layout) is timed on the same tensors.
 """
 
@@ -15,12 +15,12 @@ import torch
 import torch.nn as nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from kvprune.audio_spans import AudioClip, find_clips
+from kvprune.attention_probe import attention_backend, last_query_attention
+from kvprune.clips import AudioClip, find_clips
 from kvprune.engine import Evidence, drop_slots
-from kvprune.layout import SlotMap
 from kvprune.models import resolve_family
 from kvprune.press import TokenDropPress
-from kvprune.recording import attention_backend, last_query_attention
+from kvprune.slots import SlotMap
 
 from .bench_measure import Meter
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvprune.audio_spans import validate_ratio
+from kvprune.ratios import validate_ratio
 
 
 def parse_ratios(text: str | float | list) -> list[float]:

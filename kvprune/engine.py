@@ -33,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn as nn
 
-from .audio_spans import AudioClip, clips_of, keep_count
+from .attention_probe import AttentionRecorder
+from .clips import AudioClip, clips_of
 from .compat import find_cache, output_cache
-from .layout import CacheLayout, SlotMap, to_device
 from .masks import is_flash, restrict_mask
 from .models import resolve_family
-from .recording import AttentionRecorder
+from .ratios import keep_count
+from .slots import CacheLayout, SlotMap, to_device
 
 if TYPE_CHECKING:
     from .press import CachePress, TokenDropPress

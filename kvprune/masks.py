@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .layout import SlotMap
+from .slots import SlotMap
 
 
 def is_flash(attn_implementation: str | None) -> bool:

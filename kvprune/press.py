@@ -14,7 +14,8 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from .audio_spans import AudioClip, validate_ratio
+from .clips import AudioClip
+from .ratios import validate_ratio
 
 
 @dataclass(frozen=True)

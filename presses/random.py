@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvprune.layout import to_device
+from kvprune.slots import to_device
 from kvprune.press import TokenDropPress, register_press
 
 

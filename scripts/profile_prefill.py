@@ -14,7 +14,7 @@ import argparse
 import torch
 
 from kvprune import FramePress
-from kvprune.audio_spans import keep_count
+from kvprune.ratios import keep_count
 from kvprune.harness.bench_measure import Meter, logits_rows
 from kvprune.harness.bench_presets import get_preset
 from kvprune.models import resolve_family

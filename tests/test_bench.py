@@ -14,7 +14,7 @@ from kvprune.harness.bench import BenchConfig, add_bench_arguments, bench_main, 
 from kvprune.harness.bench_report import COLUMNS
 from matplotlib.image import imread
 
-from kvprune.audio_spans import keep_count
+from kvprune.ratios import keep_count
 
 PRESETS = ["tiny-omni", "tiny-phi4", "tiny-voxtral", "tiny-aero"]
 SECONDS = [1.0, 2.5]

@@ -8,7 +8,7 @@ from transformers import DynamicCache
 
 from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, rows_for, single_row
 from kvprune import ComposedPress, DARTPress, KNormPress
-from kvprune.audio_spans import keep_count
+from kvprune.ratios import keep_count
 from tiny_models import AUDIO, FAMILIES, N_LAYERS
 
 FAMILY_NAMES = list(FAMILIES)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvprune.audio_spans import find_clips, keep_count
-from kvprune.layout import SlotMap
+from kvprune.attention_probe import key_validity, last_query_attention
+from kvprune.clips import find_clips
 from kvprune.masks import restrict_mask
-from kvprune.recording import key_validity, last_query_attention
+from kvprune.ratios import keep_count
+from kvprune.slots import SlotMap
 
 A = 9
 

@@ -7,7 +7,7 @@ import torch
 
 from helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, rows_for, single_row
 from kvprune import get_press, list_presses
-from kvprune.audio_spans import keep_count
+from kvprune.ratios import keep_count
 from tiny_models import FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from helpers import ATTENTION, K, model, rows_for
 from kvprune import DARTPress, FastVPress
-from kvprune.audio_spans import keep_count
+from kvprune.ratios import keep_count
 from tiny_models import AUDIO, FAMILIES
 
 ROWS = [

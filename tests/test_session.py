@@ -8,7 +8,7 @@ from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM, Qwen2_5Omn
 
 from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, rows_for
 from kvprune import FastVPress, FramePress, RandomPress, UnsupportedModelError, get_press
-from kvprune.recording import _ConfigView
+from kvprune.attention_probe import _ConfigView
 from tiny_models import FAMILIES, N_LAYERS, omni_config
 
 ROW = [[("text", 4), ("audio", 16), ("text", 5)]]

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .ratios import keep_count
+
 
 @dataclass(frozen=True)
 class AudioClip:
@@ -27,21 +29,6 @@ class AudioClip:
 
     def positions(self, device=None) -> torch.Tensor:
         return torch.arange(self.start, self.end, device=device)
-
-
-def keep_count(n_tokens: int, ratio: float) -> int:
-    """Tokens a clip keeps at a pruning ratio: ``max(1, round(n * (1 - ratio)))`` (Python round)."""
-    return max(1, round(n_tokens * (1.0 - ratio)))
-
-
-def validate_ratio(ratio: float) -> float:
-    """Ratios are the fraction of audio tokens removed, in [0, 1)."""
-    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= float(ratio) < 1.0:
-        raise ValueError(
-            f"ratio={ratio!r} is invalid: it is the fraction of audio tokens removed and must lie in [0, 1) "
-            "(0 keeps everything, 0.9 drops 90%)."
-        )
-    return float(ratio)
 
 
 def find_clips(input_ids: torch.Tensor, audio_token_id: int, ratio: float) -> list[list[AudioClip]]:
