@@ -202,10 +202,9 @@ def _request(run: _Run, model, prompt: Prompt, encoder, method: str, ratio: floa
     """One timed request, unpruned or under a press; returns its timing and the audio tokens kept."""
     if method == UNPRUNED:
         return run.meter.request(model, prompt, encoder), prompt.audio_tokens
-    press = get_press(method, layer=run.config.layer)
-    with press(model, ratio=ratio):
+    with get_press(method, layer=run.config.layer)(model, ratio=ratio) as pressed:
         timing = run.meter.request(model, prompt, encoder)
-    return timing, press.stats[0].kept_tokens
+    return timing, pressed.stats[0].kept_tokens
 
 
 def _scoring_costs(run: _Run, model, prompt: Prompt) -> dict:

@@ -14,7 +14,7 @@ import hashlib
 import json
 import platform
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 import kvprune
 from kvprune.models.loading import LoadedModel, load_model
-from kvprune.press import TokenDropPress, get_press
+from kvprune.press import get_press
 
 from .audio import duration_seconds, load_audio
 from .results import ResultStore, run_key
@@ -121,15 +121,12 @@ class SweepRunner:
         if method == BASELINE:
             return None
         if method not in self._layers:
-            press = self._press(method, 0.0)
-            self._layers[method] = press.layer if isinstance(press, TokenDropPress) else press.first_layer
+            self._layers[method] = self._press(method, 0.0).layer
         return self._layers[method]
 
     def _press(self, method: str, ratio: float):
         press = get_press(method, ratio=ratio)
-        if isinstance(press, TokenDropPress):
-            press.layer = self.config.layer
-        return press
+        return replace(press, layer=self.config.layer) if press.kind == "token" else press
 
     # -- per sample ------------------------------------------------------------------------------
     def _run_sample(self, loaded, task, sample, prompt, digest, todo, warmup, bar) -> None:
@@ -163,9 +160,9 @@ class SweepRunner:
             do_sample=False,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         )
-        with press(loaded.model) if press else nullcontext():
+        with press(loaded.model) if press else nullcontext() as run:
             new_ids, timing = timed_generate(loaded.generator, inputs, **generate_kwargs)
-        kept = sum(s.kept_tokens for s in press.stats) if isinstance(press, TokenDropPress) else None
+        kept = sum(s.kept_tokens for s in run.stats) if run is not None else None
         return dict(output=loaded.decode(new_ids), timing=timing, kept_tokens=kept)
 
     def _record(self, task, sample, base, method, ratio, output=None, timing=None, kept_tokens=None, error=None):

@@ -1,13 +1,16 @@
 """kvprune: prune audio tokens and their KV cache inside Hugging Face audio LLMs.
 
     from kvprune import FastVPress
-    with FastVPress(layer=2)(model, ratio=0.5):
+    with FastVPress(layer=2)(model, ratio=0.5) as run:
         model.generate(**inputs)
+    run.stats, run.kept_positions
 """
 
-from .press import CachePress, ComposedPress, PruneStats, TokenDropPress, get_press, list_presses, register_press
+from .press import CachePress, ComposedPress, Press, TokenDropPress, get_press, list_presses, register_press
 from .presses import DARTPress, FastVPress, FramePress, KNormPress, RandomPress
+from .run import PressRun, PruneStats
 from .models import UnsupportedModelError, list_families, resolve_family
+from .models.loading import LoadedModel, load_model
 
 __version__ = "0.1.0"
 
@@ -18,6 +21,9 @@ __all__ = [
     "FastVPress",
     "FramePress",
     "KNormPress",
+    "LoadedModel",
+    "Press",
+    "PressRun",
     "PruneStats",
     "RandomPress",
     "TokenDropPress",
@@ -25,6 +31,7 @@ __all__ = [
     "get_press",
     "list_families",
     "list_presses",
+    "load_model",
     "register_press",
     "resolve_family",
 ]

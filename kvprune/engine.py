@@ -1,9 +1,12 @@
 """The pruning engine: hooks on a stock Hugging Face model that shorten what its layers see and keep.
 
-One ``PressSession`` is live per ``with press(model):`` block. It serves two kinds of press, alone
-or together: at most one *token-dropping* press (drops audio tokens from the hidden states before
-decoder layer K) and any number of *cache* presses (compress each layer's KV cache, restricted to
-audio entries, once that layer has run its prefill). Per forward call of the model:
+One ``PressSession`` is live per ``with press(model) as run:`` block; what it prunes is recorded
+on the ``PressRun`` it yields. It serves two kinds of press, alone or together: at most one
+*token-dropping* press (drops audio tokens from the hidden states before decoder layer K) and any
+number of *cache* presses (compress each layer's KV cache, restricted to audio entries, once that
+layer has run its prefill). Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer``
+and ``needs`` and calls ``parts()``, ``select()`` and ``score()``, and nothing else. Per forward
+call of the model:
 
 1. The entry module's pre-hook reads ``input_ids`` and the cache. A call that starts from an empty
    cache is a *prefill*: the audio clips are found and the call is marked for pruning if any press
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -39,10 +42,8 @@ from .compat import find_cache, output_cache
 from .masks import is_flash, restrict_mask
 from .models import resolve_family
 from .ratios import keep_count
+from .run import PressRun
 from .slots import CacheLayout, SlotMap, to_device
-
-if TYPE_CHECKING:
-    from .press import CachePress, TokenDropPress
 
 
 @dataclass
@@ -112,16 +113,18 @@ class _Call:
 
 
 class PressSession:
-    """Installs presses on a model for the duration of a ``with`` block."""
+    """Installs a press (and the parts of a composed one) on a model for the duration of a ``with``
+    block, which gets the ``PressRun`` that records what was pruned."""
 
-    def __init__(self, model: nn.Module, presses: list):
-        from .press import CachePress, TokenDropPress
-
-        droppers = [p for p in presses if isinstance(p, TokenDropPress)]
-        self.compressors: list[CachePress] = [p for p in presses if isinstance(p, CachePress)]
-        if len(droppers) > 1:
-            raise ValueError("at most one token-dropping press can be active at a time; compose it with cache presses.")
-        self.dropper: TokenDropPress | None = droppers[0] if droppers else None
+    def __init__(self, model: nn.Module, press):
+        parts = press.parts()
+        unknown = sorted({p.kind for p in parts} - {"token", "cache"})
+        if unknown:
+            raise ValueError(f"press kind {unknown[0]!r} is unknown to the engine: a press is a TokenDropPress or a CachePress.")
+        droppers = [p for p in parts if p.kind == "token"]  # at most one: ComposedPress sees to it
+        self.compressors = [p for p in parts if p.kind == "cache"]
+        self.dropper = droppers[0] if droppers else None
+        self.run = PressRun(press)
         self.family = resolve_family(model)
         self.entry = self.family.entry(model)
         self.layers = self.family.layers(model)
@@ -129,13 +132,12 @@ class PressSession:
         self.audio_token_id = self.family.audio_token_id(model)
         self.attn_implementation = self.family.decoder(model).config._attn_implementation
         n_layers = len(self.layers)
-        for press in presses:
-            for name, first in _first_layers(press):
-                if not 1 <= first < n_layers:
-                    raise ValueError(
-                        f"{name}={first} is invalid for {self.family.display_name} with {n_layers} decoder "
-                        f"layers: it must be in [1, {n_layers - 1}] (layer 0 must stay full length)."
-                    )
+        for part in parts:
+            if not 1 <= part.layer < n_layers:
+                raise ValueError(
+                    f"layer={part.layer} is invalid for {self.family.display_name} with {n_layers} decoder "
+                    f"layers: it must be in [1, {n_layers - 1}] (layer 0 must stay full length)."
+                )
         self.k = self.dropper.layer if self.dropper else n_layers
         needs = self.dropper.needs if self.dropper else frozenset()
         self.recorder = None
@@ -149,13 +151,13 @@ class PressSession:
         self._handles: list = []
 
     # -- context manager -------------------------------------------------------------------------
-    def __enter__(self) -> "PressSession":
+    def __enter__(self) -> PressRun:
         try:
             self._hook(self.entry.register_forward_pre_hook(self._before_call, with_kwargs=True))
             self._hook(self.entry.register_forward_hook(self._after_call, with_kwargs=True))
             if self.want_hidden:
                 self._hook(self.layers[self.k - 1].register_forward_hook(self._capture_hidden))
-            first_compressed = min((p.first_layer for p in self.compressors), default=len(self.layers))
+            first_compressed = min((p.layer for p in self.compressors), default=len(self.layers))
             # only layers whose cache can differ from the prompt need their arguments adjusted
             for j in range(min(self.k, first_compressed), len(self.layers)):
                 self._hook(self.layers[j].register_forward_pre_hook(self._before_layer(j), with_kwargs=True))
@@ -166,7 +168,7 @@ class PressSession:
         except BaseException:
             self.close()
             raise
-        return self
+        return self.run
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -220,12 +222,11 @@ class PressSession:
         clips = clips_of(host_is_audio, drop_ratio)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
-        if self.dropper is not None and not drops:  # ratio 0 or no audio: nothing is dropped
-            self.dropper._record(clips, [[c.positions() for c in row] for row in clips], offsets)
+        self.run.start_prefill()
+        if not drops:  # no token-dropping press, ratio 0 or no audio: every audio token is kept
+            self.run.record_kept(clips, [[c.positions() for c in row] for row in clips], offsets)
         has_audio = any(row for row in clips)
         compresses = has_audio and any(p.ratio > 0 for p in self.compressors)
-        for press in self.compressors:
-            press._reset()
         if not drops and not compresses:  # the model runs exactly as without the presses
             return None
         is_audio = input_ids == self.audio_token_id
@@ -272,7 +273,7 @@ class PressSession:
             evidence.hidden = self.norm(call.hidden)
             call.hidden = None
         call.drop_slots, kept = drop_slots(self.dropper, call.clips, evidence, call.unpruned, call.n_new)
-        self.dropper._record(call.clips, kept, call.offsets)
+        self.run.record_kept(call.clips, kept, call.offsets)
         call.drop_pending = False
         call.evidence = evidence.masks_only()
         for j in range(self.k, len(self.layers)):
@@ -338,13 +339,13 @@ class PressSession:
             if cache is None:
                 return None  # no cache to compress (use_cache=False)
             for press in self.compressors:
-                if layer_idx >= press.first_layer and press.ratio > 0:
+                if layer_idx >= press.layer and press.ratio > 0:
                     self._compress(call, cache.layers[layer_idx], layer_idx, press)
             return None
 
         return hook
 
-    def _compress(self, call: _Call, cache_layer, layer_idx: int, press: "CachePress") -> None:
+    def _compress(self, call: _Call, cache_layer, layer_idx: int, press) -> None:
         """Keep each row's best audio entries of one layer's cache (and everything else), in place."""
         current = call.layout[layer_idx]
         if current is None:
@@ -364,22 +365,15 @@ class PressSession:
         cache_layer.values = _gather_slots(cache_layer.values, chosen.index)
         call.layout.layers[layer_idx] = current.select(chosen)
         call.audio_entries[layer_idx] = kept_audio
-        press._record_layer(layer_idx, n_audio, kept_audio)
+        self.run.record_layer(layer_idx, n_audio, kept_audio)
 
     def _audio_entries(self, call: _Call, layer_idx: int) -> list[int]:
         """Per row, the audio entries layer ``layer_idx``'s cache holds now, counted on the host."""
         if layer_idx in call.audio_entries:
             return call.audio_entries[layer_idx]
         if call.drop_slots is not None and layer_idx >= self.k:
-            return [s.kept_tokens for s in self.dropper.stats]
+            return [s.kept_tokens for s in self.run.stats]
         return [sum(clip.length for clip in row) for row in call.clips]
-
-
-def _first_layers(press) -> list[tuple[str, int]]:
-    """(argument name, value) of the first layer a press acts on, for validation."""
-    if hasattr(press, "first_layer"):
-        return [("first_layer", press.first_layer)]
-    return [("layer", press.layer)]
 
 
 def _gather_seq(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

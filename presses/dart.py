@@ -29,7 +29,7 @@ BUDGETS = ("equal", "reference")
 
 
 @register_press("dart")
-@dataclass
+@dataclass(frozen=True)
 class DARTPress(TokenDropPress):
     pivot_audio: int = 4
     pivot_text: int = 4

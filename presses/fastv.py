@@ -11,7 +11,7 @@ from kvprune.press import TokenDropPress, register_press
 
 
 @register_press("fastv")
-@dataclass
+@dataclass(frozen=True)
 class FastVPress(TokenDropPress):
     """Score = layer K-1's softmax attention from the last prompt token, averaged over heads; top-k
     per clip. Scores come from the recorded last query row, never from an eager attention matrix."""

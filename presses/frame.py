@@ -10,7 +10,7 @@ from kvprune.press import TokenDropPress, register_press
 
 
 @register_press("frame")
-@dataclass
+@dataclass(frozen=True)
 class FramePress(TokenDropPress):
     """Keep index ``floor(i * n / k)`` for ``i < k`` of each clip of ``n`` tokens keeping ``k``."""
 

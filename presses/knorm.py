@@ -16,7 +16,7 @@ from kvprune.press import CachePress, register_press
 
 
 @register_press("knorm")
-@dataclass
+@dataclass(frozen=True)
 class KNormPress(CachePress):
     def score(self, layer_idx, keys, values, is_audio) -> torch.Tensor:
         return -keys.float().norm(dim=-1).mean(dim=1)

@@ -11,7 +11,7 @@ from kvprune.press import TokenDropPress, register_press
 
 
 @register_press("random")
-@dataclass
+@dataclass(frozen=True)
 class RandomPress(TokenDropPress):
     """Uniform without replacement. The draw depends only on ``seed`` and the clip (its number in
     the row and its length), so a row gives the same choice alone or in a batch."""

@@ -54,7 +54,7 @@ def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class FixedPress(TokenDropPress):
     """Keeps given prompt positions (per row; rows without padding) whatever the evidence says."""
 

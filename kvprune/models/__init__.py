@@ -1,6 +1,7 @@
 """Model families kvprune can prune, one module per family."""
 
 from .base import (
+    FAMILIES,
     ModelFamily,
     UnsupportedModelError,
     list_families,
@@ -15,6 +16,7 @@ from .qwen2_audio import QWEN2_AUDIO
 
 __all__ = [
     "AERO",
+    "FAMILIES",
     "PHI4_MULTIMODAL",
     "QWEN2_5_OMNI",
     "QWEN2_AUDIO",

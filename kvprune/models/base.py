@@ -11,6 +11,8 @@ from typing import Any, Callable
 
 import torch.nn as nn
 
+from ..registry import Registry
+
 
 class UnsupportedModelError(ValueError):
     """The model is not one of the families kvprune knows how to prune."""
@@ -95,24 +97,23 @@ def _follow(obj, path: str, missing=...):
     return obj
 
 
-_FAMILIES: dict[str, ModelFamily] = {}
+FAMILIES: Registry[ModelFamily] = Registry("model family")
 
 
 def register_family(family: ModelFamily) -> ModelFamily:
-    _FAMILIES[family.name] = family
-    return family
+    return FAMILIES.register(family.name, family)
 
 
 def list_families() -> list[ModelFamily]:
-    return list(_FAMILIES.values())
+    return FAMILIES.values()
 
 
 def resolve_family(model: nn.Module) -> ModelFamily:
     """Return the family of a loaded model, or raise an error that lists the supported ones."""
-    for family in _FAMILIES.values():
+    for family in FAMILIES.values():
         if family.matches(model):
             return family
-    supported = "; ".join(f"{f.display_name} ({', '.join(f.architectures)})" for f in _FAMILIES.values())
+    supported = "; ".join(f"{f.display_name} ({', '.join(f.architectures)})" for f in FAMILIES.values())
     raise UnsupportedModelError(
         f"kvprune does not support {type(model).__name__}. Supported model families: {supported}."
     )

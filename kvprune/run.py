@@ -1,0 +1,81 @@
+"""What a press did: ``with press(model, ratio=0.5) as run:`` yields a ``PressRun``.
+
+Presses are configuration and never change; everything a ``with`` block learns about pruning lives
+here, so one press can serve several models at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .clips import AudioClip
+
+
+@dataclass(frozen=True)
+class PruneStats:
+    """Audio tokens (or cached audio entries) of one batch row, and how many of them were kept."""
+
+    audio_tokens: int
+    kept_tokens: int
+
+
+class PressRun:
+    """The outcome of the last prefill of one ``with`` block (a new prefill replaces it; decoding
+    and later turns on the same cache do not).
+
+    * ``press``: the press as configured for the block (with its ratio).
+    * ``stats[b]``: row b's audio tokens and how many the token-dropping press kept (all of them
+      when none drops tokens).
+    * ``kept_positions[b]``: the sorted prompt positions (left padding not counted) of those tokens.
+    * ``layer_stats[j][b]``: cache compression, the audio entries layer j's cache held in row b and
+      how many it kept (only the layers a cache press compressed).
+    """
+
+    def __init__(self, press):
+        self.press = press
+        self.stats: list[PruneStats] = []
+        self.layer_stats: dict[int, list[PruneStats]] = {}
+        self._outcome: tuple | None = None
+        self._kept_positions: list[torch.Tensor] | None = None
+
+    def __repr__(self) -> str:
+        return f"PressRun(press={self.press!r}, stats={self.stats!r})"
+
+    @property
+    def kept_positions(self) -> list[torch.Tensor]:
+        if self._kept_positions is None and self._outcome is not None:
+            self._kept_positions = [self._positions(*row) for row in zip(*self._outcome)]
+        return self._kept_positions or []
+
+    # -- written by the engine -------------------------------------------------------------------
+    def start_prefill(self) -> None:
+        """Forget the previous prefill's outcome."""
+        self.stats, self.layer_stats = [], {}
+        self._outcome = self._kept_positions = None
+
+    def record_kept(self, clips: list[list[AudioClip]], kept: list[list[torch.Tensor]], offsets: torch.Tensor) -> None:
+        """A prefill's clips and the positions kept per clip. Counts come from shapes; positions are
+        read back from the device only when asked for, after the prefill."""
+        self.stats = [
+            PruneStats(audio_tokens=sum(c.length for c in row_clips), kept_tokens=sum(len(k) for k in row_kept))
+            for row_clips, row_kept in zip(clips, kept)
+        ]
+        self._outcome = (clips, kept, offsets)
+        self._kept_positions = None
+
+    def record_layer(self, layer_idx: int, audio: list[int], kept: list[int]) -> None:
+        """Per row, the audio entries of one layer's cache before and after its compression."""
+        self.layer_stats[layer_idx] = [PruneStats(a, k) for a, k in zip(audio, kept)]
+
+    def _positions(self, clips, kept, offsets) -> torch.Tensor:
+        for clip, indices in zip(clips, kept):
+            indices = indices.cpu()
+            if len(indices) and (indices.min() < clip.start or indices.max() >= clip.end or len(indices.unique()) != len(indices)):
+                selector = next(type(p).__name__ for p in self.press.parts() if p.kind == "token")
+                raise RuntimeError(
+                    f"{selector}.select returned positions outside clip [{clip.start}, {clip.end}) or duplicates."
+                )
+        indices = torch.cat(kept).cpu() if kept else torch.zeros(0, dtype=torch.long)
+        return offsets.gather(0, indices).sort().values
