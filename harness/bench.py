@@ -21,7 +21,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvprune import list_presses
+from kvprune.press import TokenDropPress
+from kvprune.specs import MethodSpec, parse_methods
 
 from .bench_presets import PRESETS, get_preset
 from .ratios import parse_ratios
@@ -35,9 +36,9 @@ class BenchConfig:
 
     presets: list[str] = field(default_factory=lambda: ["qwen2.5-omni-7b"])
     audio_seconds: list[float] = field(default_factory=lambda: [30.0, 120.0, 300.0])
-    methods: list[str] = field(default_factory=lambda: ["fastv", "random", "frame", "dart"])
+    methods: list[MethodSpec] = field(default_factory=lambda: parse_methods("fastv,random,frame,dart"))
     ratios: list[float] = field(default_factory=lambda: [0.5, 0.9])
-    layer: int = 2
+    layer: int | None = None  # for every press without its own; None: each press's default
     decode_tokens: int = 32
     repeats: int = 5
     warmup: int = 2
@@ -49,18 +50,34 @@ class BenchConfig:
     seed: int = 0
     command: str = ""
     progress: bool = True
+    #: what runs: the press of each method label at each ratio, and K, the layer where all of them act
+    presses: dict[tuple[str, float], TokenDropPress] = field(init=False, repr=False)
+    k: int = field(init=False)
 
     def __post_init__(self):
         """Validate names early (before any model is built) and drop repeated entries."""
         for name in self.presets:
             get_preset(name)
-        token_presses = list_presses(kind="token")
-        unknown = [m for m in self.methods if m not in token_presses]
-        if unknown:
-            raise ValueError(f"unknown token-dropping press {', '.join(unknown)}; available: {', '.join(token_presses)}")
-        self.presets, self.methods = list(dict.fromkeys(self.presets)), list(dict.fromkeys(self.methods))
+        self.methods = list({method.label: method for method in parse_methods(self.methods)}.values())
+        refused = [method.label for method in self.methods if method.kind != "token"]
+        if refused:
+            raise ValueError(
+                f"kvprune bench times token-dropping presses only, for now; {', '.join(refused)} holds a cache press "
+                "(benching cache and composed presses is planned): use those in `kvprune sweep`."
+            )
+        self.presets = list(dict.fromkeys(self.presets))
         self.audio_seconds = list(dict.fromkeys(float(s) for s in self.audio_seconds))
         self.ratios = list(dict.fromkeys(parse_ratios(self.ratios)))
+        if not self.methods:
+            raise ValueError("no method to bench: give at least one (--methods).")
+        self.presses = {(m.label, r): m.build(r, self.layer) for m in self.methods for r in self.ratios}
+        layers = sorted({press.layer for press in self.presses.values()})
+        if len(layers) > 1:
+            raise ValueError(
+                f"the bench compares every press with one ideal at one layer K, but these presses act at layers "
+                f"{', '.join(map(str, layers))}: give them the same layer (--layer)."
+            )
+        self.k = layers[0]
 
 
 def run_bench(config: BenchConfig):
@@ -91,9 +108,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add = parser.add_argument
     add("--preset", default=",".join(defaults.presets), help=f"comma list of: {', '.join(PRESETS)}")
     add("--audio-seconds", default=_joined(defaults.audio_seconds), help="comma list of audio lengths in seconds")
-    add("--methods", default=",".join(defaults.methods), help="comma list of presses")
+    add("--methods", default=",".join(m.label for m in defaults.methods),
+        help="method specs of token-dropping presses, e.g. 'fastv,dart:budget=reference'")
     add("--ratios", default=_joined(defaults.ratios), help="'0.5,0.9', '0.1..0.9' (step 0.1) or '0.1..0.9:0.2'")
-    add("--layer", type=int, default=defaults.layer, help="decoder layer K the presses prune before")
+    add("--layer", type=int, default=None, help="decoder layer K the presses prune before (default: their own, 2)")
     add("--decode-tokens", type=int, default=defaults.decode_tokens, help="forced tokens decoded after the prefill")
     add("--repeats", type=int, default=defaults.repeats, help="timed runs per measurement (median)")
     add("--warmup", type=int, default=defaults.warmup, help="untimed runs before them")
@@ -112,7 +130,7 @@ def bench_main(args: argparse.Namespace) -> int:
     config = BenchConfig(
         presets=_list(args.preset),
         audio_seconds=[float(s) for s in _list(args.audio_seconds)],
-        methods=_list(args.methods),
+        methods=args.methods,
         ratios=parse_ratios(args.ratios),
         layer=args.layer,
         decode_tokens=args.decode_tokens,

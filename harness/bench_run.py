@@ -17,7 +17,7 @@ import transformers
 from tqdm.auto import tqdm
 
 import kvprune
-from kvprune import get_press, resolve_family
+from kvprune import resolve_family
 from kvprune.ratios import keep_count
 
 from .bench import BenchConfig
@@ -77,7 +77,7 @@ def run_presets(config: BenchConfig) -> pd.DataFrame:
 
 def _bench_preset(run: _Run, preset: Preset) -> None:
     config = run.config
-    base = dict(preset=preset.name, layer=config.layer)
+    base = dict(preset=preset.name, layer=config.k)
     model, failure = _build(run, preset)
     if model is None:
         _free_memory()
@@ -110,8 +110,8 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
     prompt = preset.prompt(model, base["audio_seconds"], config.decode_tokens, config.seed)
     base.update(audio_tokens=prompt.audio_tokens, seq_len=prompt.seq_len)
     encoder = preset.audio.encoder_modules(model)
-    k, n_layers = config.layer, base["llm_layers"]
-    requests = [(UNPRUNED, 0.0)] + [(m, r) for m in config.methods for r in config.ratios]
+    k, n_layers = config.k, base["llm_layers"]
+    requests = [(UNPRUNED, 0.0), *config.presses]
     # layers >= K (and the LM head) alone, on the full prompt and on each kept length: the ideal's parts,
     # timed in the same rounds as the requests so that drift cannot open a gap between them
     lengths = {ratio: prompt.seq_len - prompt.audio_tokens + keep_count(prompt.audio_tokens, ratio) for ratio in config.ratios}
@@ -151,7 +151,7 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
         def pressed(method=method, ratio=ratio) -> list[dict]:
             if "error" in measured[method, ratio]:
                 raise RuntimeError(measured[method, ratio]["error"])
-            press = get_press(method, layer=k, ratio=ratio)
+            press = config.presses[method, ratio]
             return [dict(measured[method, ratio], score_ms=press_scoring_ms(meter, press, scoring))]
 
         run.measure(base, method, [ratio], pressed)
@@ -202,7 +202,7 @@ def _request(run: _Run, model, prompt: Prompt, encoder, method: str, ratio: floa
     """One timed request, unpruned or under a press; returns its timing and the audio tokens kept."""
     if method == UNPRUNED:
         return run.meter.request(model, prompt, encoder), prompt.audio_tokens
-    with get_press(method, layer=run.config.layer)(model, ratio=ratio) as pressed:
+    with run.config.presses[method, ratio](model) as pressed:
         timing = run.meter.request(model, prompt, encoder)
     return timing, pressed.stats[0].kept_tokens
 
@@ -212,8 +212,8 @@ def _scoring_costs(run: _Run, model, prompt: Prompt) -> dict:
     they fail (e.g. the matrix does not fit), the unpruned row still counts, with the error."""
 
     def measure() -> list[dict]:
-        scoring = ScoringInputs.for_model(model, run.config.layer, prompt.inputs["input_ids"], run.config.seed)
-        eager = eager_matrix_cost(run.meter, model, run.config.layer, scoring)
+        scoring = ScoringInputs.for_model(model, run.config.k, prompt.inputs["input_ids"], run.config.seed)
+        eager = eager_matrix_cost(run.meter, model, run.config.k, scoring)
         return [
             dict(
                 eager_score_ms=eager.extra_ms,

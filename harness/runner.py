@@ -14,7 +14,7 @@ import hashlib
 import json
 import platform
 from contextlib import nullcontext
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 import kvprune
 from kvprune.models.loading import LoadedModel, load_model
-from kvprune.press import get_press
+from kvprune.press import Press
 
 from .audio import duration_seconds, load_audio
 from .results import ResultStore, run_key
@@ -45,9 +45,24 @@ def _distributed() -> tuple[int, int, str | None]:
     return state.process_index, state.num_processes, str(state.device)
 
 
-def runs_of(config: SweepConfig) -> list[tuple[str, float]]:
+@dataclass(frozen=True)
+class PlannedRun:
+    """One method at one ratio, with the press that runs it (None: the unpruned baseline)."""
+
+    method: str  # the method's canonical label, or BASELINE
+    ratio: float
+    press: Press | None
+
+    @property
+    def layer(self) -> int | None:
+        return None if self.press is None else self.press.layer
+
+
+def runs_of(config: SweepConfig) -> list[PlannedRun]:
     """The unpruned baseline once, then every method at every ratio."""
-    return [(BASELINE, 0.0)] + [(m, r) for m in config.methods for r in config.ratios]
+    return [PlannedRun(BASELINE, 0.0, None)] + [
+        PlannedRun(m.label, r, m.build(r, config.layer)) for m in config.methods for r in config.ratios
+    ]
 
 
 def prompt_hash(model: str, prompt: str, sample: Sample) -> str:
@@ -62,7 +77,7 @@ class SweepRunner:
         self.rank, self.world_size, device = _distributed()
         self.device = config.device or device
         self.store = ResultStore(config.out, self.rank, self.world_size)
-        self._layers: dict[str, int] = {}  # per method: asked for every run key, worked out once
+        self.runs = runs_of(config)
 
     def run(self) -> Path:
         self._write_run_info()
@@ -85,7 +100,7 @@ class SweepRunner:
             for sample in samples:
                 prompt = task.render(sample)
                 digest = prompt_hash(model_name, prompt, sample)
-                todo = [r for r in runs_of(self.config) if self._key(model_name, task, r, sample, digest) not in done]
+                todo = [r for r in self.runs if self._key(model_name, task, r, sample, digest) not in done]
                 if todo:
                     work.append((sample, prompt, digest, todo))
             if not work:
@@ -109,24 +124,11 @@ class SweepRunner:
             attn_implementation=c.attn_implementation, trust_remote_code=c.trust_remote_code,
         )
 
-    def _key(self, model_name, task, run, sample, digest) -> tuple:
-        method, ratio = run
+    def _key(self, model_name, task, run: PlannedRun, sample, digest) -> tuple:
         return run_key(dict(
-            model=model_name, task=task.name, method=method, ratio=ratio, layer=self._layer(method),
+            model=model_name, task=task.name, method=run.method, ratio=run.ratio, layer=run.layer,
             sample_id=sample.id, prompt_hash=digest,
         ))
-
-    def _layer(self, method: str) -> int | None:
-        """The decoder layer a method starts at: K for token dropping, the first compressed layer for cache presses."""
-        if method == BASELINE:
-            return None
-        if method not in self._layers:
-            self._layers[method] = self._press(method, 0.0).layer
-        return self._layers[method]
-
-    def _press(self, method: str, ratio: float):
-        press = get_press(method, ratio=ratio)
-        return replace(press, layer=self.config.layer) if press.kind == "token" else press
 
     # -- per sample ------------------------------------------------------------------------------
     def _run_sample(self, loaded, task, sample, prompt, digest, todo, warmup, bar) -> None:
@@ -139,33 +141,32 @@ class SweepRunner:
             inputs = loaded.build_inputs(waves, prompt)
             base.update(audio_seconds=duration_seconds(waves), audio_tokens=loaded.audio_tokens(inputs["input_ids"]))
         except Exception as error:  # one bad sample must not stop the sweep
-            for method, ratio in todo:
-                self._record(task, sample, base, method, ratio, error=error)
+            for run in todo:
+                self._record(task, sample, base, run, error=error)
                 bar.update()
             return
-        for method, ratio in todo:
+        for run in todo:
             try:
-                outcome = self._generate(loaded, task, inputs, method, ratio)
+                outcome = self._generate(loaded, task, inputs, run.press)
             except Exception as error:
                 _free_device_memory(error)
                 outcome = dict(error=error)
-            self._record(task, sample, base, method, ratio, **outcome)
+            self._record(task, sample, base, run, **outcome)
             bar.update()
 
-    def _generate(self, loaded: LoadedModel, task: Task, inputs: dict, method: str, ratio: float) -> dict:
-        press = None if method == BASELINE else self._press(method, ratio)
+    def _generate(self, loaded: LoadedModel, task: Task, inputs: dict, press: Press | None) -> dict:
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
         generate_kwargs = dict(
             max_new_tokens=self.config.max_new_tokens or task.max_new_tokens,
             do_sample=False,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         )
-        with press(loaded.model) if press else nullcontext() as run:
+        with press(loaded.model) if press else nullcontext() as pressed:
             new_ids, timing = timed_generate(loaded.generator, inputs, **generate_kwargs)
-        kept = sum(s.kept_tokens for s in run.stats) if run is not None else None
+        kept = sum(s.kept_tokens for s in pressed.stats) if pressed is not None else None
         return dict(output=loaded.decode(new_ids), timing=timing, kept_tokens=kept)
 
-    def _record(self, task, sample, base, method, ratio, output=None, timing=None, kept_tokens=None, error=None):
+    def _record(self, task, sample, base, run: PlannedRun, output=None, timing=None, kept_tokens=None, error=None):
         parsed = None
         if output is not None and error is None:
             try:
@@ -174,9 +175,9 @@ class SweepRunner:
                 error = parse_error
         row = dict(
             base,
-            method=method,
-            ratio=ratio,
-            layer=self._layer(method),
+            method=run.method,
+            ratio=run.ratio,
+            layer=run.layer,
             output=output,
             parsed=parsed,
             **task.score(parsed, sample),
@@ -193,7 +194,7 @@ class SweepRunner:
         path = self.config.out / "runs.jsonl"
         info = dict(
             time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            config={k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self.config).items()},
+            config=vars(self.config),
             device=_device_name(self.device),
             rank=self.rank,
             world_size=self.world_size,
@@ -201,7 +202,7 @@ class SweepRunner:
         )
         self.config.out.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(info) + "\n")
+            handle.write(json.dumps(info, default=str) + "\n")  # paths and method specs as text
 
 
 def _device_name(device: str | None) -> str:

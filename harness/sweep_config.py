@@ -1,4 +1,9 @@
-"""What a sweep runs: models x tasks x methods x ratios, from a YAML file and command-line overrides."""
+"""What a sweep runs: models x tasks x methods x ratios, from a YAML file and command-line overrides.
+
+Methods are method specs (``kvprune.specs``): ``fastv``, ``dart:budget=reference``, ``frame+knorm:ratio=0.3``.
+``layer`` (``--layer``), when given, is the layer of every press that does not set its own; when not,
+each press acts where it does by default.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from kvprune.press import list_presses
+from kvprune.specs import MethodSpec, parse_methods
 
 from .ratios import parse_ratios
 
@@ -22,9 +28,9 @@ class SweepConfigError(ValueError):
 class SweepConfig:
     models: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
-    methods: list[str] = field(default_factory=lambda: list_presses(kind="token"))
+    methods: list[MethodSpec] = field(default_factory=lambda: parse_methods(list_presses(kind="token")))
     ratios: list[float] = field(default_factory=lambda: parse_ratios("0.1..0.9"))
-    layer: int = 2
+    layer: int | None = None
     limit: int | None = None
     data_root: Path | None = None
     out: Path = Path("kvprune-results")
@@ -54,10 +60,13 @@ class SweepConfig:
             raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
         if not Path(self.data_root).is_dir():
             raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
-        unknown = [m for m in self.methods if m not in list_presses()]
-        if unknown:
-            raise SweepConfigError(f"unknown method(s) {', '.join(unknown)}; available: {', '.join(list_presses())}.")
-        if self.layer < 1:
+        for method in self.methods:
+            if not method.takes_ratio and len(self.ratios) > 1:
+                raise SweepConfigError(
+                    f"method {method.label} sets the ratio of every press it holds, so each of the {len(self.ratios)} "
+                    "ratios would run it the same way: leave one press's ratio to the sweep."
+                )
+        if self.layer is not None and self.layer < 1:
             raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
@@ -70,8 +79,10 @@ def _csv(value) -> list[str]:
 
 
 def _normalise(name: str, value):
-    if name in ("models", "tasks", "methods"):
+    if name in ("models", "tasks"):
         return _csv(value)
+    if name == "methods":
+        return list({method.label: method for method in parse_methods(value)}.values())  # once each
     if name == "ratios":
         return parse_ratios(value)
     if name in ("data_root", "out"):

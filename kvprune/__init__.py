@@ -9,6 +9,7 @@
 from .press import CachePress, ComposedPress, Press, TokenDropPress, get_press, list_presses, register_press
 from .presses import DARTPress, FastVPress, FramePress, KNormPress, RandomPress
 from .run import PressRun, PruneStats
+from .specs import MethodSpec, MethodSpecError, parse_method, parse_methods
 from .models import UnsupportedModelError, list_families, resolve_family
 from .models.loading import LoadedModel, load_model
 
@@ -22,6 +23,8 @@ __all__ = [
     "FramePress",
     "KNormPress",
     "LoadedModel",
+    "MethodSpec",
+    "MethodSpecError",
     "Press",
     "PressRun",
     "PruneStats",
@@ -32,6 +35,8 @@ __all__ = [
     "list_families",
     "list_presses",
     "load_model",
+    "parse_method",
+    "parse_methods",
     "register_press",
     "resolve_family",
 ]

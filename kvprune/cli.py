@@ -10,12 +10,13 @@ from pathlib import Path
 
 # -- listings -------------------------------------------------------------------------------------
 def _presses(args) -> int:
-    from kvprune import get_press, list_presses
+    from kvprune.press import PRESSES, list_presses
 
     for kind in ("token", "cache"):
         for name in list_presses(kind=kind):
-            summary = sys.modules[type(get_press(name)).__module__].__doc__.strip().splitlines()[0]
-            print(f"{name:8s} {kind:6s} {summary}")
+            cls = PRESSES.get(name)
+            summary = (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").strip().splitlines()[:1]
+            print(f"{name:8s} {kind:6s} {''.join(summary)}")
     return 0
 
 
@@ -110,9 +111,11 @@ def _add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it")
     add("--model", help="Hugging Face id or local directory (comma-separated for several)")
     add("--tasks", help="comma-separated task names (see `kvprune tasks`)")
-    add("--methods", help="comma-separated presses (see `kvprune presses`); default: all")
+    add("--methods", help="method specs, e.g. 'fastv,dart:budget=reference,frame+knorm:ratio=0.3' "
+        "(presses: `kvprune presses`); default: every token-dropping press")
     add("--ratios", help="'0.1..0.9' (step 0.1), '0.1..0.9:0.2' or '0,0.5,0.9'; default 0.1..0.9")
-    add("--layer", type=int, help="decoder layer K where audio tokens are dropped (default 2)")
+    add("--layer", type=int, help="first decoder layer of every press that sets none (token presses drop before it); "
+        "default: each press's own (2 for token presses, 1 for cache presses)")
     add("--limit", type=int, help="at most N samples per task")
     add("--data-root", type=Path, help="folder holding each task's data in its native layout")
     add("--out", type=Path, help="results folder; rerunning the same command resumes it")

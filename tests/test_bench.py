@@ -4,6 +4,7 @@ What is checked is the bookkeeping (rows, columns, token and cache counts, files
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
 
 import pandas as pd
@@ -14,6 +15,7 @@ from kvprune.harness.bench import BenchConfig, add_bench_arguments, bench_main, 
 from kvprune.harness.bench_report import COLUMNS
 from matplotlib.image import imread
 
+from kvprune import DARTPress, FastVPress
 from kvprune.ratios import keep_count
 
 PRESETS = ["tiny-omni", "tiny-phi4", "tiny-voxtral", "tiny-aero"]
@@ -146,3 +148,15 @@ def test_command_line(tmp_path):
     csv = pd.read_csv(tmp_path / "bench.csv")
     assert csv[csv["method"] == "frame"]["ratio"].tolist() == [0.1, 0.2, 0.3]
     assert csv["command"].iloc[0].startswith("kvprune bench ")
+
+
+def test_methods_are_specs_of_token_presses_at_one_layer():
+    config = BenchConfig(methods="fastv,dart:budget=reference", ratios=[0.5], presets=["tiny-aero"], out=None)
+    assert config.k == 2
+    assert config.presses == {("fastv", 0.5): FastVPress(ratio=0.5), ("dart:budget=reference", 0.5): DARTPress(ratio=0.5, budget="reference")}
+    assert BenchConfig(methods="fastv", layer=3, presets=["tiny-aero"]).k == 3
+    for methods in ("knorm", "frame+knorm"):
+        with pytest.raises(ValueError, match=re.escape(f"token-dropping presses only, for now; {methods} holds a cache press")):
+            BenchConfig(methods=methods, presets=["tiny-aero"])
+    with pytest.raises(ValueError, match="presses act at layers 2, 3: give them the same layer"):
+        BenchConfig(methods="fastv,frame:layer=3", presets=["tiny-aero"])

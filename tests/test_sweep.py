@@ -1,4 +1,5 @@
-"""``kvprune sweep`` end to end on the demo model: results, resume after a kill, outputs, user errors."""
+"""``kvprune sweep`` end to end on the demo model: results, resume after a kill, outputs, user errors,
+method specs with parameters and composition, and a press registered by a third party."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.image
@@ -15,9 +17,13 @@ import pandas as pd
 import pytest
 
 import task_fixtures
+from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
 from kvprune.cli import main
 from kvprune.harness.results import read_rows, run_key
+from kvprune.harness.runner import runs_of
+from kvprune.harness.sweep_config import SweepConfig
 from kvprune.harness.task import get_task
+from kvprune.press import PRESSES
 
 TASKS = ["gtzan", "had"]
 # what a rerun must reproduce exactly; timings and timestamps differ run to run
@@ -156,7 +162,7 @@ def test_a_bad_audio_file_is_recorded_and_the_sweep_goes_on(tmp_path):
     [
         (("--data-root", "/nonexistent/folder"), "not a directory"),
         (("--tasks", "gtzan,nope"), "unknown task 'nope'"),
-        (("--methods", "fastv,snapkv"), "unknown method(s) snapkv"),
+        (("--methods", "fastv,snapkv"), "unknown press 'snapkv'"),
         (("--ratios", "0.5..1.2"), "ratio=1.0"),
         (("--model", "/nonexistent/model"), "/nonexistent/model"),
     ],
@@ -219,3 +225,66 @@ def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterru
 
 def read_rows_of(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@dataclass(frozen=True)
+class TailPress(TokenDropPress):
+    """A third party's press: keeps the last tokens of each clip."""
+
+    def select(self, clip, evidence):
+        return clip.positions(evidence.is_audio.device)[clip.length - clip.n_keep :]
+
+
+SPEC_METHODS = "dart:budget=reference,frame+knorm,frame+knorm:ratio=0.3,tail"
+
+
+@pytest.fixture(scope="module")
+def tail_press():
+    register_press("tail", TailPress)
+    yield
+    PRESSES.unregister("tail")
+
+
+@pytest.fixture(scope="module")
+def spec_sweep(data_root, tail_press, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("specs")
+    args = sweep_args(data_root, out)
+    for flag, value in (("--tasks", "had"), ("--methods", SPEC_METHODS), ("--ratios", "0.5"), ("--limit", "2")):
+        args[args.index(flag) + 1] = value
+    assert main(args) == 0
+    return out
+
+
+def test_specs_with_parameters_and_compositions_are_swept_under_their_labels(spec_sweep):
+    rows = read_rows(spec_sweep)
+    assert all(r["error"] is None for r in rows)
+    layers = {r["method"]: r["layer"] for r in rows}
+    assert layers == {"none": None, "dart:budget=reference": 2, "frame+knorm": 1, "frame+knorm:ratio=0.3": 1, "tail": 2}
+    for row in rows:
+        if row["method"] != "none":  # frame drops half the tokens; the cache press compresses what is left
+            assert row["kept_tokens"] == (round(row["audio_tokens"] * 0.5) if row["method"] != "dart:budget=reference"
+                                          else 4 + 8 * int(row["audio_tokens"] * 0.5 / 8))
+    kv = {r["method"]: r["kv_cache_bytes"] for r in rows if r["sample_id"] == rows[0]["sample_id"]}
+    assert kv["frame+knorm"] < kv["frame+knorm:ratio=0.3"] < kv["tail"], "knorm at 0.5 evicts more than at 0.3"
+    summary = pd.read_csv(spec_sweep / "summary.csv")
+    assert sorted(summary["method"]) == sorted(["none", *SPEC_METHODS.split(",")])
+
+
+def test_a_third_party_press_is_listed_and_swept(spec_sweep, capsys):
+    assert main(["presses"]) == 0
+    assert any(line.split()[:2] == ["tail", "token"] for line in capsys.readouterr().out.splitlines())
+    tail = [r for r in read_rows(spec_sweep) if r["method"] == "tail"]
+    assert len(tail) == 2 and all(r["kept_tokens"] == round(r["audio_tokens"] * 0.5) for r in tail)
+
+
+def test_layer_goes_to_every_press_without_its_own(data_root):
+    def presses(**overrides):
+        config = SweepConfig.build(models="demo", tasks="had", data_root=data_root, ratios="0.5", **overrides)
+        return [run.press for run in runs_of(config)[1:]]
+
+    assert presses(methods="frame+knorm:layer=2") == [ComposedPress([FramePress(ratio=0.5), KNormPress(ratio=0.5, layer=2)])]
+    assert presses(methods="frame+knorm:layer=2", layer=3) == [
+        ComposedPress([FramePress(ratio=0.5, layer=3), KNormPress(ratio=0.5, layer=2)])
+    ]
+    with pytest.raises(ValueError, match="sets the ratio of every press it holds"):
+        SweepConfig.build(models="demo", tasks="had", data_root=data_root, ratios="0.3,0.5", methods="knorm:ratio=0.3")

@@ -1,0 +1,219 @@
+"""Method specs: what a sweep or a bench runs, as presses with parameters, composed or not.
+
+Text (``--methods``): methods separated by commas; a method is parts joined by ``+``; a part is
+``name[:key=value,key=value]``. A comma-separated chunk that looks like ``key=value`` continues the
+previous part's parameters::
+
+    fastv,dart:budget=reference,pivot_audio=2,frame+knorm:ratio=0.3
+
+YAML and dicts: ``"fastv"`` (any text above), ``{press: dart, budget: reference}``,
+``{compose: [frame, {press: knorm, ratio: 0.3}]}``.
+
+Values are converted by the press field's type (int, float, bool, str). ``build(ratio, layer)``
+makes the press: parts without their own ``ratio`` take the sweep's, parts without their own
+``layer`` take ``layer`` when one is given, else their own default. The canonical ``label`` is what
+results, summaries and plots show: the parts in order, each with the parameters given explicitly
+that differ from the default (``ratio`` and ``layer`` whenever given: they pin what a sweep varies),
+so ``dart:budget=equal`` is ``dart``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from .press import PRESSES, ComposedPress, Press
+
+#: fields that a sweep sets on every part that does not set them itself
+SWEPT = ("ratio", "layer")
+_CONVERTERS = {
+    int: lambda text: int(text),
+    float: lambda text: float(text),
+    str: lambda text: text,
+    bool: lambda text: {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}[text.lower()],
+}
+_BY_NAME = {kind.__name__: kind for kind in _CONVERTERS}  # field types written as text (postponed annotations)
+_SYNTAX = ",+:="  # characters a text value cannot hold: the label could not be read back
+
+
+class MethodSpecError(ValueError):
+    """A method spec names an unknown press or parameter, or is written wrongly."""
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    """One press of a method: its registered name and the parameters given explicitly, in field order."""
+
+    press: str
+    params: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, press: str, params: dict[str, Any]) -> PartSpec:
+        """Check the name and parameters against the press class and convert the values."""
+        try:
+            press_class = PRESSES.get(press)
+        except ValueError as error:
+            raise MethodSpecError(str(error)) from None
+        types = _field_types(press_class)
+        unknown = [key for key in params if key not in types]
+        if unknown:
+            raise MethodSpecError(
+                f"press {press!r} has no parameter {unknown[0]!r}; its parameters: {', '.join(types)}."
+            )
+        converted = {key: _convert(press, key, types[key], params[key]) for key in params}
+        return cls(press, tuple((key, converted[key]) for key in types if key in converted))
+
+    @property
+    def label(self) -> str:
+        defaults = _defaults(PRESSES.get(self.press))
+        shown = [f"{key}={_text(value)}" for key, value in self.params if key in SWEPT or value != defaults[key]]
+        return self.press + (":" + ",".join(shown) if shown else "")
+
+    def build(self, ratio: float, layer: int | None = None) -> Press:
+        values = dict(self.params)
+        values.setdefault("ratio", ratio)
+        if layer is not None:
+            values.setdefault("layer", layer)
+        return PRESSES.get(self.press)(**values)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A method: one press, or several composed (at most one token-dropping press among them)."""
+
+    parts: tuple[PartSpec, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise MethodSpecError("a method needs at least one press.")
+        try:
+            self.build(0.0)  # the presses check their own values (and ComposedPress its parts)
+        except (TypeError, ValueError) as error:
+            raise MethodSpecError(f"method {self.label!r}: {error}") from None
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        return "+".join(part.label for part in self.parts)
+
+    @property
+    def kind(self) -> str:
+        """"token" or "cache" for a single press, "composed" for several."""
+        return PRESSES.get(self.parts[0].press).kind if len(self.parts) == 1 else "composed"
+
+    @property
+    def takes_ratio(self) -> bool:
+        """Whether some part takes the ratio given to ``build`` (has none of its own)."""
+        return any("ratio" not in dict(part.params) for part in self.parts)
+
+    def build(self, ratio: float, layer: int | None = None) -> Press:
+        """The press at ``ratio``; ``layer`` for every part without its own (None: each press's default)."""
+        presses = [part.build(ratio, layer) for part in self.parts]
+        return presses[0] if len(presses) == 1 else ComposedPress(presses)
+
+
+def parse_method(value) -> MethodSpec:
+    """Exactly one method, from text (``"frame+knorm:ratio=0.3"``), a dict or a ``MethodSpec``."""
+    methods = parse_methods(value)
+    if len(methods) != 1:
+        raise MethodSpecError(f"{value!r} holds {len(methods)} methods where one is expected.")
+    return methods[0]
+
+
+def parse_methods(value) -> list[MethodSpec]:
+    """Methods from text (comma-separated), a dict, or a list of those (YAML's ``methods:``)."""
+    if isinstance(value, MethodSpec):
+        return [value]
+    if isinstance(value, str):
+        return [MethodSpec(tuple(parts)) for parts in _parse_text(value)]
+    if isinstance(value, dict):
+        return [MethodSpec(tuple(_parts_of_dict(value)))]
+    if isinstance(value, (list, tuple)):
+        return [method for item in value for method in parse_methods(item)]
+    raise MethodSpecError(f"cannot read a method from {value!r}: {_FORMS}")
+
+
+_FORMS = (
+    "write 'name', 'name:key=value,key=value' or 'a+b' (composed), or in YAML {press: name, key: value} "
+    "or {compose: [a, {press: b, key: value}]}."
+)
+
+
+def _parse_text(text: str) -> list[list[PartSpec]]:
+    methods: list[list[tuple[str, dict]]] = []
+    for chunk in text.split(","):
+        pieces = [piece.strip() for piece in chunk.split("+")]
+        if pieces == [""]:
+            continue
+        if "=" in pieces[0] and ":" not in pieces[0]:  # key=value: more parameters of the previous part
+            if not methods:
+                raise MethodSpecError(f"{text!r}: parameter {pieces[0]!r} comes before any press; {_FORMS}")
+            _add_parameter(methods[-1][-1], pieces[0], text)
+            methods[-1] += [_split_part(piece, text) for piece in pieces[1:]]
+        else:
+            methods.append([_split_part(piece, text) for piece in pieces])
+    return [[PartSpec.of(name, params) for name, params in parts] for parts in methods]
+
+
+def _split_part(piece: str, text: str) -> tuple[str, dict]:
+    name, _, parameters = piece.partition(":")
+    if not name.strip():
+        raise MethodSpecError(f"{text!r}: a press name is missing; {_FORMS}")
+    part = (name.strip(), {})
+    for parameter in filter(None, (p.strip() for p in parameters.split(","))):
+        _add_parameter(part, parameter, text)
+    return part
+
+
+def _add_parameter(part: tuple[str, dict], parameter: str, text: str) -> None:
+    key, equals, value = (s.strip() for s in parameter.partition("="))
+    if not equals or not key:
+        raise MethodSpecError(f"{text!r}: {parameter!r} is not key=value; {_FORMS}")
+    if key in part[1]:
+        raise MethodSpecError(f"{text!r}: {part[0]} sets {key} twice.")
+    part[1][key] = value
+
+
+def _parts_of_dict(value: dict) -> list[PartSpec]:
+    if "compose" in value:
+        if len(value) != 1 or not isinstance(value["compose"], list):
+            raise MethodSpecError(f"{value!r}: compose takes a list of presses and nothing beside it; {_FORMS}")
+        return [part for item in value["compose"] for part in parse_method(item).parts]
+    if "press" not in value:
+        raise MethodSpecError(f"{value!r} names no press; {_FORMS}")
+    params = {key: item for key, item in value.items() if key != "press"}
+    return [PartSpec.of(str(value["press"]), params)]
+
+
+def _field_types(press_class) -> dict[str, Any]:
+    """The constructor's fields and their types, in field order."""
+    return {f.name: _BY_NAME.get(f.type, f.type) if isinstance(f.type, str) else f.type
+            for f in dataclasses.fields(press_class) if f.init}
+
+
+def _defaults(press_class) -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(press_class) if f.init}
+
+
+def _convert(press: str, key: str, kind: Any, value: Any) -> Any:
+    if kind not in _CONVERTERS:
+        raise MethodSpecError(f"{press}.{key} (of type {kind}) cannot be set from a method spec.")
+    if isinstance(value, str):
+        if kind is str and any(c in value for c in _SYNTAX):
+            raise MethodSpecError(f"{press}.{key}={value!r}: a value cannot contain any of {_SYNTAX!r}.")
+        try:
+            return _CONVERTERS[kind](value)
+        except (KeyError, ValueError):
+            raise MethodSpecError(f"{press}.{key}={value!r} is not a valid {kind.__name__}.") from None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not kind:
+        raise MethodSpecError(f"{press}.{key}={value!r} is not a valid {kind.__name__}.")
+    return value
+
+
+def _text(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)
