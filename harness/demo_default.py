@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kvprune.demo import DEMO
 from kvprune.demo.suite import demo_suite
-from kvprune.models.loading import DEMO
 from kvprune.harness.synthetic import TASKS
 
 DEMO_TASKS = [f"demo_{task}" for task in TASKS]

@@ -14,7 +14,7 @@ import hashlib
 import json
 import platform
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import transformers
 from tqdm.auto import tqdm
 
 import kvprune
+from kvprune.demo import DEMO, DEMO_MODEL_DIR
 from kvprune.models.loading import LoadedModel, load_model
 from kvprune.press import Press
 
@@ -118,11 +119,13 @@ class SweepRunner:
         return samples[self.rank :: self.world_size]
 
     def _load(self, model_name: str) -> LoadedModel:
+        """The model, under the name the user gave (``demo``: the embedded demo model's folder)."""
         c = self.config
-        return load_model(
-            model_name, dtype=c.dtype, device=self.device, device_map=c.device_map,
-            attn_implementation=c.attn_implementation, trust_remote_code=c.trust_remote_code,
+        loaded = load_model(
+            DEMO_MODEL_DIR if model_name == DEMO else model_name, dtype=c.dtype, device=self.device,
+            device_map=c.device_map, attn_implementation=c.attn_implementation, trust_remote_code=c.trust_remote_code,
         )
+        return replace(loaded, name=model_name)
 
     def _key(self, model_name, task, run: PlannedRun, sample, digest) -> tuple:
         return run_key(dict(

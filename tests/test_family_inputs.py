@@ -15,7 +15,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2AudioConfig, Qwen2AudioFo
 from kvprune import FastVPress
 from kvprune.models import AERO, QWEN2_AUDIO, VOXTRAL
 from kvprune.models.loading import ModelLoadError, load_model
-from kvprune.models.prompting import SAMPLING_RATE, split_chunks
+from kvprune.models.prompting import SAMPLING_RATE, split_chunks, wav_bytes
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<unk>"]
 WORDS = "system user assistant You are a helpful . Audio 1 2 : What is heard ? A B C D".split()
@@ -120,3 +120,12 @@ def test_voxtral_gets_each_clip_as_base64_wav_in_its_message():
         decoded, rate = sf.read(io.BytesIO(base64.b64decode(item["base64"])), dtype="float32")
         assert rate == SAMPLING_RATE and np.array_equal(decoded, clip)
     assert kwargs["tokenize"] and kwargs["return_dict"]
+
+
+def test_wav_written_by_hand_is_a_float_wav_that_reads_back_bit_for_bit():
+    wave = 0.3 * np.random.default_rng(4).standard_normal(16_001)  # float64, odd length: converted to float32
+    data = wav_bytes(wave)
+    info = sf.info(io.BytesIO(data))
+    assert (info.format, info.subtype, info.channels, info.samplerate, info.frames) == ("WAV", "FLOAT", 1, SAMPLING_RATE, 16_001)
+    decoded, _ = sf.read(io.BytesIO(data), dtype="float32")
+    assert np.array_equal(decoded, wave.astype(np.float32))

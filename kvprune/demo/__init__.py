@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+DEMO = "demo"  # the model name the harness (``--model demo``) reads as the embedded demo
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "model"
 
 

@@ -16,7 +16,6 @@ import transformers
 
 from .base import ModelFamily, UnsupportedModelError, list_families
 
-DEMO = "demo"  # the name the embedded demo model answers to
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -99,12 +98,8 @@ def load_model(
     attn_implementation: str = "sdpa",
     trust_remote_code: bool = False,
 ) -> LoadedModel:
-    """``from_pretrained`` the model and processor of a supported family (``"demo"``: the embedded demo)."""
-    name = path = str(name_or_path)
-    if name == DEMO:
-        from kvprune.demo import DEMO_MODEL_DIR
-
-        path = str(DEMO_MODEL_DIR)
+    """``from_pretrained`` the model and processor of a supported family."""
+    path = str(name_or_path)
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is invalid; choose one of {', '.join(DTYPES)}.")
     family, model_type = family_of_checkpoint(path, trust_remote_code)
@@ -122,4 +117,4 @@ def load_model(
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     load_processor = family.load_processor or transformers.AutoProcessor.from_pretrained
     processor = load_processor(path, trust_remote_code=trust_remote_code)
-    return LoadedModel(name=name, family=family, model=model.eval(), processor=processor)
+    return LoadedModel(name=path, family=family, model=model.eval(), processor=processor)

@@ -8,10 +8,9 @@ in how long audio is cut (``chunk_seconds``) and in the processor's keyword for 
 from __future__ import annotations
 
 import base64
-import io
+import struct
 
 import numpy as np
-import soundfile as sf
 
 SAMPLING_RATE = 16_000
 
@@ -38,8 +37,21 @@ def chat_template_inputs(processor, waves, prompt, *, audio_item=None, audio_kwa
     )
 
 
+def wav_bytes(wave: np.ndarray) -> bytes:
+    """A mono clip as a 32-bit float WAV file (WAVE_FORMAT_IEEE_FLOAT), written by hand so that the
+    core needs no audio library: RIFF header, ``fmt`` chunk, ``fact`` chunk (required for non-PCM
+    data), then the little-endian samples."""
+    data = np.ascontiguousarray(wave, dtype="<f4").tobytes()
+    n_samples = len(data) // 4
+    fmt = struct.pack("<HHIIHHH", 3, 1, SAMPLING_RATE, 4 * SAMPLING_RATE, 4, 32, 0)  # float, mono, no extension
+    chunks = b"".join([
+        b"fmt ", struct.pack("<I", len(fmt)), fmt,
+        b"fact", struct.pack("<II", 4, n_samples),
+        b"data", struct.pack("<I", len(data)), data,
+    ])
+    return b"RIFF" + struct.pack("<I", 4 + len(chunks)) + b"WAVE" + chunks
+
+
 def wav_base64(wave: np.ndarray) -> str:
     """A clip as base64 WAV, for processors that load audio themselves from a message (Voxtral)."""
-    buffer = io.BytesIO()
-    sf.write(buffer, wave, SAMPLING_RATE, format="WAV", subtype="FLOAT")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
+    return base64.b64encode(wav_bytes(wave)).decode("ascii")
