@@ -27,12 +27,8 @@ from .press import PRESSES, ComposedPress, Press
 
 #: fields that a sweep sets on every part that does not set them itself
 SWEPT = ("ratio", "layer")
-_CONVERTERS = {
-    int: lambda text: int(text),
-    float: lambda text: float(text),
-    str: lambda text: text,
-    bool: lambda text: {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}[text.lower()],
-}
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+_CONVERTERS = {int: int, float: float, str: str, bool: lambda text: _BOOLS[text.lower()]}  # from text
 _BY_NAME = {kind.__name__: kind for kind in _CONVERTERS}  # field types written as text (postponed annotations)
 _SYNTAX = ",+:="  # characters a text value cannot hold: the label could not be read back
 
@@ -43,7 +39,8 @@ class MethodSpecError(ValueError):
 
 @dataclass(frozen=True)
 class PartSpec:
-    """One press of a method: its registered name and the parameters given explicitly, in field order."""
+    """One press of a method: its registered name and, in field order, the parameters it sets:
+    ``ratio`` and ``layer`` when given, the others when they differ from the press's defaults."""
 
     press: str
     params: tuple[tuple[str, Any], ...] = ()
@@ -62,13 +59,14 @@ class PartSpec:
                 f"press {press!r} has no parameter {unknown[0]!r}; its parameters: {', '.join(types)}."
             )
         converted = {key: _convert(press, key, types[key], params[key]) for key in params}
-        return cls(press, tuple((key, converted[key]) for key in types if key in converted))
+        defaults = {f.name: f.default for f in dataclasses.fields(press_class)}
+        return cls(press, tuple(
+            (key, converted[key]) for key in types if key in converted and (key in SWEPT or converted[key] != defaults[key])
+        ))
 
     @property
     def label(self) -> str:
-        defaults = _defaults(PRESSES.get(self.press))
-        shown = [f"{key}={_text(value)}" for key, value in self.params if key in SWEPT or value != defaults[key]]
-        return self.press + (":" + ",".join(shown) if shown else "")
+        return self.press + (":" + ",".join(f"{key}={_text(value)}" for key, value in self.params) if self.params else "")
 
     def build(self, ratio: float, layer: int | None = None) -> Press:
         values = dict(self.params)
@@ -192,10 +190,6 @@ def _field_types(press_class) -> dict[str, Any]:
     """The constructor's fields and their types, in field order."""
     return {f.name: _BY_NAME.get(f.type, f.type) if isinstance(f.type, str) else f.type
             for f in dataclasses.fields(press_class) if f.init}
-
-
-def _defaults(press_class) -> dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(press_class) if f.init}
 
 
 def _convert(press: str, key: str, kind: Any, value: Any) -> Any:

@@ -55,7 +55,7 @@ def test_yaml_form_gives_the_same_methods_as_the_text_form():
 
 
 def test_label_shows_only_what_differs_from_the_defaults_in_field_order():
-    assert parse_method("dart:budget=equal").label == "dart"
+    assert parse_method("dart:budget=equal").label == "dart" and parse_method("dart:budget=equal") == parse_method("dart")
     assert parse_method("dart:budget=reference,pivot_text=4,pivot_audio=1").label == "dart:pivot_audio=1,budget=reference"
     # ratio and layer pin what a sweep varies: they are shown whenever given, even at their default
     assert parse_method("knorm:layer=1,ratio=0.0").label == "knorm:ratio=0.0,layer=1"
