@@ -15,8 +15,9 @@ from kvprune.harness.bench_report import COLUMNS
 from matplotlib.image import imread
 
 from kvprune.audio_spans import keep_count
+from kvprune.models import list_families
 
-PRESETS = ["tiny-omni", "tiny-phi4", "tiny-voxtral", "tiny-aero"]
+PRESETS = [family.tiny_preset for family in list_families()]
 SECONDS = [1.0, 2.5]
 METHODS = ["fastv", "random", "frame", "dart"]
 RATIOS = [0.0, 0.5]
