@@ -20,8 +20,7 @@ import torch
 import torch.nn as nn
 from transformers import PreTrainedConfig
 
-from kvprune.models import ModelFamily, list_families, resolve_family
-from kvprune.models import tiny as tiny_vocab
+from kvprune.models import ModelFamily, list_families, resolve_family, tiny
 
 TEXT_BEFORE, TEXT_AFTER = 24, 48  # prompt text around the audio: a system prompt, then the question
 
@@ -101,8 +100,8 @@ def _presets() -> dict[str, Preset]:
     """Every family's real shapes, then every family's tiny config (with the tiny text ids)."""
     families = list_families()
     real = [Preset(name, family, config) for family in families for name, config in family.bench_shapes.items()]
-    tiny = [Preset(family.tiny_preset, family, family.tiny_config, tiny_vocab.TEXT_IDS) for family in families]
-    return {preset.name: preset for preset in real + tiny}
+    tiny_ones = [Preset(family.tiny_preset, family, family.tiny_config, tiny.TEXT_IDS) for family in families]
+    return {preset.name: preset for preset in real + tiny_ones}
 
 
 PRESETS: dict[str, Preset] = _presets()
