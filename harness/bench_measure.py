@@ -25,8 +25,9 @@ def _forward_parameters(model: nn.Module):
 
 
 def cache_argument(model: nn.Module) -> str:
-    """The name this transformers version gives the cache argument (``cache`` or ``past_key_values``)."""
-    return next(name for name in CACHE_NAMES if name in _forward_parameters(model))
+    """The name this transformers version gives the cache argument (``cache`` or ``past_key_values``),
+    read from the text decoder, which declares it even where the model passes it on as a keyword."""
+    return next(name for name in CACHE_NAMES if name in _forward_parameters(resolve_family(model).decoder(model)))
 
 
 def takes_logits_to_keep(model: nn.Module) -> bool:

@@ -99,7 +99,7 @@ def _build(run: _Run, preset: Preset):
     """The preset's model with checked random weights, or None and why not (e.g. it does not fit)."""
     try:
         model = preset.build(run.device, run.dtype, run.config.attn, run.config.seed)
-        check_weights(model, preset.audio)
+        check_weights(model)
         return model, None
     except Exception as error:
         return None, f"build: {_describe(error)}"
@@ -109,7 +109,7 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict) -> None:
     config, meter = run.config, run.meter
     prompt = preset.prompt(model, base["audio_seconds"], config.decode_tokens, config.seed)
     base.update(audio_tokens=prompt.audio_tokens, seq_len=prompt.seq_len)
-    encoder = preset.audio.encoder_modules(model)
+    encoder = preset.family.audio_encoder(model)
     k, n_layers = config.k, base["llm_layers"]
     requests = [(UNPRUNED, 0.0), *config.presses]
     # layers >= K (and the LM head) alone, on the full prompt and on each kept length: the ideal's parts,

@@ -8,11 +8,12 @@ from functools import lru_cache
 
 import torch
 
+from kvprune.models import tiny
 from kvprune.press import TokenDropPress
-from tiny_models import AUDIO, AUDIO_END, AUDIO_START, FAMILIES, PAD
+from tiny_models import AUDIO, FAMILIES, PAD
 
 # Never let a random model emit placeholder ids: some families re-merge audio when they see one.
-GREEDY = dict(do_sample=False, pad_token_id=PAD, suppress_tokens=[AUDIO, AUDIO_START, AUDIO_END, 103, 104, 105])
+GREEDY = dict(do_sample=False, pad_token_id=PAD, suppress_tokens=list(tiny.SPECIAL_IDS))
 ATTENTION = ["sdpa", "eager"]
 K = 2
 
@@ -31,15 +32,8 @@ def cache_lengths(cache) -> list[int]:
     return [layer.keys.shape[2] for layer in cache.layers]
 
 
-def rows_for(family: str, rows):
-    """Round clip lengths to what the family's encoder can produce."""
-    multiple = FAMILIES[family].clip_multiple
-    return [[(kind, n if kind == "text" else max(multiple, n // multiple * multiple)) for kind, n in row] for row in rows]
-
-
 def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
     """Per row, per clip, the prompt positions of its audio tokens, computed from the row layout."""
-    frame = FAMILIES[family].frame_audio
     out = []
     for row in rows:
         position, clips = 0, []
@@ -47,9 +41,9 @@ def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
             if kind == "text":
                 position += n
             else:
-                position += frame
-                clips.append(torch.arange(position, position + n))
-                position += n + frame
+                ids = FAMILIES[family].placeholders(n)  # markers around the run, if the family has them
+                clips.append(torch.arange(position, position + n) + ids.index(AUDIO))
+                position += len(ids)
         out.append(clips)
     return out
 
@@ -70,15 +64,9 @@ def single_row(fam, rows, b, seed):
     batch = fam.inputs(rows, seed=seed)
     keep = batch["attention_mask"][b].bool()
     single = dict(input_ids=batch["input_ids"][b : b + 1, keep], attention_mask=batch["attention_mask"][b : b + 1, keep])
-    clip_counts = [sum(kind == "audio" for kind, _ in row) for row in rows]
-    first, count = sum(clip_counts[:b]), clip_counts[b]
+    feature_rows = [[fam.feature_rows(n) for kind, n in row if kind == "audio"] for row in rows]
+    start = sum(sum(r) for r in feature_rows[:b])
     for name, value in batch.items():
-        if name in single:
-            continue
-        if fam.name == "voxtral" and name == "input_features":  # 30 s chunks stacked on the batch axis
-            per_clip = [n // fam.clip_multiple for row in rows for kind, n in row if kind == "audio"]
-            start = sum(per_clip[:first])
-            single[name] = value[start : start + sum(per_clip[first : first + count])]
-        else:
-            single[name] = value[first : first + count]
+        if name not in single:
+            single[name] = value[start : start + sum(feature_rows[b])]  # a clip may take several rows (chunks)
     return single

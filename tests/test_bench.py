@@ -17,8 +17,9 @@ from matplotlib.image import imread
 
 from kvprune import DARTPress, FastVPress
 from kvprune.ratios import keep_count
+from kvprune.models import list_families
 
-PRESETS = ["tiny-omni", "tiny-phi4", "tiny-voxtral", "tiny-aero"]
+PRESETS = [family.tiny_preset for family in list_families()]
 SECONDS = [1.0, 2.5]
 METHODS = ["fastv", "random", "frame", "dart"]
 RATIOS = [0.0, 0.5]

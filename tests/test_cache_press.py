@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, rows_for, single_row
+from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, single_row
 from kvprune import ComposedPress, DARTPress, KNormPress
 from kvprune.ratios import keep_count
 from tiny_models import AUDIO, FAMILIES, N_LAYERS
@@ -49,7 +49,7 @@ def _decode_on(m, cache, ids, token):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_knorm_evicts_the_largest_norm_audio_keys_and_decoding_uses_what_is_left(family):
     m = model(family, "sdpa")
-    inputs = FAMILIES[family].inputs(rows_for(family, ROW))
+    inputs = FAMILIES[family].inputs(ROW)
     ids = inputs["input_ids"]
     full = _prefill_cache(m, inputs)
     with KNormPress(ratio=0.5)(m) as run:
@@ -73,7 +73,7 @@ def test_knorm_evicts_the_largest_norm_audio_keys_and_decoding_uses_what_is_left
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
 def test_knorm_in_a_padded_batch_keeps_its_counts_per_row(family, attn):
-    rows = rows_for(family, TWO_ROWS)
+    rows = TWO_ROWS
     m = model(family, attn)
     inputs = FAMILIES[family].inputs(rows)
     press = KNormPress(ratio=0.75, layer=2)
@@ -122,7 +122,7 @@ def test_token_dropping_composed_with_knorm():
 
 def test_composition_at_ratio_zero_is_bit_identical():
     m = model("voxtral", "eager")
-    inputs = FAMILIES["voxtral"].inputs(rows_for("voxtral", TWO_ROWS))
+    inputs = FAMILIES["voxtral"].inputs(TWO_ROWS)
     with torch.no_grad():
         reference = m.generate(**inputs, max_new_tokens=4, **GREEDY)
         with ComposedPress([DARTPress(ratio=0.0), KNormPress(ratio=0.0)])(m):

@@ -8,9 +8,12 @@ import pytest
 import soundfile as sf
 import torch
 
+from transformers import Qwen2_5OmniThinkerConfig
+
 import kvprune.demo
 from kvprune import FastVPress
-from kvprune.demo import load_demo
+from kvprune.demo import DEMO_MODEL_DIR, load_demo
+from kvprune.demo.build import build_config, build_tokenizer
 from kvprune.demo.suite import demo_suite, load_manifest
 from kvprune.models import QWEN2_5_OMNI
 from kvprune.harness.synthetic import CHOICES, LETTERS, TASKS, format_prompt, make_item, suite_manifest
@@ -88,6 +91,18 @@ def test_fastv_prunes_half_the_audio_tokens_of_the_demo_model(demo, suite):
         answer = reply(model, processor, inputs)
     assert answer in LETTERS
     assert [(s.audio_tokens, s.kept_tokens) for s in run.stats] == [(AUDIO_TOKENS, 188)]
+
+
+def test_demo_config_built_in_code_is_the_shipped_one():
+    """The demo's config comes from Qwen2.5-Omni's tiny config plus the demo's overrides; it must stay
+    the architecture of the shipped weights (save_pretrained adds only the class name and dtype)."""
+    built = build_config(build_tokenizer()).to_dict()
+    shipped = Qwen2_5OmniThinkerConfig.from_pretrained(DEMO_MODEL_DIR).to_dict()
+    written_on_save = {"architectures", "dtype"}
+    assert set(shipped) - set(built) <= written_on_save
+    assert {key: value for key, value in shipped.items() if key not in written_on_save} == {
+        key: value for key, value in built.items() if key not in written_on_save
+    }
 
 
 def test_load_demo_explains_missing_files(tmp_path, monkeypatch):

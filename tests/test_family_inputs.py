@@ -10,16 +10,16 @@ import pytest
 import soundfile as sf
 import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor, WhisperFeatureExtractor
+from transformers import PreTrainedTokenizerFast, Qwen2AudioProcessor, WhisperFeatureExtractor
 
 from kvprune import FastVPress
-from kvprune.models import AERO, QWEN2_AUDIO, VOXTRAL
+from kvprune.models import AERO, QWEN2_AUDIO, VOXTRAL, tiny
 from kvprune.models.loading import ModelLoadError, load_model
 from kvprune.models.prompting import SAMPLING_RATE, split_chunks, wav_bytes
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<unk>"]
 WORDS = "system user assistant You are a helpful . Audio 1 2 : What is heard ? A B C D".split()
-MELS = 16
+MELS = tiny.MELS
 
 
 def _tokenizer() -> PreTrainedTokenizerFast:
@@ -36,15 +36,14 @@ def qwen2_audio_dir(tmp_path_factory):
     tokenizer = _tokenizer()
     processor = Qwen2AudioProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=MELS), tokenizer=tokenizer)
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL}
-    config = Qwen2AudioConfig(
-        audio_config=dict(num_mel_bins=MELS, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, d_model=32, max_source_positions=1500),
-        text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"]),
+    config = QWEN2_AUDIO.tiny_config(
+        audio_config=dict(max_source_positions=1500),  # the processor's 30 s chunks of 3000 frames
+        text_config=dict(vocab_size=len(tokenizer), pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"]),
         audio_token_index=ids["<|AUDIO|>"],
     )
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("qwen2_audio")
-    Qwen2AudioForConditionalGeneration(config).save_pretrained(folder)
+    QWEN2_AUDIO.build(config).save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, rows_for, single_row
+from helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, single_row
 from kvprune import get_press, list_presses
 from kvprune.ratios import keep_count
 from tiny_models import FAMILIES
@@ -33,7 +33,7 @@ def test_list_presses_names_the_four():
 @presses
 def test_ratio_zero_is_bit_identical(family, attn, press_name):
     m = model(family, attn)
-    inputs = FAMILIES[family].inputs(rows_for(family, TWO_ROWS))
+    inputs = FAMILIES[family].inputs(TWO_ROWS)
     with torch.no_grad():
         logits = m(**inputs).logits
         tokens = m.generate(**inputs, max_new_tokens=5, **GREEDY)
@@ -49,7 +49,7 @@ def test_ratio_zero_is_bit_identical(family, attn, press_name):
 @backends
 @presses
 def test_kept_counts_and_cache_lengths(family, attn, press_name):
-    rows = rows_for(family, TWO_ROWS)
+    rows = TWO_ROWS
     m = model(family, attn)
     inputs = FAMILIES[family].inputs(rows)
     ratio = 0.3
@@ -78,7 +78,7 @@ def test_kept_counts_and_cache_lengths(family, attn, press_name):
 @backends
 @presses
 def test_cached_decoding_equals_recompute_without_cache(family, attn, press_name):
-    rows = rows_for(family, ONE_ROW)
+    rows = ONE_ROW
     m = model(family, attn)
     inputs = FAMILIES[family].inputs(rows)
     with torch.no_grad(), get_press(press_name, layer=K)(m, ratio=0.5) as run:
@@ -98,7 +98,7 @@ def test_cached_decoding_equals_recompute_without_cache(family, attn, press_name
 @backends
 @presses
 def test_batch_with_padding_equals_one_row_at_a_time(family, attn, press_name):
-    rows = rows_for(family, TWO_ROWS)
+    rows = TWO_ROWS
     m = model(family, attn)
     fam = FAMILIES[family]
     press = get_press(press_name, layer=K)

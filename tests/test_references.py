@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import ATTENTION, K, model, rows_for
+from helpers import ATTENTION, K, model
 from kvprune import DARTPress, FastVPress
 from kvprune.ratios import keep_count
 from tiny_models import AUDIO, FAMILIES
@@ -51,7 +51,7 @@ def _clips(input_ids_row: torch.Tensor) -> list[list[int]]:
 @pytest.mark.parametrize("attn", ATTENTION)
 @pytest.mark.parametrize("ratio", [0.3, 0.7])
 def test_fastv_keeps_top_k_of_eager_attention(family, attn, ratio):
-    rows = rows_for(family, ROWS)
+    rows = ROWS
     inputs = FAMILIES[family].inputs(rows)
     with torch.no_grad():
         attentions = model(family, "eager")(**inputs, output_attentions=True).attentions
@@ -95,7 +95,7 @@ def reference_dart(keys, hidden, clip, text_after, n_keep, budget, ratio, pivot_
 @pytest.mark.parametrize("attn", ATTENTION)
 @pytest.mark.parametrize("budget,ratio", [("equal", 0.5), ("equal", 0.8), ("reference", 0.5)])
 def test_dart_matches_plain_reference(family, attn, budget, ratio):
-    rows = rows_for(family, ROWS)
+    rows = ROWS
     m = model(family, attn)
     inputs = FAMILIES[family].inputs(rows)
     captured = {}

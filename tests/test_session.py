@@ -9,12 +9,12 @@ import pytest
 import torch
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM, Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
-from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, rows_for
+from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model
 from kvprune import (
     ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress, TokenDropPress, UnsupportedModelError, get_press,
 )
 from kvprune.attention_probe import _ConfigView
-from tiny_models import FAMILIES, N_LAYERS, omni_config
+from tiny_models import FAMILIES, N_LAYERS
 
 ROW = [[("text", 4), ("audio", 16), ("text", 5)]]
 FAMILY_NAMES = list(FAMILIES)
@@ -24,7 +24,7 @@ FAMILY_NAMES = list(FAMILIES)
 @pytest.mark.parametrize("press_name", ["fastv", "dart"])
 def test_second_turn_on_the_same_cache_equals_recompute(family, press_name):
     m = model(family, "sdpa")
-    inputs = FAMILIES[family].inputs(rows_for(family, ROW))
+    inputs = FAMILIES[family].inputs(ROW)
     press = get_press(press_name, layer=K)
     with torch.no_grad(), press(m, ratio=0.5) as run:
         first = m.generate(**inputs, max_new_tokens=3, return_dict_in_generate=True, **GREEDY)
@@ -47,7 +47,7 @@ def test_second_turn_on_the_same_cache_equals_recompute(family, press_name):
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_sampling(family):
     m = model(family, "sdpa")
-    inputs = FAMILIES[family].inputs(rows_for(family, ROW))
+    inputs = FAMILIES[family].inputs(ROW)
     sample = dict(GREEDY, do_sample=True, top_k=0, max_new_tokens=6)
     torch.manual_seed(11)
     with torch.no_grad():
@@ -67,7 +67,7 @@ def test_sampling(family):
 
 def test_full_qwen2_5_omni_model_prunes_its_thinker():
     thinker = model("qwen2_5_omni", "sdpa")
-    full = Qwen2_5OmniForConditionalGeneration(Qwen2_5OmniConfig(thinker_config=omni_config().to_dict(), enable_audio_output=False)).eval()
+    full = Qwen2_5OmniForConditionalGeneration(Qwen2_5OmniConfig(thinker_config=FAMILIES["qwen2_5_omni"].config.to_dict(), enable_audio_output=False)).eval()
     full.thinker.load_state_dict(thinker.state_dict())
     inputs = FAMILIES["qwen2_5_omni"].inputs(ROW)
     press = FastVPress(layer=K)
@@ -164,7 +164,7 @@ def test_inputs_embeds_without_input_ids_is_refused():
 
 def test_static_cache_is_refused():
     m = model("voxtral", "sdpa")
-    inputs = FAMILIES["voxtral"].inputs(rows_for("voxtral", ROW))
+    inputs = FAMILIES["voxtral"].inputs(ROW)
     with pytest.raises(NotImplementedError, match="dynamic cache"):
         with torch.no_grad(), FramePress()(m, ratio=0.5):
             m.generate(**inputs, max_new_tokens=2, cache_implementation="static", **GREEDY)
@@ -173,7 +173,7 @@ def test_static_cache_is_refused():
 def test_plain_forward_then_manual_decoding_on_the_returned_cache():
     """Without generate: a forward that creates its own cache, then one decoding step on it."""
     m = model("qwen2_audio", "eager")
-    inputs = FAMILIES["qwen2_audio"].inputs(rows_for("qwen2_audio", ROW))
+    inputs = FAMILIES["qwen2_audio"].inputs(ROW)
     with torch.no_grad(), FramePress(layer=K)(m, ratio=0.5) as run:
         out = m(**inputs, use_cache=True)
         next_token = out.logits[:, -1].argmax(-1, keepdim=True)
@@ -189,7 +189,7 @@ def test_calling_a_press_never_changes_it():
     press = FastVPress(layer=K)
     m = model("voxtral", "sdpa")
     with torch.no_grad(), press(m, ratio=0.5) as run:
-        m(**FAMILIES["voxtral"].inputs(rows_for("voxtral", ROW)))
+        m(**FAMILIES["voxtral"].inputs(ROW))
     assert press == FastVPress(layer=K) and press.ratio == 0.0
     assert run.press == FastVPress(ratio=0.5, layer=K)
     assert [s.kept_tokens for s in run.stats] == [8]
@@ -201,7 +201,7 @@ def test_one_press_on_two_models_nested_equals_each_alone():
     press = DARTPress(layer=K)
     cases = [("voxtral", 0.5), ("qwen2_audio", 0.25)]
     models = [model(family, "sdpa") for family, _ in cases]
-    inputs = [FAMILIES[family].inputs(rows_for(family, ROW)) for family, _ in cases]
+    inputs = [FAMILIES[family].inputs(ROW) for family, _ in cases]
     alone = []
     for m, x, (_, ratio) in zip(models, inputs, cases):
         with torch.no_grad(), press(m, ratio=ratio) as run:
@@ -230,6 +230,6 @@ class OutsidePress(TokenDropPress):
 def test_a_select_outside_its_clip_is_reported():
     m = model("voxtral", "sdpa")
     with torch.no_grad(), OutsidePress(layer=K)(m, ratio=0.5) as run:
-        m(**FAMILIES["voxtral"].inputs(rows_for("voxtral", ROW)))
+        m(**FAMILIES["voxtral"].inputs(ROW))
     with pytest.raises(RuntimeError, match="OutsidePress.select returned positions outside clip"):
         run.kept_positions

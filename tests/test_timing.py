@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers import GREEDY, K, cache_of, model, rows_for
+from helpers import GREEDY, K, cache_of, model
 from kvprune import FramePress
 from kvprune.harness.timing import kv_cache_bytes, timed_generate
 from tiny_models import FAMILIES, N_LAYERS
@@ -14,7 +14,7 @@ ROW = [[("text", 4), ("audio", 16), ("text", 5)]]
 
 def test_timed_generate_splits_one_call_and_measures_the_prefill_cache():
     m = model("qwen2_audio", "sdpa")
-    inputs = FAMILIES["qwen2_audio"].inputs(rows_for("qwen2_audio", ROW))
+    inputs = FAMILIES["qwen2_audio"].inputs(ROW)
     calls = []
     handle = m.register_forward_hook(lambda *a: calls.append(1))
     try:
@@ -36,7 +36,7 @@ def test_timed_generate_splits_one_call_and_measures_the_prefill_cache():
 
 def test_pruned_prefill_cache_is_smaller_by_the_dropped_tokens():
     m = model("qwen2_audio", "sdpa")
-    inputs = FAMILIES["qwen2_audio"].inputs(rows_for("qwen2_audio", ROW))
+    inputs = FAMILIES["qwen2_audio"].inputs(ROW)
     _, full = timed_generate(m, inputs, max_new_tokens=2, **GREEDY)
     with FramePress(layer=K)(m, ratio=0.5):
         _, pruned = timed_generate(m, inputs, max_new_tokens=2, **GREEDY)

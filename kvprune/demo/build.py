@@ -20,7 +20,7 @@ from transformers import (
 from transformers.utils import is_torchvision_available
 
 from kvprune.harness.synthetic import CHOICES, INSTRUCTIONS, LETTERS, QUESTIONS
-from kvprune.models.qwen2_5_omni import AudioOnlyOmniProcessor
+from kvprune.models.qwen2_5_omni import QWEN2_5_OMNI, AudioOnlyOmniProcessor
 
 N_MELS = 32
 HIDDEN = 128
@@ -92,17 +92,18 @@ def build_processor(tokenizer: PreTrainedTokenizerFast | None = None):
 
 
 def build_config(tokenizer: PreTrainedTokenizerFast) -> Qwen2_5OmniThinkerConfig:
+    """Qwen2.5-Omni's tiny config, wider and with the demo tokenizer's vocabulary and special ids."""
     ids = {token: tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS}
-    return Qwen2_5OmniThinkerConfig(
+    return QWEN2_5_OMNI.tiny_config(
         audio_config=dict(
             num_mel_bins=N_MELS, d_model=128, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=256,
-            output_dim=HIDDEN, n_window=100, max_source_positions=1500,
+            output_dim=HIDDEN, n_window=100,
         ),
-        vision_config=dict(depth=1, hidden_size=16, intermediate_size=16, num_heads=1, out_hidden_size=HIDDEN),
+        vision_config=dict(hidden_size=16, intermediate_size=16, num_heads=1, out_hidden_size=HIDDEN),
         text_config=dict(
             vocab_size=len(tokenizer), hidden_size=HIDDEN, intermediate_size=384, num_hidden_layers=DECODER_LAYERS,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-            rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[4, 6, 6]),  # sums to head_dim / 2 = 16
+            max_position_embeddings=2048,
+            rope_parameters=dict(mrope_section=[4, 6, 6]),  # sums to head_dim / 2 = 16
             pad_token_id=ids[PAD], eos_token_id=ids[IM_END], bos_token_id=None,
         ),
         audio_token_index=ids[NAMED_TOKENS["audio_token"]],
@@ -126,7 +127,7 @@ def build_model(tokenizer: PreTrainedTokenizerFast, seed: int = 0) -> Qwen2_5Omn
     clips start out nearly indistinguishable and training from scratch stalls."""
     torch.manual_seed(seed)
     model = Qwen2_5OmniThinkerForConditionalGeneration(build_config(tokenizer))
-    audio_tower = next(m for name, m in model.named_modules() if name.endswith("audio_tower"))  # nesting varies by version
+    audio_tower, _ = QWEN2_5_OMNI.audio_encoder(model)
     for conv in (audio_tower.conv1, audio_tower.conv2):
         torch.nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
         torch.nn.init.zeros_(conv.bias)

@@ -1,15 +1,21 @@
 """What kvprune needs to know about a model family, and how a loaded model is matched to one.
 
-A family is declarative: where the decoder sits, which config attribute names the audio placeholder
-token. The pruning engine never looks at model classes; it asks the family.
+A family is declarative: where the decoder and the audio encoder sit, which config attribute names
+the audio placeholder token, how its processor builds a prompt, what audio inputs look like, its tiny
+config and the real shapes it is benchmarked at. The pruning engine never looks at model classes; it
+asks the family. The tests, ``kvprune bench`` and the demo build their models from it.
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch.nn as nn
+import transformers
+
+from .audio_format import AudioFormat
 
 from ..registry import Registry
 
@@ -26,7 +32,7 @@ class ModelFamily:
     ``forward`` receives ``input_ids`` (``""`` = the model itself; the full Qwen2.5-Omni model
     delegates text generation to its ``thinker``). ``decoder_paths`` lead from that entry module to
     the module that holds ``layers`` and the final ``norm``; the first that exists wins, because
-    transformers versions nest some decoders differently.
+    transformers versions nest some modules differently. The encoder paths work the same way.
     """
 
     name: str
@@ -34,7 +40,25 @@ class ModelFamily:
     entry_paths: dict[str, str]
     decoder_paths: tuple[str, ...]
     audio_token_attrs: tuple[str, ...]
+    #: audio tokens the LLM sees per second of audio (the one place this number lives)
     llm_tokens_per_second: float
+    #: the module whose call starts the audio encoder and the one whose output is the audio embeddings
+    #: the LLM receives (the bench times the span between them and checks their random weights)
+    encoder_start_paths: tuple[str, ...]
+    encoder_end_paths: tuple[str, ...]
+    #: the audio inputs the processor makes: features and token counts for seconds of audio or for clips
+    audio_format: AudioFormat
+    #: the class the tiny config and the bench shapes build: a transformers class name (imported only
+    #: when used), or the class itself (Aero-1's stand-in)
+    model_class: str | type
+    #: keyword arguments of the tiny config, sub-configs as dicts (see ``tiny_config``)
+    tiny_kwargs: dict[str, Any]
+    #: the ``kvprune bench`` preset that builds the tiny config
+    tiny_preset: str
+    #: ``kvprune bench`` preset name -> config of a real checkpoint's shape
+    bench_shapes: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    #: what a bench reader must know about this family's presets (shown under their tables)
+    bench_note: str = ""
     #: ``config.model_type`` -> the class ``from_pretrained`` loads (``""``: AutoModelForCausalLM, remote code)
     model_types: dict[str, str] = field(default_factory=dict)
     #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes them
@@ -58,15 +82,29 @@ class ModelFamily:
         return _follow(model, self.entry_paths.get(type(model).__name__, ""))
 
     def decoder(self, model: nn.Module) -> nn.Module:
+        return _first(model, self.entry(model), self.decoder_paths, "decoder with layers", having="layers")
+
+    def audio_encoder(self, model: nn.Module) -> tuple[nn.Module, nn.Module]:
+        """The modules that start and end the audio encoder (with its projection into the LLM)."""
         entry = self.entry(model)
-        for path in self.decoder_paths:
-            decoder = _follow(entry, path, missing=None)
-            if decoder is not None and hasattr(decoder, "layers"):
-                return decoder
-        raise UnsupportedModelError(
-            f"{type(model).__name__}: no decoder with layers at {' or '.join(self.decoder_paths)}; "
-            "this transformers version lays the model out differently from what kvprune knows."
+        return (
+            _first(model, entry, self.encoder_start_paths, "audio encoder"),
+            _first(model, entry, self.encoder_end_paths, "audio projection"),
         )
+
+    def tiny_config(self, **overrides):
+        """The family's tiny config. ``overrides`` replace its keyword arguments; a dict given for a
+        sub-config updates that sub-config's (``text_config=dict(hidden_size=128)`` keeps the rest)."""
+        # a copy: configs may edit the dicts they are given
+        return self._model_class().config_class(**_merged(copy.deepcopy(self.tiny_kwargs), overrides))
+
+    def build(self, config, **kwargs) -> nn.Module:
+        """A model of this family with random weights from ``config``, nothing downloaded; ``kwargs``
+        (``dtype``, ``attn_implementation``) go to ``_from_config``."""
+        return self._model_class()._from_config(config, **kwargs)
+
+    def _model_class(self) -> type:
+        return getattr(transformers, self.model_class) if isinstance(self.model_class, str) else self.model_class
 
     def layers(self, model: nn.Module) -> nn.ModuleList:
         return self.decoder(model).layers
@@ -85,6 +123,26 @@ class ModelFamily:
             f"{self.display_name}: {names} is not set, so the audio placeholder token is unknown. "
             f"Set it from the processor, e.g. `model.config.{self.audio_token_attrs[0]} = processor.audio_token_id`."
         )
+
+
+def _merged(base: dict, overrides: dict) -> dict:
+    merged = dict(base)
+    for key, value in overrides.items():
+        nested = isinstance(value, dict) and isinstance(merged.get(key), dict)
+        merged[key] = _merged(merged[key], value) if nested else value
+    return merged
+
+
+def _first(model: nn.Module, root: nn.Module, paths: tuple[str, ...], what: str, having: str | None = None):
+    """The module at the first of ``paths`` (from ``root``) that exists and has attribute ``having``."""
+    for path in paths:
+        module = _follow(root, path, missing=None)
+        if module is not None and (having is None or hasattr(module, having)):
+            return module
+    raise UnsupportedModelError(
+        f"{type(model).__name__}: no {what} at {' or '.join(paths)}; "
+        "this transformers version lays the model out differently from what kvprune knows."
+    )
 
 
 def _follow(obj, path: str, missing=...):

@@ -1,8 +1,56 @@
 """Phi-4-multimodal. Real checkpoints also need their speech LoRA adapter (peft), which is the
 caller's to load; audio goes in whole."""
 
+from dataclasses import dataclass
+
+import torch
+from transformers import Phi4MultimodalConfig
+
+from . import tiny
+from .audio_format import AudioFormat, padding_mask
 from .base import ModelFamily, register_family
 from .prompting import chat_template_inputs
+
+
+@dataclass(frozen=True)
+class Phi4Audio(AudioFormat):
+    """100 frames/s reduced 8x by the conformer (12.5 tokens/s); a clip's features are trimmed to a
+    whole number of tokens, whose count goes in as ``audio_embed_sizes``. As the processor does, a
+    padding mask comes only with several clips."""
+
+    def piece_tokens(self, config, frames):
+        return max(1, round(frames / config.audio_config.time_reduction))
+
+    def features(self, config, clip_frames, generator=None):
+        audio = config.audio_config
+        sizes = [self.piece_tokens(config, frames) for frames in clip_frames]
+        width = max(sizes) * audio.time_reduction
+        mels = torch.randn(len(sizes), width, audio.input_size, generator=generator)
+        features = dict(audio_input_features=mels, audio_embed_sizes=torch.tensor(sizes))
+        if len(sizes) > 1:
+            features["audio_attention_mask"] = padding_mask([n * audio.time_reduction for n in sizes], width)
+        return features
+
+
+TINY = dict(
+    **tiny.TEXT,
+    audio_config=dict(
+        hidden_size=32,
+        intermediate_size=32,
+        num_blocks=1,
+        num_attention_heads=2,
+        ext_pw_out_channel=32,
+        depthwise_separable_out_channel=32,
+        nemo_conv_channels=32,
+        input_size=tiny.MELS,
+        audio_token_id=tiny.AUDIO_TOKEN,
+        time_reduction=8,
+    ),
+    vision_config=dict(
+        hidden_size=32, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_token_id=tiny.IMAGE_TOKEN
+    ),
+    original_max_position_embeddings=tiny.TEXT["max_position_embeddings"],
+)
 
 PHI4_MULTIMODAL = register_family(
     ModelFamily(
@@ -12,6 +60,14 @@ PHI4_MULTIMODAL = register_family(
         decoder_paths=("model",),
         audio_token_attrs=("audio_config.audio_token_id", "audio_token_id"),
         llm_tokens_per_second=12.5,
+        encoder_start_paths=("model.embed_tokens_extend.audio_embed",),
+        encoder_end_paths=("model.embed_tokens_extend.audio_embed",),
+        audio_format=Phi4Audio(),
+        model_class="Phi4MultimodalForCausalLM",
+        tiny_kwargs=TINY,
+        tiny_preset="tiny-phi4",
+        bench_shapes={"phi4-mm": Phi4MultimodalConfig},  # the default config is the released shape
+        bench_note="without the speech LoRA adapter real checkpoints run with (that adds compute)",
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
         build_inputs=chat_template_inputs,
     )

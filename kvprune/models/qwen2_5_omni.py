@@ -4,11 +4,15 @@ Audio goes in whole (no chunking): the processor's feature extractor covers up t
 ``chunk_length`` (300 s on the released checkpoints) and the encoder windows it internally.
 """
 
+from dataclasses import dataclass
 from types import SimpleNamespace
 
-from transformers import AutoProcessor, Qwen2_5OmniProcessor
+import torch
+from transformers import AutoProcessor, Qwen2_5OmniProcessor, Qwen2_5OmniThinkerConfig
 from transformers.utils import is_torchvision_available
 
+from . import tiny
+from .audio_format import AudioFormat, padding_mask, whisper_tokens
 from .base import ModelFamily, register_family
 from .prompting import chat_template_inputs
 
@@ -44,6 +48,76 @@ def load_processor(name_or_path, trust_remote_code: bool = False):
     return AudioOnlyOmniProcessor.from_pretrained(name_or_path)
 
 
+@dataclass(frozen=True)
+class OmniAudio(AudioFormat):
+    """One input per clip, 100 frames/s, 4 frames per token (25 tokens/s), each clip framed by audio
+    start/end tokens. A frame count that is an exact multiple of the encoder's 2*n_window window
+    trips its chunking (seen on transformers 5.17), so such counts lose one frame."""
+
+    def frames(self, config, seconds):
+        frames = super().frames(config, seconds)
+        return frames - 1 if frames % (2 * config.audio_config.n_window) == 0 else frames
+
+    def piece_tokens(self, config, frames):
+        return whisper_tokens(frames)
+
+    def features(self, config, clip_frames, generator=None):
+        width = max(clip_frames)
+        mels = torch.randn(len(clip_frames), config.audio_config.num_mel_bins, width, generator=generator)
+        return dict(input_features=mels, feature_attention_mask=padding_mask(clip_frames, width).long())
+
+    def placeholders(self, config, audio_token_id, n_tokens):
+        run = super().placeholders(config, audio_token_id, n_tokens)
+        return [config.audio_start_token_id, *run, config.audio_end_token_id]
+
+
+# -- real shapes -------------------------------------------------------------------------------------
+MROPE = dict(rope_type="default", rope_theta=1_000_000.0, mrope_section=[16, 24, 24])  # as the checkpoints
+VISION_START = 151652  # a bare config lacks it, but position ids are computed from it even without vision
+
+
+def _thinker(text: dict, width: int) -> Qwen2_5OmniThinkerConfig:
+    """The thinker of the checkpoints: audio and vision encoders project to the text width; the
+    vision tower is built (as loading a checkpoint would) at its real width 1280, not the config
+    default 3584, so that memory numbers include the right weights."""
+    return Qwen2_5OmniThinkerConfig(
+        text_config=text,
+        audio_config=dict(output_dim=width),
+        vision_config=dict(hidden_size=1280, out_hidden_size=width),
+        vision_start_token_id=VISION_START,
+    )
+
+
+def _thinker_7b() -> Qwen2_5OmniThinkerConfig:
+    return _thinker(text=dict(rope_parameters=MROPE), width=3584)
+
+
+def _thinker_3b() -> Qwen2_5OmniThinkerConfig:
+    """Qwen2.5-3B text model; the audio encoder is the 7B's, projecting to 2048."""
+    text = dict(
+        hidden_size=2048,
+        num_hidden_layers=36,
+        num_attention_heads=16,
+        num_key_value_heads=2,
+        intermediate_size=11008,
+        vocab_size=151936,
+        rope_parameters=MROPE,
+    )
+    return _thinker(text=text, width=2048)
+
+
+TINY = dict(
+    audio_config=dict(**tiny.WHISPER, output_dim=tiny.TEXT["hidden_size"], n_window=8, max_source_positions=1500),
+    vision_config=dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2, out_hidden_size=tiny.TEXT["hidden_size"]),
+    text_config=dict(**tiny.TEXT, rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
+    audio_token_index=tiny.AUDIO_TOKEN,
+    audio_start_token_id=tiny.AUDIO_START,
+    audio_end_token_id=tiny.AUDIO_END,
+    image_token_index=tiny.IMAGE_TOKEN,
+    video_token_index=tiny.VIDEO_TOKEN,
+    vision_start_token_id=tiny.VISION_START,
+)
+
 QWEN2_5_OMNI = register_family(
     ModelFamily(
         name="qwen2_5_omni",
@@ -55,6 +129,13 @@ QWEN2_5_OMNI = register_family(
         decoder_paths=("model.language_model", "model"),
         audio_token_attrs=("audio_token_index", "audio_token_id"),
         llm_tokens_per_second=25.0,
+        encoder_start_paths=("model.audio_tower", "audio_tower"),
+        encoder_end_paths=("model.audio_tower", "audio_tower"),
+        audio_format=OmniAudio(),
+        model_class="Qwen2_5OmniThinkerForConditionalGeneration",
+        tiny_kwargs=TINY,
+        tiny_preset="tiny-omni",
+        bench_shapes={"qwen2.5-omni-7b": _thinker_7b, "qwen2.5-omni-3b": _thinker_3b},
         model_types={
             "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration",
             "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",

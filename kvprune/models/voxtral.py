@@ -4,6 +4,14 @@ Its processor loads audio from the message itself and pads it to 30 s chunks sta
 batch axis; clips are handed over as base64 WAV of the already resampled waveform.
 """
 
+import math
+from dataclasses import dataclass
+
+import torch
+from transformers import VoxtralConfig
+
+from . import tiny
+from .audio_format import AudioFormat
 from .base import ModelFamily, register_family
 from .prompting import user_turn, wav_base64
 
@@ -14,6 +22,44 @@ def build_inputs(processor, waves, prompt):
     return processor.apply_chat_template(conversation, tokenize=True, return_dict=True, return_tensors="pt")
 
 
+@dataclass(frozen=True)
+class VoxtralAudio(AudioFormat):
+    """Audio padded to whole chunks of 2*max_source_positions frames (30 s in the checkpoints),
+    stacked on the batch axis; the projector merges intermediate_size/hidden_size (4) encoder
+    frames into one token, so 375 tokens per 30 s chunk (12.5 tokens/s)."""
+
+    def pieces(self, config, frames):
+        chunk = 2 * config.audio_config.max_source_positions
+        return [chunk] * math.ceil(frames / chunk)
+
+    def piece_tokens(self, config, frames):
+        audio = config.audio_config
+        return audio.max_source_positions // (audio.intermediate_size // audio.hidden_size)
+
+    def features(self, config, clip_frames, generator=None):
+        pieces = [piece for frames in clip_frames for piece in self.pieces(config, frames)]
+        shape = (len(pieces), config.audio_config.num_mel_bins, 2 * config.audio_config.max_source_positions)
+        return dict(input_features=torch.randn(*shape, generator=generator))
+
+
+def _mini_3b() -> VoxtralConfig:
+    """Voxtral Mini-3B; a bare config has no audio token id (24 in the checkpoints' processor)."""
+    return VoxtralConfig(audio_token_id=24)
+
+
+TINY = dict(
+    audio_config=dict(
+        num_mel_bins=tiny.MELS,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        hidden_size=16,
+        max_source_positions=16,  # 32-frame chunks of 4 tokens
+    ),
+    text_config=dict(**tiny.TEXT, head_dim=16),
+    audio_token_id=tiny.AUDIO_TOKEN,
+)
+
 VOXTRAL = register_family(
     ModelFamily(
         name="voxtral",
@@ -22,6 +68,13 @@ VOXTRAL = register_family(
         decoder_paths=("model.language_model",),
         audio_token_attrs=("audio_token_id",),
         llm_tokens_per_second=12.5,
+        encoder_start_paths=("model.audio_tower",),
+        encoder_end_paths=("model.multi_modal_projector",),
+        audio_format=VoxtralAudio(),
+        model_class="VoxtralForConditionalGeneration",
+        tiny_kwargs=TINY,
+        tiny_preset="tiny-voxtral",
+        bench_shapes={"voxtral-mini-3b": _mini_3b},
         model_types={"voxtral": "VoxtralForConditionalGeneration"},
         build_inputs=build_inputs,
         notes="A bare VoxtralConfig has audio_token_id=None; real checkpoints and the processor say 24.",

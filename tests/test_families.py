@@ -1,0 +1,84 @@
+"""A family is one declaration: the bench presets, the test models and the audio arithmetic all come
+from it, and what its AudioFormat promises is what its model's encoder does."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers import model
+from kvprune.harness.bench_presets import PRESETS, get_preset
+from kvprune.models import QWEN2_5_OMNI, VOXTRAL, list_families
+from tiny_models import FAMILIES
+
+FAMILY_NAMES = [family.name for family in list_families()]
+TEST_OVERRIDES = {"initializer_range", "text_config.initializer_range"}  # what tiny_models.config_for_tests sets
+
+
+def _differences(a: dict, b: dict, prefix: str = "") -> set[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    out = set()
+    for key in a.keys() | b.keys():
+        if isinstance(a.get(key), dict) and isinstance(b.get(key), dict):
+            out |= _differences(a[key], b[key], f"{prefix}{key}.")
+        elif a.get(key) != b.get(key):
+            out.add(prefix + key)
+    return out
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_tiny_preset_and_test_model_come_from_the_family_tiny_config(name):
+    family = FAMILIES[name].family
+    preset = get_preset(family.tiny_preset)
+    assert preset.family is family and preset.config == family.tiny_config
+    differences = _differences(preset.config().to_dict(), FAMILIES[name].config.to_dict())
+    assert differences and differences <= TEST_OVERRIDES, differences
+
+
+def test_tiny_config_overrides_update_sub_configs_and_leave_the_family_alone():
+    config = QWEN2_5_OMNI.tiny_config(text_config=dict(num_hidden_layers=2), audio_token_index=7)
+    assert (config.text_config.num_hidden_layers, config.audio_token_index) == (2, 7)
+    assert config.text_config.hidden_size == QWEN2_5_OMNI.tiny_kwargs["text_config"]["hidden_size"]
+    again = QWEN2_5_OMNI.tiny_config()
+    assert (again.text_config.num_hidden_layers, again.audio_token_index) == (4, 100)
+
+
+@pytest.mark.parametrize("preset_name", list(PRESETS))
+def test_every_shape_gives_its_familys_token_rate(preset_name):
+    """Two minutes is a whole number of chunks for every config here, real and tiny."""
+    preset = get_preset(preset_name)
+    config, audio = preset.config(), preset.family.audio_format
+    assert audio.tokens(config, audio.frames(config, 120.0)) == 120 * preset.family.llm_tokens_per_second
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+@pytest.mark.parametrize("seconds", [1.0, 1.6, 3.0])  # 1.6 s: Omni's window rule; 3 s: several 1.28 s / 0.32 s chunks
+def test_format_token_count_is_what_the_tiny_encoder_gives(name, seconds):
+    """The model runs on the format's features with exactly the format's placeholder count, and
+    refuses one more: every family checks that its encoder filled every placeholder."""
+    tiny, m = FAMILIES[name], model(name, "sdpa")
+    frames = tiny.audio.frames(tiny.config, seconds)
+    n = tiny.audio.tokens(tiny.config, frames)
+    features = tiny.audio.features(tiny.config, [frames], torch.Generator().manual_seed(0))
+
+    def forward(count: int):
+        ids = torch.tensor([[11, 12, *tiny.placeholders(count), 13]])
+        with torch.no_grad():
+            return m(input_ids=ids, attention_mask=torch.ones_like(ids), **features)
+
+    assert forward(n).logits.shape[1] == len(tiny.placeholders(n)) + 3
+    with pytest.raises((ValueError, RuntimeError)):
+        forward(n + 1)
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_frames_for_gives_a_clip_of_exactly_the_asked_tokens(name):
+    tiny = FAMILIES[name]
+    step = 4 if name == "voxtral" else 1  # Voxtral pads audio to whole chunks of 4 tokens here
+    for n in range(step, 70, step):
+        assert tiny.audio.tokens(tiny.config, tiny.audio.frames_for(tiny.config, n)) == n
+
+
+def test_voxtral_refuses_a_clip_between_whole_chunks():
+    with pytest.raises(ValueError, match="cannot make a clip of 6 audio tokens.*nearest clips give 4 or 8"):
+        VOXTRAL.audio_format.frames_for(FAMILIES["voxtral"].config, 6)
