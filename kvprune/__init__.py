@@ -8,6 +8,7 @@
 from .press import CachePress, ComposedPress, PruneStats, TokenDropPress, get_press, list_presses, register_press
 from .presses import DARTPress, FastVPress, FramePress, KNormPress, RandomPress
 from .models import UnsupportedModelError, list_families, resolve_family
+from .encoders import FastAudioEncoder, fast_audio_encoder
 
 __version__ = "0.1.0"
 
@@ -15,6 +16,7 @@ __all__ = [
     "CachePress",
     "ComposedPress",
     "DARTPress",
+    "FastAudioEncoder",
     "FastVPress",
     "FramePress",
     "KNormPress",
@@ -22,6 +24,7 @@ __all__ = [
     "RandomPress",
     "TokenDropPress",
     "UnsupportedModelError",
+    "fast_audio_encoder",
     "get_press",
     "list_families",
     "list_presses",
