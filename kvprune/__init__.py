@@ -12,6 +12,7 @@ from .run import PressRun, PruneStats
 from .specs import MethodSpec, MethodSpecError, parse_method, parse_methods
 from .models import UnsupportedModelError, list_families, resolve_family
 from .models.loading import LoadedModel, load_model
+from .encoders import FastAudioEncoder, fast_audio_encoder
 
 __version__ = "0.1.0"
 
@@ -19,6 +20,7 @@ __all__ = [
     "CachePress",
     "ComposedPress",
     "DARTPress",
+    "FastAudioEncoder",
     "FastVPress",
     "FramePress",
     "KNormPress",
@@ -31,6 +33,7 @@ __all__ = [
     "RandomPress",
     "TokenDropPress",
     "UnsupportedModelError",
+    "fast_audio_encoder",
     "get_press",
     "list_families",
     "list_presses",
