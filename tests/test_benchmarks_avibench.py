@@ -22,8 +22,8 @@ from kvprune.harness.benchmarks.avibench import (
 
 def entry(entry_id, answer, options="options_yes_no", text="Q?", task="ASQA", prompt=None):
     question = {"prompt": prompt, "text": text, "options": options}
-    return {"id": entry_id, "task": task, "subtask": None, "input": {"question": question, "audio_list": ["./input/wavs/a.wav"]},
-            "output": {"question_answer": answer}}
+    media = {"question": question, "audio_list": ["./input/wavs/a.wav"]}
+    return {"id": entry_id, "task": task, "subtask": None, "input": media, "output": {"question_answer": answer}}
 
 
 def test_constants_hold_the_audio_task_tables():

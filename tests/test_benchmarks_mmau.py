@@ -107,7 +107,8 @@ def test_accuracy_report_tables():
         return Item(str(i), f"{i}.wav", "q", ("cat", "dog"), "cat",
                     {"task": task, "difficulty": difficulty, "sub-category": sub})
 
-    items = [item(0, "sound", "easy", "x"), item(1, "sound", "hard", "x"), item(2, "music", "easy", None), item(3, "speech", "easy", "y")]
+    items = [item(0, "sound", "easy", "x"), item(1, "sound", "hard", "x"), item(2, "music", "easy", None),
+             item(3, "speech", "easy", "y")]
     predictions = {"0": "cat", "1": "dog", "2": "a cat"}  # item 3 has no prediction: skipped
     report = accuracy_report(items, predictions, MMAU_TABLES)
     assert report["total"] == (2, 3, pytest.approx(200 / 3))

@@ -64,7 +64,8 @@ def test_rotations_move_the_last_options_to_the_front():
     assert [r.unique_id for r in runs] == ["p1@0", "p1@1", "p1@2", "p1@3"]
     assert rotate(["x", "y"], 0) == ("x", "y")
     # a lone clip has no label; the text comes after the audio
-    assert runs[0].segments == (("audio", "/root/a.wav"), ("text", "Where?\n<A>: left\n<B>: right\n<C>: front\n<D>: back\n"))
+    question = "Where?\n<A>: left\n<B>: right\n<C>: front\n<D>: back\n"
+    assert runs[0].segments == (("audio", "/root/a.wav"), ("text", question))
     assert len(build_runs(item, "sr", "/root")) == 3  # reasoning parts: 3 rotations
     assert len(build_runs(item, "pc", "/root", robust=False)) == 1
 
@@ -77,7 +78,8 @@ def test_several_clips_are_labelled_and_channel_split_audio_is_flat():
     item["audio_paths"] = ["sp/deep/one.wav"]
     split = "R/starbench_audios/holistic_reasoning/spatial_split"
     assert build_runs(item, "sr_ch", "R")[0].segments[:5] == (
-        ("text", "Audio 1:"), ("audio", f"{split}/one_left.wav"), ("text", "Audio 2:"), ("audio", f"{split}/one_right.wav"),
+        ("text", "Audio 1:"), ("audio", f"{split}/one_left.wav"),
+        ("text", "Audio 2:"), ("audio", f"{split}/one_right.wav"),
         ("text", "Audio 1 is the left-ear channel and Audio 2 is the right-ear channel.\n"))
 
 
@@ -95,7 +97,7 @@ def test_temporal_permutations_and_recomputed_golds():
             "answer": ORDERS[0], "audio_paths": ["c1.wav", "c2.wav", "c3.wav"], "global_caption": "rain",
             "uncut_audio_path": "all.wav"}
     runs = build_runs(item, "tr", "R")
-    assert [r.answer for r in runs] == ["clip 3 -> clip 1 -> clip 2", "clip 2 -> clip 3 -> clip 1", "clip 3 -> clip 2 -> clip 1"]
+    assert [r.answer for r in runs] == [ORDERS[4], ORDERS[3], ORDERS[5]]
     assert [r.answer_letter for r in runs] == ["<E>", "<D>", "<F>"]  # their indices in ORDERS
     assert [r.clip_order for r in runs] == ["2-3-1", "3-1-2", "3-2-1"]
     # the question first, then each clip after "\nclip i:", in the permuted order
@@ -124,7 +126,8 @@ def test_perception_averages_rounded_subcategories():
     assert report["By Sub-category"]["s1"] == {"AA": 66.67, "ACR": 0.0, "total_runs": 3, "unique_samples": 1}
     assert report["By Sub-category"]["s2"]["AA"] == 33.33
     # P = mean(66.67, 33.33) = 50.00; Q = 100
-    assert report["By Category"]["P"] == {"AA": 50.0, "ACR": 0.0, "n_subcategories": 2, "total_runs": 6, "unique_samples": 2}
+    assert report["By Category"]["P"] == {
+        "AA": 50.0, "ACR": 0.0, "n_subcategories": 2, "total_runs": 6, "unique_samples": 2}
     assert report["By Category"]["Q"]["AA"] == 100.0
     # total = mean over the three sub-categories: AA (66.67 + 33.33 + 100) / 3 = 66.67 (pooled would be
     # 5/8 = 62.5); ACR (0 + 0 + 100) / 3 = 33.33

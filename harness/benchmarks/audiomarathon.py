@@ -295,7 +295,7 @@ def classification_metrics(task: str, golds: Sequence[str], predictions: Sequenc
     With no valid pair the F1s and accuracy are 0, as the scripts return them."""
     rule = TASKS[task]
     if len(golds) != len(predictions) or not golds:
-        raise ValueError(f"{task}: need as many predictions as golds, at least one ({len(golds)} vs {len(predictions)})")
+        raise ValueError(f"{task}: need as many predictions as golds, at least one ({len(golds)}, {len(predictions)})")
     valid = rule.valid if rule.valid is not None else tuple(sorted(set(golds)))
     kept = [(g, p) for g, p in zip(golds, predictions) if g in valid and p in valid]
     scores = {"accuracy": 0.0, "f1_macro": 0.0, "f1_weighted": 0.0}
@@ -357,12 +357,13 @@ def asr_metrics(references: Sequence[str], hypotheses: Sequence[str]) -> dict[st
     = 100 - wer_mean, the leaderboard's ASR column; an empty transcript is dropped, not charged.
     ``wer_all`` is the mean over all samples (empty = 100), the running WER their script prints."""
     if len(references) != len(hypotheses) or not references:
-        raise ValueError(f"need as many hypotheses as references, at least one ({len(references)} vs {len(hypotheses)})")
+        raise ValueError(f"need as many hypotheses as references, at least one ({len(references)}, {len(hypotheses)})")
     scores = [wer(r, h) for r, h in zip(references, hypotheses) if r and h]
     wer_mean = float(np.mean(scores)) if scores else 100.0
+    wer_all = sum(wer(r, h) for r, h in zip(references, hypotheses)) / len(references)
     return {
         "wer_mean": wer_mean, "word_accuracy": 100.0 - wer_mean if scores else 0.0, "valid_samples": len(scores),
-        "total_samples": len(references), "wer_all": sum(wer(r, h) for r, h in zip(references, hypotheses)) / len(references),
+        "total_samples": len(references), "wer_all": wer_all,
     }
 
 

@@ -76,14 +76,16 @@ def text_input(entry: Mapping) -> str:
 
 def conversation(entry: Mapping, task_dir: str) -> list[dict]:
     """``build_conversation``: the system turn, then one user turn holding the images, the audio
-    clips, the video and last the text; ``./input`` in media paths becomes ``<task_dir>/input``."""
+    clips, the video (16 frames) and last the text; ``./input`` in media paths becomes
+    ``<task_dir>/input`` (the official code then passes ``file://`` + the absolute path)."""
     media = entry["input"]
     content = [{"type": "image", "image": _media(p, task_dir)} for p in media.get("image_list") or []]
     content += [{"type": "audio", "audio": _media(p, task_dir)} for p in media.get("audio_list") or []]
     if media.get("video") is not None:
-        content.append({"type": "video", "video": _media(media["video"], task_dir)})
+        content.append({"type": "video", "video": _media(media["video"], task_dir), "nframes": 16})
     content.append({"type": "text", "text": text_input(entry)})
-    return [{"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]}, {"role": "user", "content": content}]
+    system = {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]}
+    return [system, {"role": "user", "content": content}]
 
 
 def _media(path: str, task_dir: str) -> str:
@@ -137,7 +139,8 @@ def score_full_match(entries: Sequence[Mapping], replies: Sequence[str | None], 
     invalid_pre = {
         str(e.get("id", "")) for e in entries
         if str(e.get("id", "")).startswith("pre_")
-        and (e.get("input", {}).get("question", {}).get("text") is None or e.get("output", {}).get("question_answer") is None)
+        and (e.get("input", {}).get("question", {}).get("text") is None
+             or e.get("output", {}).get("question_answer") is None)
     }
     scores: list[list] = []  # [entry id, score] of formal entries, in order
     for entry, reply in zip(entries, replies):
@@ -180,7 +183,7 @@ def score_amic(entries: Sequence[Mapping], replies: Sequence[str | None]) -> tup
     entry), capped at 20; the counting score is ``counting_score`` of the root mean square over
     entries, and 0 whenever the semantic score is 0. Average = their mean. The parsed dict is
     re-read through its Python ``str()`` for counting, as the official code re-reads it."""
-    pairs = [(e["output"]["question_answer"], clean(r, clean_symbol=False)) for e, r in zip(entries, replies) if r is not None]
+    pairs = [(e["output"]["question_answer"], clean(r, False)) for e, r in zip(entries, replies) if r is not None]
     if not pairs:
         raise ValueError("no entry has a reply")
     semantic, errors = [], []
@@ -198,7 +201,8 @@ def score_amic(entries: Sequence[Mapping], replies: Sequence[str | None]) -> tup
     errors = [e for e in errors if e is not None]
     rmse = np.sqrt(np.mean(np.square(errors))) if errors else np.nan
     counting = counting_score(rmse) if semantic_score != 0 else 0.0
-    return (round(float((semantic_score + counting) / 2), 5), round(float(semantic_score), 5), round(float(counting), 5))
+    average = (semantic_score + counting) / 2
+    return round(float(average), 5), round(float(semantic_score), 5), round(float(counting), 5)
 
 
 def _strip_answer_prefix(reply: str) -> str:
@@ -215,7 +219,8 @@ def _count_error(gold: Mapping, kept: Any) -> float | None:
     try:
         predicted = json.loads(text.replace("'", '"'))
         for name in gold:
-            errors.append(abs(int(predicted[name]) - int(gold[name])) if name in predicted else AMIC_MISSING_CLASS_ERROR)
+            missing = name not in predicted
+            errors.append(AMIC_MISSING_CLASS_ERROR if missing else abs(int(predicted[name]) - int(gold[name])))
     except Exception:
         errors += [int(gold[name]) for name in gold]
     mean = float(np.mean(errors)) if errors else float("nan")

@@ -20,7 +20,9 @@ from pathlib import Path
 
 # The breakdowns the official scripts print, with their fixed row lists (a value outside a list
 # makes the official script crash with a KeyError); sub-categories are listed as first seen.
-MMAU_TABLES: dict[str, tuple[str, ...]] = {"task": ("sound", "music", "speech"), "difficulty": ("easy", "hard", "medium")}
+MMAU_TABLES: dict[str, tuple[str, ...]] = {
+    "task": ("sound", "music", "speech"), "difficulty": ("easy", "hard", "medium"),
+}
 MMAR_TABLES: dict[str, tuple[str, ...]] = {
     "modality": ("sound", "music", "speech", "mix-sound-music", "mix-sound-speech", "mix-music-speech",
                  "mix-sound-music-speech"),
@@ -122,7 +124,9 @@ def _item(record: Mapping, where: str) -> Item:
                 record["answer"], dict(record))
 
 
-def accuracy_report(items: Sequence[Item], predictions: Mapping[str, str], tables: Mapping[str, tuple[str, ...]]) -> dict:
+def accuracy_report(
+    items: Sequence[Item], predictions: Mapping[str, str], tables: Mapping[str, tuple[str, ...]]
+) -> dict:
     """The official script's printout as numbers: ``{"total": (correct, n, %), <field>: {value: (correct,
     n, %)}, "sub-category": {...}}``. Items without a prediction are skipped (as the scripts skip
     records without the prediction key); a table row with no item shows 0 %. ``tables`` is

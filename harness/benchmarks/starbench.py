@@ -109,7 +109,8 @@ def clip_order(item_id: str, rotate_id: int) -> tuple[int, int, int]:
     try:
         subtask, number = TEMPORAL_SUBTASKS.index(parts[-2]), int(parts[-1])
     except (IndexError, ValueError):
-        raise ValueError(f"temporal item id {item_id!r} must end in _<{'|'.join(TEMPORAL_SUBTASKS)}>_<number>") from None
+        subtasks = "|".join(TEMPORAL_SUBTASKS)
+        raise ValueError(f"temporal item id {item_id!r} must end in _<{subtasks}>_<number>") from None
     return CLIP_ORDERS[(number + (rotate_id % 6 + subtask) % 6) % 6]
 
 
@@ -139,7 +140,7 @@ def _run(item: Mapping, part: str, root: str, rotate_id: int) -> Run:
         return Run(item["id"], rotate_id, options, answer, letter(options, answer), tuple(segments),
                    "-".join(map(str, order)))
     options, answer = rotate(item["options"], rotate_id), item["answer"]
-    audio = _channel_segments(item["audio_paths"], root) if part == "sr_ch" else _audio_segments(item["audio_paths"], root)
+    audio = (_channel_segments if part == "sr_ch" else _audio_segments)(item["audio_paths"], root)
     segments = (*audio, ("text", _question_text(question, options)))
     return Run(item["id"], rotate_id, options, answer, letter(options, answer), segments)
 

@@ -62,7 +62,9 @@ def label_set(reply: str, classes: Iterable[str]) -> set[str]:
     return {known[n] for n in (normalize_answer(part) for part in re.split(r"[;,]", reply)) if n in known}
 
 
-def event_map(gold_sets: Sequence[Iterable[str]], predicted_sets: Sequence[Iterable[str]], classes: Sequence[str]) -> float:
+def event_map(
+    gold_sets: Sequence[Iterable[str]], predicted_sets: Sequence[Iterable[str]], classes: Sequence[str]
+) -> float:
     """Open event detection: mean over classes of the average precision of "predicted" (score 1)
     vs "not predicted" (score 0) across questions, in %. Classes that no gold set contains are left
     out (their AP is undefined); 0/1 scores make a class's AP ``R·P + (1 - R)·prevalence``."""
