@@ -1,0 +1,373 @@
+"""AudioMarathon's scoring, reproduced from DabDans/AudioMarathon ``src/Qwen_2.5_Omni/Others/*_qwen2.5.py``
+(answer extraction and metrics, one script per task) and ``src/Modeling/modeling_qwen2_5_omni_fastv.py``
+(how many audio tokens a pruning ratio keeps, and which ones "frame" keeps).
+
+Each task's extractor turns the decoded reply into the label its script compares with the gold one:
+a letter (SED, MC, SCR, SER, ASC, ER), ``real``/``fake`` (SD), ``male``/``female`` (SGR), an age
+group's text (SAR) or a transcript (ASR); ``""`` when nothing is found. Metrics then follow the
+scripts: F1 is computed only over the samples whose prediction (and gold) is a valid label, so
+unparsed answers are dropped, not counted wrong; ``correct_rate`` is the share of all samples
+answered right, as their progress bars show it. ``TASKS`` says which number each leaderboard column
+is. All numbers are on a 0-1 scale except ASR's, which are percentages, as in the scripts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .classification import accuracy, f1
+
+LETTERS = ("A", "B", "C", "D")
+ASSISTANT = "assistant\n"
+
+
+# -- pruning arithmetic -----------------------------------------------------------------------------
+
+
+def kept_count(n_tokens: int, ratio: float, method: str) -> int:
+    """Audio tokens kept of a span of ``n_tokens`` (their span runs from the audio BOS to the audio
+    EOS marker, both included): ``max(1, int(n * (1 - ratio)))`` for ``random`` and ``frame``;
+    ``fast_v`` takes the top ``int(n * (1 - ratio))``, with no floor at 1."""
+    if method not in ("fast_v", "random", "frame"):
+        raise ValueError(f"unknown pruning method {method!r}; AudioMarathon's are fast_v, random, frame")
+    kept = int(n_tokens * (1 - ratio))
+    return kept if method == "fast_v" else max(1, kept)
+
+
+def frame_offsets(n_tokens: int, kept: int) -> list[int]:
+    """Offsets in the span that ``frame`` keeps: ``int(i * (n / k))`` for ``i < k`` (the float step
+    first, then the product), or every offset when ``k >= n``."""
+    if kept >= n_tokens:
+        return list(range(n_tokens))
+    step = n_tokens / kept
+    return sorted({int(i * step) for i in range(kept)} & set(range(n_tokens)))
+
+
+# -- answer extraction ------------------------------------------------------------------------------
+
+
+def after_assistant(text: str) -> str:
+    """What follows the last ``"assistant\\n"``, stripped; the text unchanged if there is none. Their
+    scripts that decode prompt and reply together cut the reply out this way."""
+    return text[text.rfind(ASSISTANT) + len(ASSISTANT):].strip() if ASSISTANT in text else text
+
+
+def _bare_or_any_letter(text: str) -> str:
+    """A standalone A-D, else the first A-D anywhere (``[(\\[]?([ABCD])[)\\].]?`` needs no bracket)."""
+    match = re.search(r"\b([ABCD])\b", text) or re.search(r"[(\[]?([ABCD])[)\].]?", text)
+    return match[1] if match else ""
+
+
+def letter_desed(reply: str) -> str:
+    """SED, ``DESED_qwen2.5.py: extract_answer_choice``: upper-cased, the whole reply if it is a
+    letter, else a standalone letter, else ANY A-D character (``"BIRD"`` -> B)."""
+    text = after_assistant(reply).strip().upper()
+    return text if text in LETTERS else _bare_or_any_letter(text)
+
+
+def letter_slue(reply: str) -> str:
+    """SER, ``SLUE_qwen2.5.py: extract_answer_choice``: like ``letter_desed``, but a reply of at most
+    3 characters answers by its first letter (``"AB"`` -> A). Their last rule, ``(?:option|choice)\\s+``
+    on the upper-cased reply, can never match."""
+    text = reply.strip().upper()
+    if text in LETTERS:
+        return text
+    if len(text) <= 3 and text[:1] in LETTERS:
+        return text[0]
+    return _bare_or_any_letter(text)
+
+
+def letter_gtzan(reply: str) -> str:
+    """MC, ``GTZAN_qwen2.5.py: extract_gtzan_answer``: upper-cased; for A, then B, C, D: the reply is
+    the letter, starts ``X.``/``X)`` or ends ``" X"``; then, lower-cased, ``option x``, ``choice x``
+    or ``x)`` anywhere; then a standalone letter; then any A-D character."""
+    text = after_assistant(reply).strip().upper()
+    for letter in LETTERS:
+        if text == letter or text.startswith((f"{letter}.", f"{letter})")) or text.endswith(f" {letter}"):
+            return letter
+    lower = text.lower()
+    for letter in LETTERS:
+        x = letter.lower()
+        if f"option {x}" in lower or f"choice {x}" in lower or f"{x})" in lower:
+            return letter
+    return _bare_or_any_letter(text)
+
+
+def letter_race(reply: str) -> str:
+    """SCR, ``race_qwen2.5.py: clean_text_response``: the first A-D character of the upper-cased
+    reply (``"THE ANSWER"`` -> A); without one, its first word (not a valid letter: dropped)."""
+    text = reply.strip().upper()
+    first = next((ch for ch in text if ch in LETTERS), None)
+    if first:
+        return first
+    words = text.split()
+    return words[0] if words else ""
+
+
+def letter_tau(reply: str, choices: Sequence[str]) -> str:
+    """ASC, ``TAU_qwen2.5.py: extract_acoustic_scene_answer``: lower-cased; the reply is a letter;
+    starts ``x.``, ``x)`` or ``x:`` (a before b...); contains ``option x``, ``choice x`` or ``x)``;
+    contains a whole option text (first option in order, an empty option always matches); else
+    the option sharing the most of its words (substring test, text before ``" - "``) with the
+    reply, if more than one and strictly the most so far."""
+    text = after_assistant(reply).strip().lower()
+    if text in ("a", "b", "c", "d"):
+        return text.upper()
+    for letter in LETTERS:
+        x = letter.lower()
+        if text.startswith((f"{x}.", f"{x})", f"{x}:")):
+            return letter
+    for letter in LETTERS:
+        x = letter.lower()
+        if f"option {x}" in text or f"choice {x}" in text or f"{x})" in text:
+            return letter
+    best, most = "", 0
+    for i, choice in enumerate(choices):
+        choice = choice.lower()
+        if choice in text:
+            return chr(65 + i)
+        overlap = sum(1 for word in choice.split(" - ")[0].split() if word in text)
+        if overlap > most:
+            best, most = chr(65 + i), overlap
+    return best if best and most > 1 else ""
+
+
+EMOTION_SYNONYMS = {
+    "angry": ("anger", "frustrated", "mad", "furious"),
+    "happy": ("joy", "cheerful", "pleased", "delighted"),
+    "sad": ("sadness", "melancholy", "depressed", "sorrow"),
+    "fearful": ("fear", "anxiety", "scared", "afraid"),
+    "monotone": ("flat", "emotionless", "neutral", "bland"),
+}
+
+
+def letter_vesus(reply: str, choices: Mapping[str, str]) -> str:
+    """ER, ``VESUS_qwen2.5.py: extract_emotion_answer``: lower-cased; the reply is ``x`` or starts
+    ``x.``/``x)``; contains ``option x``, ``choice x``, ``x)`` or ``(x)``; else the first option
+    (``choices`` keyed ``choice_a``...) that shares a synonym group with the reply, both by substring.
+    The groups list synonyms, not the emotion names, so an option reading "Angry" never matches."""
+    text = after_assistant(reply).strip().lower()
+    for letter in LETTERS:
+        x = letter.lower()
+        if text == x or text.startswith((f"{x}.", f"{x})")):
+            return letter
+    for letter in LETTERS:
+        x = letter.lower()
+        if any(p in text for p in (f"option {x}", f"choice {x}", f"{x})", f"({x})")):
+            return letter
+    for letter in LETTERS:
+        key = f"choice_{letter.lower()}"
+        if key in choices:
+            option = choices[key].lower()
+            for words in EMOTION_SYNONYMS.values():
+                if any(w in text for w in words) and any(w in option for w in words):
+                    return letter
+    return ""
+
+
+def label_had(reply: str, generated_tokens: int = 0) -> str:
+    """SD, ``HAD_qwen2.5.py``: ``real``, ``fake`` or ``""``. With more than 10 generated tokens the
+    first whitespace-separated word among real/fake/authentic/synthesized replaces the reply
+    (never, with their 5-token limit). Then ``extract_authenticity_answer``: ``a``/``b`` forms (the
+    reply is the letter, starts ``x.``/``x)``, ends ``" x"``; contains ``option x``, ``choice x``,
+    ``x)`` or ``" x "``), then "real" xor "fake" as substrings, then word-level synonyms."""
+    text = after_assistant(reply).strip()
+    if generated_tokens > 10:
+        word = next((w for w in text.lower().split() if w in ("real", "fake", "authentic", "synthesized")), None)
+        if word:
+            text = {"authentic": "real", "synthesized": "fake"}.get(word, word)
+    text = text.lower().strip()
+    for x, label in (("a", "real"), ("b", "fake")):
+        if text == x or text.startswith((f"{x}.", f"{x})")) or text.endswith(f" {x}"):
+            return label
+    for x, label in (("a", "real"), ("b", "fake")):
+        if f"option {x}" in text or f"choice {x}" in text or f"{x})" in text or f" {x} " in text:
+            return label
+    if ("real" in text) != ("fake" in text):
+        return "real" if "real" in text else "fake"
+    real = re.search(r"\breal\b|\bauthentic\b|\bgenuine\b|\bcompletely authentic\b", text) is not None
+    fake = re.search(r"\bfake\b|\bartificial\b|\bsynthetic\b|\bsynthesized\b|\bcontains.*fake\b", text) is not None
+    return "real" if real and not fake else "fake" if fake and not real else ""
+
+
+def label_gender(reply: str, choice_a: str = "male", choice_b: str = "female") -> str:
+    """SGR, ``Vox_qwen2.5.py: extract_gender_answer``: the lower-cased option text or ``""``: ``a``/``b``
+    forms (the reply is the letter or starts ``x.``/``x)``; contains ``option x``, ``choice x`` or
+    ``x)``), then one option text but not the other as substrings ("female" contains "male", so a
+    reply naming female falls through), then for male/female ``\\bmale\\b`` xor ``\\bfemale\\b``."""
+    text = reply.lower().strip()
+    a, b = choice_a.lower().strip(), choice_b.lower().strip()
+    for x, label in (("a", a), ("b", b)):
+        if text == x or text.startswith((f"{x}.", f"{x})")):
+            return label
+    for x, label in (("a", a), ("b", b)):
+        if f"option {x}" in text or f"choice {x}" in text or f"{x})" in text:
+            return label
+    if (a in text) != (b in text):
+        return a if a in text else b
+    if (a, b) == ("male", "female"):
+        male, female = re.search(r"\bmale\b", text) is not None, re.search(r"\bfemale\b", text) is not None
+        if male != female:
+            return "male" if male else "female"
+    return ""
+
+
+def label_age(reply: str, choices: Mapping[str, str]) -> str:
+    """SAR, ``Vox_age_qwen2.5.py: extract_age_answer``: the chosen option's text (``choices`` keyed
+    ``choice_a``..``choice_e``) or ``""``: letter forms (the reply is ``x``, starts ``x.``/``x)``,
+    ends ``" x"``, a before b...); then exactly one of the letters a-e as a standalone word; then
+    ``option x``, ``choice x`` or ``answer x``; then exactly one option text as a substring."""
+    text = reply.lower().strip()
+    for x in "abcde":
+        if text == x or text.startswith((f"{x}.", f"{x})")) or text.endswith(f" {x}"):
+            return choices[f"choice_{x}"]
+    standalone = [x for x in "abcde" if re.search(rf"\b{x}\b", text)]
+    if len(standalone) == 1:
+        return choices[f"choice_{standalone[0]}"]
+    for key, option in choices.items():
+        x = key[-1].lower()
+        if f"option {x}" in text or f"choice {x}" in text or f"answer {x}" in text:
+            return option
+    named = [option for option in choices.values() if option.lower() in text]
+    return named[0] if len(named) == 1 else ""
+
+
+_MARKERS = ("spoken content:", "content:", "transcription:", "transcript:")
+
+
+def transcript(reply: str) -> str:
+    """ASR, ``LibriSpeech_qwen2.5.py: clean_response`` (after the ``assistant`` cut): the text between
+    the first transcript marker (``spoken content:``, else ``content:``...) and its next occurrence,
+    without the ``<transcribed text here>`` placeholder, ``<sep>`` tails or a leading label."""
+    text = after_assistant(reply)
+    if not text.strip():
+        return ""
+    for marker in _MARKERS:
+        if marker in text.lower():
+            parts = re.split(re.escape(marker), text, flags=re.IGNORECASE)
+            if len(parts) > 1:
+                text = parts[1].strip()
+                break
+    text = re.sub(r"<transcribed text here>", "", text)
+    text = re.sub(r"<sep>.*?($|<|$)", "", text)
+    text = re.sub(r"(?i)^(spoken\s+(?:text|content)|content|transcript|transcription):\s*", "", text.strip())
+    return text.strip()
+
+
+# -- metrics ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Task:
+    """How one script scores: which labels are valid (``None``: the gold labels seen), whether the F1
+    averages run over exactly those labels (absent ones scoring 0) or over the labels present in
+    the kept pairs, and which number is the task's leaderboard column."""
+
+    script: str
+    valid: tuple[str, ...] | None
+    over_valid_labels: bool
+    headline: str
+    gold: Callable[[str], str] = str  # how the script reads ``answer_gt`` (SD: the folder name)
+
+
+TASKS: dict[str, Task] = {
+    "SED": Task("DESED_qwen2.5.py", LETTERS, False, "f1_macro"),
+    "MC": Task("GTZAN_qwen2.5.py", LETTERS, True, "f1_macro"),
+    "SCR": Task("race_qwen2.5.py", LETTERS, True, "f1_weighted"),
+    "SER": Task("SLUE_qwen2.5.py", LETTERS, False, "f1_macro"),
+    "ASC": Task("TAU_qwen2.5.py", None, False, "f1_macro", str.upper),
+    "ER": Task("VESUS_qwen2.5.py", None, False, "f1_macro", str.upper),
+    "SD": Task("HAD_qwen2.5.py", ("real", "fake"), False, "f1_fake", lambda label: label.lower().strip()),
+    "SAR": Task("Vox_age_qwen2.5.py", None, True, "f1_macro", str.strip),
+    "SGR": Task("Vox_qwen2.5.py", ("male", "female"), False, "f1_weighted", lambda label: label.lower().strip()),
+}
+
+
+def classification_metrics(task: str, golds: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
+    """The task's metrics over all its samples' gold labels (``TASKS[task].gold`` of ``answer_gt``)
+    and extracted labels (``EXTRACTORS[task]`` of the reply), on a 0-1 scale:
+    ``accuracy``, ``f1_macro`` and ``f1_weighted`` over the kept (valid) pairs, ``valid_samples``,
+    ``total_samples``, ``correct_rate`` over all samples, and for SD ``f1_fake`` (``had_fake_f1``).
+    With no valid pair the F1s and accuracy are 0, as the scripts return them."""
+    rule = TASKS[task]
+    if len(golds) != len(predictions) or not golds:
+        raise ValueError(f"{task}: need as many predictions as golds, at least one ({len(golds)}, {len(predictions)})")
+    valid = rule.valid if rule.valid is not None else tuple(sorted(set(golds)))
+    kept = [(g, p) for g, p in zip(golds, predictions) if g in valid and p in valid]
+    scores = {"accuracy": 0.0, "f1_macro": 0.0, "f1_weighted": 0.0}
+    if kept:
+        kept_golds, kept_predictions = [g for g, _ in kept], [p for _, p in kept]
+        labels = list(valid) if rule.over_valid_labels else None
+        scores = {
+            "accuracy": accuracy(kept_golds, kept_predictions),
+            "f1_macro": f1(kept_golds, kept_predictions, "macro", labels),
+            "f1_weighted": f1(kept_golds, kept_predictions, "weighted", labels),
+        }
+    scores |= {
+        "valid_samples": len(kept), "total_samples": len(golds),
+        "correct_rate": sum(g == p for g, p in zip(golds, predictions)) / len(golds),
+    }
+    if task == "SD":
+        scores["f1_fake"] = had_fake_f1(golds, predictions)
+    return scores
+
+
+def had_fake_f1(golds: Sequence[str], predictions: Sequence[str]) -> float:
+    """The ``f1_score`` of ``HAD_qwen2.5.py``'s summary: binary F1 with ``fake`` positive, from its
+    counters over ALL samples: TP = fake answered fake, FP = real not answered real, FN = fake not
+    answered fake. Unlike its other F1s, an unparsed answer counts here (as a miss)."""
+    tp = sum(g == "fake" and p == "fake" for g, p in zip(golds, predictions))
+    fp = sum(g == "real" and p != "real" for g, p in zip(golds, predictions))
+    fn = sum(g == "fake" and p != "fake" for g, p in zip(golds, predictions))
+    precision = tp / (tp + fp) if (tp + fp) > 0 else 0.0
+    recall = tp / (tp + fn) if (tp + fn) > 0 else 0.0
+    return 2 * (precision * recall) / (precision + recall) if (precision + recall) > 0 else 0.0
+
+
+def standardize(text: str) -> str:
+    """``standardize_text``: lower-case; ``.!?,;:"()[]{}`` become spaces; ``-`` and ``'`` are deleted
+    (``well-known`` -> ``wellknown``, ``don't`` -> ``dont``); whitespace runs become one space."""
+    text = re.sub(r"[.!?,;:\"()\[\]{}]", " ", text.lower())
+    text = re.sub(r"[\-\']", "", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def wer(reference: str, hypothesis: str) -> float:
+    """``calculate_wer``: word error rate in percent (word-level edit distance over the reference's
+    words, as jiwer computes it) after ``standardize``; 100 when either side standardizes to ""."""
+    ref, hyp = standardize(reference).split(), standardize(hypothesis).split()
+    if not ref or not hyp:
+        return 100.0
+    previous = list(range(len(hyp) + 1))
+    for i, ref_word in enumerate(ref, start=1):
+        current = [i]
+        for j, hyp_word in enumerate(hyp, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref_word != hyp_word)))
+        previous = current
+    return previous[-1] / len(ref) * 100
+
+
+def asr_metrics(references: Sequence[str], hypotheses: Sequence[str]) -> dict[str, float]:
+    """``calculate_librispeech_metrics``: over the samples whose reference and hypothesis (the
+    ``transcript``) are both non-empty, ``wer_mean`` (mean per-sample WER, %) and ``word_accuracy``
+    = 100 - wer_mean, the leaderboard's ASR column; an empty transcript is dropped, not charged.
+    ``wer_all`` is the mean over all samples (empty = 100), the running WER their script prints."""
+    if len(references) != len(hypotheses) or not references:
+        raise ValueError(f"need as many hypotheses as references, at least one ({len(references)}, {len(hypotheses)})")
+    scores = [wer(r, h) for r, h in zip(references, hypotheses) if r and h]
+    wer_mean = float(np.mean(scores)) if scores else 100.0
+    wer_all = sum(wer(r, h) for r, h in zip(references, hypotheses)) / len(references)
+    return {
+        "wer_mean": wer_mean, "word_accuracy": 100.0 - wer_mean if scores else 0.0, "valid_samples": len(scores),
+        "total_samples": len(references), "wer_all": wer_all,
+    }
+
+
+EXTRACTORS: dict[str, Callable[..., str]] = {
+    "SED": letter_desed, "MC": letter_gtzan, "SCR": letter_race, "SER": letter_slue, "ASC": letter_tau,
+    "ER": letter_vesus, "SD": label_had, "SAR": label_age, "SGR": label_gender, "ASR": transcript,
+}

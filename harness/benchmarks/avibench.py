@@ -1,0 +1,227 @@
+"""AVI-Bench's audio-only tasks, reproduced from FudanCVL/AVI-Bench (``run.py``, ``scripts/utils.py``,
+``eval/level_metrics/{utils,data_utils,level_score,definitions}.py``).
+
+Layout: ``<levels>/<stage>/<TASK>/data.json`` (a list) and ``input/``; ASQA is ``sensation/ASQA``,
+AMIC ``perception/AMIC``. An entry is ``{"id", "task", "subtask", "input": {"question": {"prompt",
+"text", "options"}, "audio_list", "image_list", "video"}, "output": {"question_answer"}}``; ``prompt``
+and ``options`` are keys into the benchmark's constants (``avibench_constants.json``, copied from
+``definitions.py``), media paths start ``./input``. ASQA also has "pre-question" entries, ids
+``pre_<id>`` ("can you hear anything?"), run like any other entry.
+
+Official pipeline: inference writes a reply per entry, position-aligned with data.json; an LLM then
+"refines" each reply (QA tasks: the bare final answer; AMIC: a ``{"class": "count"}`` dict); the
+evaluator scores the refined text. The refine step is NOT reproduced here (no judge): these scorers
+take the model's own reply where the evaluator would take the refined one, and apply every
+deterministic step of the evaluator to it. Scores are on the evaluator's 0-1 scale, rounded to 5
+decimals as it rounds them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .classification import set_f1
+
+TASK_DIRS = {"ASQA": "sensation/ASQA", "AMIC": "perception/AMIC"}
+SYSTEM_PROMPT = "You are a helpful assistant."
+END_OF_TEXT = "<|endoftext|>"
+AMIC_MISSING_CLASS_ERROR = 7  # ``tau`` for AMIC: the error charged for a gold class not predicted
+AMIC_ERROR_CAP = 20  # an item's mean absolute error is capped here
+AMIC_MAX_REPLY = 300  # replies this long (characters) are left out of both AMIC scores
+COUNTING_SLOPE = 0.3  # ``rmse_to_score(rmse, k=0.3)``
+
+
+@cache
+def constants() -> dict[str, dict[str, Any]]:
+    """The prompt and option constants of the audio-only tasks, by task then key."""
+    return json.loads(Path(__file__).with_name("avibench_constants.json").read_text(encoding="utf-8"))
+
+
+# -- prompt -----------------------------------------------------------------------------------------
+
+
+def resolve(entry: Mapping, key: str) -> Any:
+    """``get_real_prompt`` / ``get_real_options_or_classes``: the question's ``key`` field, replaced by
+    the constant it names; ``None`` or a missing field gives ``""``; any other string stays as is."""
+    question = entry["input"]["question"]
+    if key not in question:
+        return ""
+    value = question[key]
+    table = constants().get(entry["task"])
+    if table is None:
+        raise ValueError(f"task {entry['task']!r}: only {sorted(constants())} have constants here")
+    if not isinstance(value, (str, type(None))):
+        raise ValueError(f"entry {entry.get('id')}: {key} must name a constant, got {value!r}")
+    value = table.get(value, value) if isinstance(value, str) else value
+    return "" if value is None else value
+
+
+def text_input(entry: Mapping) -> str:
+    """``get_real_input``: ``f"{prompt}. Available options are: {options}. {question}"``, the options
+    written as a Python list (``['yes', 'no', 'not sure']``); with null or absent options the middle
+    part is empty (``"{prompt}. . {question}"``), and so is a null or absent prompt. Their "semantic
+    categories" wording needs an option value containing "cls" that is not a constant's name."""
+    options = resolve(entry, "options")
+    kind = "semantic categories" if "cls" in options else "options"
+    phrase = f"Available {kind} are: {options}" if entry["input"]["question"].get("options") is not None else ""
+    return f"{resolve(entry, 'prompt')}. {phrase}. {entry['input']['question']['text']}"
+
+
+def conversation(entry: Mapping, task_dir: str) -> list[dict]:
+    """``build_conversation``: the system turn, then one user turn holding the images, the audio
+    clips, the video (16 frames) and last the text; ``./input`` in media paths becomes
+    ``<task_dir>/input`` (the official code then passes ``file://`` + the absolute path)."""
+    media = entry["input"]
+    content = [{"type": "image", "image": _media(p, task_dir)} for p in media.get("image_list") or []]
+    content += [{"type": "audio", "audio": _media(p, task_dir)} for p in media.get("audio_list") or []]
+    if media.get("video") is not None:
+        content.append({"type": "video", "video": _media(media["video"], task_dir), "nframes": 16})
+    content.append({"type": "text", "text": text_input(entry)})
+    system = {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]}
+    return [system, {"role": "user", "content": content}]
+
+
+def _media(path: str, task_dir: str) -> str:
+    return path.replace("./input", f"{task_dir}/input")
+
+
+# -- ASQA: full match with double confirm ------------------------------------------------------------
+
+
+def clean(reply: str, clean_symbol: bool) -> str:
+    """``string_cleaning``: drop ``<|endoftext|>``; with ``clean_symbol``, lower-case and delete
+    every character that is neither a word character nor whitespace."""
+    reply = reply.replace(END_OF_TEXT, "")
+    return re.sub(r"[^\w\s]", "", reply.lower()) if clean_symbol else reply
+
+
+def ordered_matches(options: Sequence[str] | str, text: str) -> list[str]:
+    """``find_ordered_matches``: the options found in ``text`` as whole words (both cleaned like
+    ``clean(..., True)``), earliest first; options found at the same place sort by their text. A
+    string instead of a list is searched character by character, as the official loop does."""
+    cleaned = re.sub(r"[^\w\s]", "", text.lower())
+    found = []
+    for option in options:
+        word = re.sub(r"[^\w\s]", "", option.lower())
+        match = re.search(rf"\b{re.escape(word)}\b", cleaned)
+        if match:
+            found.append((match.start(), option))
+    return [option for _, option in sorted(found)]
+
+
+def full_match(prediction: str, label: str) -> int:
+    """``get_full_match_acc``: 1 if equal, or if the label is all digits and the first digit run in
+    the prediction equals it (``"4"`` matches ``"i hear 4 beats"`` and ``"40"`` does not)."""
+    if prediction == label:
+        return 1
+    if label.isdigit():
+        number = re.search(r"\d+", prediction)
+        return int(number is not None and number[0] == label)
+    return 0
+
+
+def score_full_match(entries: Sequence[Mapping], replies: Sequence[str | None], double_confirm: bool = True) -> float:
+    """``eval_full_match_acc`` (ASQA): accuracy over the formal (non-``pre_``) entries, 0-1.
+
+    Entries and replies pair by position (the shorter list decides); a ``None`` reply is skipped, so
+    it counts neither way. Each reply is cleaned (``clean(..., True)``); if it mentions options, the
+    earliest one becomes the prediction; then ``full_match`` against ``str(question_answer)``.
+    Double confirm: a wrong ``pre_<id>`` answer zeroes the first already-scored formal entry with id
+    ``<id>`` (one placed after its formal entry only, as in the data). ``pre_`` entries whose question
+    text or answer is null are ignored altogether."""
+    invalid_pre = {
+        str(e.get("id", "")) for e in entries
+        if str(e.get("id", "")).startswith("pre_")
+        and (e.get("input", {}).get("question", {}).get("text") is None
+             or e.get("output", {}).get("question_answer") is None)
+    }
+    scores: list[list] = []  # [entry id, score] of formal entries, in order
+    for entry, reply in zip(entries, replies):
+        entry_id = str(entry["id"])
+        if reply is None or entry_id in invalid_pre:
+            continue
+        prediction = clean(reply, clean_symbol=True)
+        mentioned = ordered_matches(resolve(entry, "options"), prediction)
+        if mentioned:
+            prediction = mentioned[0]
+        score = full_match(prediction, str(entry["output"]["question_answer"]))
+        if not entry_id.startswith("pre_"):
+            scores.append([entry_id, score])
+        elif score == 0 and double_confirm:
+            formal = next((s for s in scores if s[0] == entry_id[len("pre_"):]), None)
+            if formal is not None:
+                formal[1] = 0
+    if not scores:
+        raise ValueError("no formal entry has a reply")
+    return round(sum(s for _, s in scores) / len(scores), 5)
+
+
+# -- AMIC: semantic F1 and counting ------------------------------------------------------------------
+
+
+def counting_score(rmse: float) -> float:
+    """``rmse_to_score(rmse, k=0.3)``: ``1 - tanh(0.3 * rmse)``; 0 when rmse is not >= 0 (NaN)."""
+    return float(1 - np.tanh(COUNTING_SLOPE * rmse)) if rmse >= 0 else 0.0
+
+
+def score_amic(entries: Sequence[Mapping], replies: Sequence[str | None]) -> tuple[float, float, float]:
+    """``eval_multi_instance_cls_and_count`` for AMIC: ``(average, semantic, counting)``, each 0-1.
+
+    Entries and replies pair by position; ``None`` replies are skipped. Per reply (only
+    ``<|endoftext|>`` removed): strip a leading ``answer=``, turn ``'`` into ``"``, parse as JSON.
+    Semantic: the set F1 of the dict's keys against the gold classes; a reply that does not parse
+    to a dict scores 0; a reply of 300+ characters is left out. Counting: per entry, the mean over
+    gold classes of |predicted - gold| (``int()`` of both; 7 for a class not predicted; the gold
+    counts themselves when the reply does not parse, after any errors already collected for that
+    entry), capped at 20; the counting score is ``counting_score`` of the root mean square over
+    entries, and 0 whenever the semantic score is 0. Average = their mean. The parsed dict is
+    re-read through its Python ``str()`` for counting, as the official code re-reads it."""
+    pairs = [(e["output"]["question_answer"], clean(r, False)) for e, r in zip(entries, replies) if r is not None]
+    if not pairs:
+        raise ValueError("no entry has a reply")
+    semantic, errors = [], []
+    for gold, reply in pairs:
+        kept = _strip_answer_prefix(reply).replace("'", '"')
+        if len(kept) >= AMIC_MAX_REPLY:
+            continue
+        try:
+            kept = json.loads(kept)
+            semantic.append(set_f1(kept.keys(), gold.keys()))
+        except Exception:
+            semantic.append(0.0)
+        errors.append(_count_error(gold, kept))
+    semantic_score = np.mean(semantic) if semantic else np.nan
+    errors = [e for e in errors if e is not None]
+    rmse = np.sqrt(np.mean(np.square(errors))) if errors else np.nan
+    counting = counting_score(rmse) if semantic_score != 0 else 0.0
+    average = (semantic_score + counting) / 2
+    return round(float(average), 5), round(float(semantic_score), 5), round(float(counting), 5)
+
+
+def _strip_answer_prefix(reply: str) -> str:
+    text = reply.lstrip()
+    return text.split("=", 1)[1].lstrip() if text.lower().startswith("answer=") else text
+
+
+def _count_error(gold: Mapping, kept: Any) -> float | None:
+    """One entry's capped mean absolute count error; ``None`` for a 300+ character reply."""
+    text = f"{kept}"
+    if len(text) >= AMIC_MAX_REPLY:
+        return None
+    errors: list[int] = []
+    try:
+        predicted = json.loads(text.replace("'", '"'))
+        for name in gold:
+            missing = name not in predicted
+            errors.append(AMIC_MISSING_CLASS_ERROR if missing else abs(int(predicted[name]) - int(gold[name])))
+    except Exception:
+        errors += [int(gold[name]) for name in gold]
+    mean = float(np.mean(errors)) if errors else float("nan")
+    return min(mean, AMIC_ERROR_CAP)
