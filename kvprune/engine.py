@@ -21,7 +21,9 @@ call of the model:
 4. The layout (which prompt positions each layer's cache holds) outlives the call, keyed by the
    cache object; on later calls (decoding, another turn) every layer whose cache differs from the
    full prompt gets the attention mask restricted to its slots. Nothing else changes, because kept
-   tokens keep their original positions.
+   tokens keep their original positions. On a static cache (``cache_implementation="static"``) the
+   layout lives in the cache instead, each layer at its own static length, and decoding keeps no
+   Python state, so that it compiles (``kvprune/static_cache.py``).
 
 Cache layer 0 always stays full length: HF sizes masks and positions from it, which is why pruning
 at layer 0 is refused.
@@ -36,6 +38,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
+from . import static_cache
 from .attention_probe import AttentionRecorder
 from .clips import AudioClip, clips_of
 from .compat import find_cache, output_cache
@@ -186,31 +189,52 @@ class PressSession:
 
     # -- per call --------------------------------------------------------------------------------
     def _before_call(self, module, args, kwargs):
-        if self.recorder is not None:
-            self.recorder.clear()
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         cache = find_cache(kwargs)
-        _refuse_static(cache)
+        if static_cache.is_static(cache):
+            return self._before_static_call(input_ids, cache, args, kwargs)
+        if self.recorder is not None:
+            self.recorder.clear()
         past_len = int(cache.get_seq_length()) if cache is not None else 0
         if past_len > 0:
             layout = self._layouts.get(cache)
             n_new = input_ids.shape[1] if input_ids is not None else _embeds_len(kwargs)
             self._call = _Call(cache=cache, past_len=past_len, n_new=n_new, layout=layout) if layout else None
             return None
-        if input_ids is None:
-            raise ValueError(
-                "kvprune locates audio by the placeholder token in input_ids; call the model with input_ids, "
-                "not inputs_embeds, while a press is active."
-            )
-        self._call = self._start_prefill(input_ids, kwargs.get("attention_mask"), cache)
+        self._call = self._start_prefill(_prompt_ids(input_ids), kwargs.get("attention_mask"), cache)
         return None
 
+    def _before_static_call(self, input_ids, cache, args, kwargs):
+        """A call on a static cache. Its prefill prunes into layers of their own lengths
+        (``static_cache.adopt``); decoding and later turns keep no Python state at all, so that they
+        compile: each pruned layer's mask comes from the cache itself (``static_cache.layer_mask``)."""
+        if static_cache.holds_tokens(cache):
+            if self._call is not None:  # left by a call that raised; never set while decoding
+                self._call = None
+            if static_cache.is_frozen(cache) and not torch.compiler.is_compiling():
+                static_cache.check_room(cache, input_ids.shape[1] if input_ids is not None else _embeds_len(kwargs))
+            return None
+        if self.recorder is not None:
+            self.recorder.clear()
+        input_ids, mask = _prompt_ids(input_ids), kwargs.get("attention_mask")
+        self._call = self._start_prefill(input_ids, static_cache.prompt_padding(mask, input_ids.shape[1]), cache)
+        if self._call is None:  # nothing to prune: the stock static cache, untouched
+            return None
+        static_cache.adopt(cache)
+        kwargs["attention_mask"] = static_cache.prompt_mask(mask, input_ids.shape[1])
+        return args, kwargs
+
     def _after_call(self, module, args, kwargs, output):
-        call, self._call = self._call, None
-        if call is not None and call.layout is not None and call.layout.pruned:
+        call = self._call
+        if call is None:  # nothing was pruned (and, decoding, nothing may change: it may be compiled)
+            return None
+        self._call = None
+        if call.layout is not None and call.layout.pruned:
             cache = output_cache(output)
             cache = call.cache if cache is None else cache  # a Cache may be falsy (len 0): compare to None
-            if cache is not None:
+            if static_cache.is_static(cache):
+                static_cache.freeze(cache, call.layout, call.n_new)
+            elif cache is not None:
                 self._layouts[cache] = call.layout
         if self.recorder is not None:
             self.recorder.clear()
@@ -250,7 +274,11 @@ class PressSession:
         def hook(module, args, kwargs):
             call = self._call
             if call is None:
-                return None
+                mask = static_cache.layer_mask(kwargs, layer_idx, self.attn_implementation)
+                if mask is None:
+                    return None
+                kwargs["attention_mask"] = mask
+                return args, kwargs
             if call.prefill:
                 if layer_idx == self.k and call.drop_pending:
                     self._drop(call)
@@ -405,15 +433,16 @@ def _dtype_of(kwargs) -> torch.dtype:
     return cos_sin[0].dtype if cos_sin is not None else torch.get_default_dtype()
 
 
+def _prompt_ids(input_ids):
+    if input_ids is None:
+        raise ValueError(
+            "kvprune locates audio by the placeholder token in input_ids; call the model with input_ids, "
+            "not inputs_embeds, while a press is active."
+        )
+    return input_ids
+
+
 def _embeds_len(kwargs) -> int:
     embeds = kwargs.get("inputs_embeds")
     return embeds.shape[1] if embeds is not None else 1
 
-
-def _refuse_static(cache) -> None:
-    if cache is not None and type(cache).__name__ in ("StaticCache", "HybridCache", "SlidingWindowCache"):
-        raise NotImplementedError(
-            f"kvprune cannot prune into a {type(cache).__name__}: its mask spans the whole preallocated "
-            "length while pruned layers hold fewer keys. Use the default dynamic cache "
-            "(do not set cache_implementation='static')."
-        )

@@ -162,14 +162,6 @@ def test_inputs_embeds_without_input_ids_is_refused():
             m(inputs_embeds=embeds, attention_mask=inputs["attention_mask"])
 
 
-def test_static_cache_is_refused():
-    m = model("voxtral", "sdpa")
-    inputs = FAMILIES["voxtral"].inputs(ROW)
-    with pytest.raises(NotImplementedError, match="dynamic cache"):
-        with torch.no_grad(), FramePress()(m, ratio=0.5):
-            m.generate(**inputs, max_new_tokens=2, cache_implementation="static", **GREEDY)
-
-
 def test_plain_forward_then_manual_decoding_on_the_returned_cache():
     """Without generate: a forward that creates its own cache, then one decoding step on it."""
     m = model("qwen2_audio", "eager")
