@@ -208,11 +208,12 @@ class PressSession:
         """A call on a static cache. Its prefill prunes into layers of their own lengths
         (``static_cache.adopt``); decoding and later turns keep no Python state at all, so that they
         compile: each pruned layer's mask comes from the cache itself (``static_cache.layer_mask``)."""
-        if static_cache.holds_tokens(cache):
+        n_new = input_ids.shape[1] if input_ids is not None else _embeds_len(kwargs)
+        if static_cache.holds_tokens(cache, n_new):
             if self._call is not None:  # left by a call that raised; never set while decoding
                 self._call = None
-            if static_cache.is_frozen(cache) and not torch.compiler.is_compiling():
-                static_cache.check_room(cache, input_ids.shape[1] if input_ids is not None else _embeds_len(kwargs))
+            if n_new > 1 and static_cache.is_frozen(cache):  # a later turn, never compiled
+                static_cache.check_room(cache, n_new)
             return None
         if self.recorder is not None:
             self.recorder.clear()

@@ -121,18 +121,19 @@ def is_frozen(cache) -> bool:
     return is_static(cache) and isinstance(cache.layers[0], PrunedStaticLayer) and cache.layers[0].frozen
 
 
-def holds_tokens(cache) -> bool:
-    """Whether a static cache already holds tokens, i.e. this call continues it.
+def holds_tokens(cache, new_tokens: int) -> bool:
+    """Whether a static cache already holds tokens, i.e. a call of ``new_tokens`` continues it.
 
-    Read without waiting for the device where that matters: inside a compiled graph (which only
-    decoding is) it is a continuation by construction; a fresh cache is one whose layers have not
-    been filled; otherwise the length is read once."""
+    Answered without waiting for the device wherever it can be: adopted layers know it on the
+    host; a stock static layer is empty until first written; a one-token call (a decoding step)
+    prunes nothing either way, and inside a compiled graph (which only decoding is) it is a
+    continuation by construction. Otherwise (a prompt on a reused stock cache) the length is read."""
     first = cache.layers[0]
     if isinstance(first, PrunedStaticLayer):
         return first.frozen or first.keys is not None
     if not first.is_initialized:
         return False
-    return torch.compiler.is_compiling() or int(first.get_seq_length()) > 0
+    return new_tokens == 1 or torch.compiler.is_compiling() or int(first.get_seq_length()) > 0
 
 
 def adopt(cache) -> None:
@@ -203,8 +204,9 @@ def layer_mask(kwargs: dict, layer_idx: int, attn_implementation: str):
 
 
 def check_room(cache, new_tokens: int) -> None:
-    """Refuse a later turn that does not fit the room a frozen pruned static cache has left (read once per
-    call, outside compiled decoding: writing past a static buffer fails without a clear message)."""
+    """Refuse a later turn that does not fit the room a frozen pruned static cache has left. Read once
+    per turn, never in a decoding step (that would wait for the device every token); writing past a
+    static buffer would otherwise fail with an indexing error or, on a GPU, a device-side assertion."""
     first = cache.layers[0]
     held = int(first.get_seq_length())
     if held + new_tokens > first.max_cache_len:

@@ -3,6 +3,11 @@ length, decoding equals the dynamic cache, and the decode step compiles into one
 
 from __future__ import annotations
 
+import csv
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import CompileConfig, StaticCache
@@ -132,16 +137,17 @@ def test_static_layers_of_other_kinds_are_refused_with_the_fix():
         _generate(m, get_press("frame", layer=K, ratio=0.5), inputs, past_key_values=cache)
 
 
-@pytest.mark.parametrize("family", ["voxtral", "qwen2_5_omni"])
-def test_decode_step_compiles_into_one_graph(family):
+@pytest.mark.parametrize("family,press_name", [("qwen2_5_omni", "fastv"), ("voxtral", "frame+knorm"), ("qwen2_audio", "dart")])
+def test_decode_step_compiles_into_one_graph(family, press_name):
     """``generate``'s own compilation (forced on the CPU), with ``fullgraph=True``: any graph break in a
-    decode step, the engine's hooks included, raises. The aot_eager backend traces and functionalises
-    like inductor (the in-place cache writes included) without compiling kernels, so it takes seconds.
-    Phi-4-multimodal and the Aero-1 stand-in are left out: their own forward branches on tensor values
-    (whether the input holds audio tokens) in every step, stock HF static included."""
+    decode step, the engine's hooks and the attention recorder included, raises. The aot_eager backend
+    traces and functionalises like inductor (the in-place cache writes included) without compiling
+    kernels, so it takes seconds. Phi-4-multimodal and the Aero-1 stand-in are left out: their own
+    forward branches on tensor values (whether the input holds audio tokens) in every step, stock HF
+    static included."""
     m = model(family, "sdpa")
     inputs = FAMILIES[family].inputs(TWO_ROWS)
-    press = PRESSES["frame+knorm"]
+    press = PRESSES[press_name]
     compile_config = CompileConfig(fullgraph=True, backend="aot_eager", mode=None)
     compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless told
     torch._dynamo.reset()
@@ -153,3 +159,22 @@ def test_decode_step_compiles_into_one_graph(family):
         m.__dict__.pop("_compiled_call", None)  # the model is shared with other tests
         torch._dynamo.reset()
     assert torch.equal(compiled.sequences, _generate(m, press, inputs).sequences)
+
+
+def test_bench_decode_script_runs_tiny(tmp_path, monkeypatch):
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_decode.py"
+    spec = importlib.util.spec_from_file_location("bench_decode", path)
+    script = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_decode", script)
+    spec.loader.exec_module(script)
+    script.main(["--tiny", "--out", str(tmp_path), "--audio-seconds", "5", "--new-tokens", "4", "--repeats", "1", "--ratios", "0.5"])
+    with open(tmp_path / "decode.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert [(r["run"], r["cache"]) for r in rows] == [
+        ("stock", "dynamic"), ("stock", "static"), ("fastv@0.5", "dynamic"), ("fastv@0.5", "static")
+    ]
+    assert all(int(r["new_tokens"]) == 4 for r in rows)
+    static = [r for r in rows if r["cache"] == "static"]
+    assert all(int(r["tokens_agree"]) == 4 and float(r["max_logit_diff"]) < 1e-4 for r in static)
+    assert float(static[1]["kv_cache_mib"]) < float(static[0]["kv_cache_mib"]), "the pruned static cache is smaller"
+    assert "| fastv@0.5 | static |" in (tmp_path / "decode.md").read_text()
