@@ -65,6 +65,25 @@ def test_static_decoding_equals_dynamic_with_each_layer_at_its_own_length(family
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_plain_forward_calls_on_a_static_cache_equal_dynamic(family):
+    """Without generate (as a benchmark feeding forced tokens does): a prefill into a StaticCache, then
+    one-token calls; the model builds each step's mask itself."""
+    m = model(family, "sdpa")
+    inputs = FAMILIES[family].inputs(ROW)
+    steps = [torch.tensor([[20 + i]]) for i in range(3)]
+    logits = {}
+    for kind in ("dynamic", "static"):
+        cache = StaticCache(config=m.config, max_cache_len=inputs["input_ids"].shape[1] + len(steps))
+        with torch.no_grad(), PRESSES["fastv"](m):
+            out = m(**inputs, use_cache=True, **(dict(past_key_values=cache) if kind == "static" else {}))
+            cache, logits[kind] = cache_of(out), [out.logits[:, -1]]
+            for token in steps:
+                logits[kind].append(m(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1])
+    assert cache_lengths(cache)[K] < cache_lengths(cache)[0]
+    torch.testing.assert_close(torch.stack(logits["static"]), torch.stack(logits["dynamic"]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 @pytest.mark.parametrize("prompt", [ROW, [[("text", 9)], [("text", 6)]]], ids=["ratio_0", "no_audio"])
 def test_nothing_to_prune_is_stock_static(family, prompt):
     m = model(family, "sdpa")
