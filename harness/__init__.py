@@ -1,1 +1,7 @@
-"""The benchmark harness: tasks, metrics, the sweep runner, timing, results and plots."""
+"""The benchmark harness, in two halves over shared tasks and timing.
+
+- ``tasks``: declarative YAML tasks, the dataset readers, answer parsers and metrics;
+- ``sweep``: models x tasks x methods x ratios on real prompts (results, summary, plots, report);
+- ``bench``: prefill and decode timed at real model shapes with random weights;
+- ``demo``: the embedded demo model and its synthetic suite; ``cli``: the ``kvprune`` command.
+"""

@@ -28,8 +28,8 @@ import transformers
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAudioEncoder
 
 from kvprune import fast_audio_encoder
-from kvprune.harness.bench_measure import Meter
-from kvprune.harness.bench_presets import get_preset
+from kvprune.harness.bench.measure import Meter
+from kvprune.harness.bench.presets import get_preset
 
 
 @dataclass(frozen=True)

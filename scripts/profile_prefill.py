@@ -15,8 +15,8 @@ import torch
 
 from kvprune import FramePress
 from kvprune.ratios import keep_count
-from kvprune.harness.bench_measure import Meter, logits_rows
-from kvprune.harness.bench_presets import get_preset
+from kvprune.harness.bench.measure import Meter, logits_rows
+from kvprune.harness.bench.presets import get_preset
 from kvprune.models import resolve_family
 
 

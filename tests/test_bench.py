@@ -10,9 +10,9 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 import torch
-from kvprune.harness import bench_presets
-from kvprune.harness.bench import BenchConfig, add_bench_arguments, bench_main, run_bench
-from kvprune.harness.bench_report import COLUMNS
+from kvprune.harness.bench import presets as bench_presets
+from kvprune.harness.bench.config import BenchConfig, add_bench_arguments, bench_main, run_bench
+from kvprune.harness.bench.report import COLUMNS
 from matplotlib.image import imread
 
 from kvprune import DARTPress, FastVPress

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvprune.cli import main
+from kvprune.harness.cli import main
 
 
 def test_listings(capsys):

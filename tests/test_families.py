@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import model
-from kvprune.harness.bench_presets import PRESETS, get_preset
+from kvprune.harness.bench.presets import PRESETS, get_preset
 from kvprune.models import QWEN2_5_OMNI, VOXTRAL, list_families
 from tiny_models import FAMILIES
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.metrics import (
+from kvprune.harness.tasks.metrics import (
     METRICS,
     accuracy,
     all_runs_correct_rate,

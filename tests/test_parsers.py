@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.parsers import PARSERS, parse_choice, parse_token_match, parse_transcript, token_match
+from kvprune.harness.tasks.parsers import PARSERS, parse_choice, parse_token_match, parse_transcript, token_match
 
 SCENES = ("Airport", "Dog park", "Metro station", "Street")
 HAD = ("real", "fake")

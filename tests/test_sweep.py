@@ -18,11 +18,11 @@ import pytest
 
 import task_fixtures
 from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
-from kvprune.cli import main
-from kvprune.harness.results import read_rows, run_key
-from kvprune.harness.runner import runs_of
-from kvprune.harness.sweep_config import SweepConfig
-from kvprune.harness.task import get_task
+from kvprune.harness.cli import main
+from kvprune.harness.sweep.store import read_rows, run_key
+from kvprune.harness.sweep.runner import runs_of
+from kvprune.harness.sweep.config import SweepConfig
+from kvprune.harness.tasks.task import get_task
 from kvprune.press import PRESSES
 
 TASKS = ["gtzan", "had"]
@@ -83,7 +83,7 @@ def test_every_run_is_recorded_once(uninterrupted, data_root):
 
 def test_a_killed_sweep_resumes_to_the_same_results(data_root, uninterrupted, tmp_path):
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "kvprune.cli", *sweep_args(data_root, out)]
+    command = [sys.executable, "-m", "kvprune.harness.cli", *sweep_args(data_root, out)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     results = out / "results.jsonl"
     deadline = time.time() + 240
@@ -191,7 +191,7 @@ def test_sweep_config_file_with_overrides(data_root, tmp_path):
     assert {r["method"] for r in rows} == {"none", "random"} and len(rows) == 4
     config.write_text("model: x\nratio: 0.5\n")
     with pytest.raises(ValueError, match="unknown setting\\(s\\) ratio"):
-        from kvprune.harness.sweep_config import SweepConfig
+        from kvprune.harness.sweep.config import SweepConfig
 
         SweepConfig.build(config, data_root=data_root)
 
@@ -210,7 +210,7 @@ def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
 def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterrupted, tmp_path, monkeypatch):
     """Under ``accelerate launch`` each process runs every N-th sample into its own file; together
     they give exactly the single-process results (simulated here with two ranks in turn)."""
-    import kvprune.harness.runner as runner
+    import kvprune.harness.sweep.runner as runner
 
     out = tmp_path / "distributed"
     for rank in range(2):

@@ -11,7 +11,7 @@ import soundfile as sf
 import yaml
 
 import task_fixtures
-from kvprune.harness.task import Sample, TaskConfigError, TaskDataError, get_task, list_tasks, load_task_file
+from kvprune.harness.tasks.task import Sample, TaskConfigError, TaskDataError, get_task, list_tasks, load_task_file
 
 ABBREVIATIONS = {
     "librispeech": "ASR", "race": "SCR", "slue": "SER", "tau": "ASC", "gtzan": "MC",

@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
-from .bench_presets import PRESETS  # noqa: E402
+from .presets import PRESETS  # noqa: E402
 
 UNPRUNED, IDEAL = "none", "ideal"
 GROUP = ["preset", "audio_seconds"]

@@ -16,8 +16,8 @@ import torch.nn as nn
 from kvprune.compat import CACHE_NAMES, output_cache
 from kvprune.models import resolve_family
 
-from .bench_presets import Prompt
-from .timing import Clock, kv_cache_bytes
+from .presets import Prompt
+from ..timing import Clock, kv_cache_bytes
 
 
 def _forward_parameters(model: nn.Module):

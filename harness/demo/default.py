@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kvprune.demo import DEMO
-from kvprune.demo.suite import demo_suite
-from kvprune.harness.synthetic import TASKS
+from . import DEMO
+from .suite import demo_suite
+from .synthetic import TASKS
 
 DEMO_TASKS = [f"demo_{task}" for task in TASKS]
 DEMO_OUT = Path("kvprune-results") / "demo"

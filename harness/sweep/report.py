@@ -10,7 +10,7 @@ import pandas as pd
 
 from .plots import slug
 from .summary import task_average
-from .sweep_config import BASELINE
+from .config import BASELINE
 
 
 def _table(frame: pd.DataFrame, columns: dict[str, str]) -> str:

@@ -32,7 +32,7 @@ def _families(args) -> int:
 
 
 def _tasks(args) -> int:
-    from kvprune.harness.task import get_task, list_tasks
+    from .tasks.task import get_task, list_tasks
 
     for name in list_tasks():
         task = get_task(name)
@@ -42,8 +42,8 @@ def _tasks(args) -> int:
 
 # -- sweep and its outputs ------------------------------------------------------------------------
 def _sweep(args) -> int:
-    from kvprune.harness.runner import run_sweep
-    from kvprune.harness.sweep_config import SweepConfig
+    from .sweep.runner import run_sweep
+    from .sweep.config import SweepConfig
 
     overrides = dict(
         models=args.model, tasks=args.tasks, methods=args.methods, ratios=args.ratios, layer=args.layer,
@@ -53,7 +53,7 @@ def _sweep(args) -> int:
         retry_errors=args.retry_errors or None,
     )
     if args.config is None and args.model in (None, "demo"):
-        from kvprune.harness.demo_default import prepare_default
+        from .demo.default import prepare_default
 
         overrides = prepare_default(overrides)
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
@@ -67,10 +67,10 @@ def _sweep(args) -> int:
 
 
 def _write_outputs(out: Path, plots: bool = True) -> list[Path]:
-    from kvprune.harness.plots import plot_summary
-    from kvprune.harness.report import write_report
-    from kvprune.harness.results import read_results
-    from kvprune.harness.summary import summarize
+    from .sweep.plots import plot_summary
+    from .sweep.report import write_report
+    from .sweep.store import read_results
+    from .sweep.summary import summarize
 
     summary = summarize(read_results(out))
     summary_path = out / "summary.csv"
@@ -83,15 +83,15 @@ def _write_outputs(out: Path, plots: bool = True) -> list[Path]:
 
 
 def _bench(args) -> int:
-    from kvprune.harness.bench import bench_main
+    from .bench.config import bench_main
 
     return bench_main(args)
 
 
 def _plot(args) -> int:
-    from kvprune.harness.plots import plot_summary
-    from kvprune.harness.results import read_results
-    from kvprune.harness.summary import summarize
+    from .sweep.plots import plot_summary
+    from .sweep.store import read_results
+    from .sweep.summary import summarize
 
     for path in plot_summary(summarize(read_results(args.results)), args.results):
         print(path)
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write summary.csv and report.md of a results folder")
     report.add_argument("results", type=Path)
     report.set_defaults(run=_report)
-    from kvprune.harness.bench import DESCRIPTION, add_bench_arguments
+    from .bench.config import DESCRIPTION, add_bench_arguments
 
     bench = commands.add_parser("bench", help=DESCRIPTION, description=DESCRIPTION)
     add_bench_arguments(bench)

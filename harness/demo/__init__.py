@@ -1,6 +1,6 @@
 """The embedded demo: a tiny trained Qwen2.5-Omni thinker for the synthetic audio suite.
 
-    from kvprune.demo import load_demo
+    from kvprune.harness.demo import load_demo
     model, processor = load_demo()
 
 Everything is built in code or shipped in the package: no downloads.
@@ -19,7 +19,7 @@ def load_demo(device: str = "cpu"):
     if not (DEMO_MODEL_DIR / "config.json").is_file():
         raise FileNotFoundError(
             f"the demo model files are missing from {DEMO_MODEL_DIR}; train them with "
-            "`python -m scripts.train_demo_model` (see kvprune/demo/TRAINING.md)"
+            "`python -m scripts.train_demo_model` (see harness/demo/TRAINING.md)"
         )
     from transformers import Qwen2_5OmniThinkerForConditionalGeneration
 

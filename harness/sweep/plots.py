@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import pandas as pd  # noqa: E402
 
 from .summary import task_average  # noqa: E402
-from .sweep_config import BASELINE  # noqa: E402
+from .config import BASELINE  # noqa: E402
 
 AVERAGE = "task average"
 

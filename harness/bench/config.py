@@ -24,8 +24,8 @@ from pathlib import Path
 from kvprune.press import TokenDropPress
 from kvprune.specs import MethodSpec, parse_methods
 
-from .bench_presets import PRESETS, get_preset
-from .ratios import parse_ratios
+from .presets import PRESETS, get_preset
+from ..sweep.ratios import parse_ratios
 
 DESCRIPTION = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
 
@@ -83,7 +83,7 @@ class BenchConfig:
 def run_bench(config: BenchConfig):
     """Run every preset x audio length x (unpruned, ideal, press x ratio): a ``pandas.DataFrame``
     with one row each, also written to ``config.out`` after every preset (unless it is None)."""
-    from .bench_run import run_presets  # models, pandas and matplotlib load only when a bench runs
+    from .run import run_presets  # models, pandas and matplotlib load only when a bench runs
 
     return run_presets(config)
 
@@ -154,7 +154,7 @@ def bench_main(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kvprune.harness.bench``: the same as ``kvprune bench``."""
+    """``python -m kvprune.harness.bench.config``: the same as ``kvprune bench``."""
     parser = add_bench_arguments(argparse.ArgumentParser(prog="kvprune bench", description=DESCRIPTION))
     return bench_main(parser.parse_args(argv))
 

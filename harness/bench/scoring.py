@@ -22,7 +22,7 @@ from kvprune.models import resolve_family
 from kvprune.press import TokenDropPress
 from kvprune.slots import SlotMap
 
-from .bench_measure import Meter
+from .measure import Meter
 
 
 @dataclass

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .results import read_results
-from .sweep_config import BASELINE
-from .task import get_task
+from ..tasks.task import get_task
+from .config import BASELINE
+from .store import read_results
 
 GROUP = ["model", "task", "method", "ratio"]
 MS = 1000.0

@@ -20,9 +20,9 @@ from .metrics import METRICS
 from .parsers import PARSERS
 
 if TYPE_CHECKING:
-    from .layouts import Layout
+    from .dataset_layouts import Layout
 
-TASKS_DIR = Path(__file__).parent / "tasks"
+TASKS_DIR = Path(__file__).parent / "configs"
 LETTERS = string.ascii_uppercase
 
 
@@ -180,7 +180,7 @@ def load_task_file(path: Path | str) -> Task:
     """A task from a YAML file with the fields
 
     - ``name``, ``title``, ``abbreviation``; ``data_dir``: the task's folder under the data root;
-    - ``layout`` (a name from ``layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
+    - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
     - ``prompt``: a ``str.format`` template over ``{question}``, ``{options}`` (one ``option_format``
       line per option, default ``"{letter}. {text}"``) and ``{letters}`` (``A, B, C, or D``);
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
@@ -231,7 +231,7 @@ def load_task_file(path: Path | str) -> Task:
 
 
 def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]) -> Layout:
-    from .layouts import LAYOUTS  # layouts build Samples, so they import this module: import lazily
+    from .dataset_layouts import LAYOUTS  # layouts build Samples, so they import this module: import lazily
 
     if name not in LAYOUTS:
         raise fail(f"unknown {name!r}; choose from {sorted(LAYOUTS)}", "layout")

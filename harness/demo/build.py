@@ -19,7 +19,7 @@ from transformers import (
 )
 from transformers.utils import is_torchvision_available
 
-from kvprune.harness.synthetic import CHOICES, INSTRUCTIONS, LETTERS, QUESTIONS
+from .synthetic import CHOICES, INSTRUCTIONS, LETTERS, QUESTIONS
 from kvprune.models.qwen2_5_omni import QWEN2_5_OMNI, AudioOnlyOmniProcessor
 
 N_MELS = 32

@@ -1,4 +1,4 @@
-"""The work of ``kvprune bench`` (see ``kvprune.harness.bench``): build each preset, measure every
+"""The work of ``kvprune bench`` (see ``bench.config``): build each preset, measure every
 run, record failures as rows, write the report after every preset."""
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import kvprune
 from kvprune import resolve_family
 from kvprune.ratios import keep_count
 
-from .bench import BenchConfig
-from .bench_measure import Meter, RequestTiming, layers_run, logits_rows, median_timing
-from .bench_presets import Preset, Prompt, check_weights, get_preset
-from .bench_report import GIB, IDEAL, UNPRUNED, bench_frame, write_report
-from .bench_scoring import ScoringInputs, eager_matrix_cost, last_row_ms, press_scoring_ms
+from .config import BenchConfig
+from .measure import Meter, RequestTiming, layers_run, logits_rows, median_timing
+from .presets import Preset, Prompt, check_weights, get_preset
+from .report import GIB, IDEAL, UNPRUNED, bench_frame, write_report
+from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms, press_scoring_ms
 
 
 class _Run:

@@ -4,8 +4,8 @@ The audio (80 clips of 15 s, ~38 MB) is not shipped; ``suite_manifest.json`` hol
 sizes and the sha256 of every file, so a regenerated suite is known to be the one the demo model
 was evaluated on.
 
-    python -m kvprune.demo.suite              # print where the verified suite is
-    python -m kvprune.demo.suite --write      # rewrite the shipped manifest (after changing the generator)
+    python -m kvprune.harness.demo.suite              # print where the verified suite is
+    python -m kvprune.harness.demo.suite --write      # rewrite the shipped manifest (after changing the generator)
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvprune.harness.synthetic import DEFAULT_DURATION_S, TASKS, generate_suite, suite_manifest
+from .synthetic import DEFAULT_DURATION_S, TASKS, generate_suite, suite_manifest
 
 MANIFEST_PATH = Path(__file__).resolve().parent / "suite_manifest.json"
 HELD_OUT = {"test": 20}

@@ -23,15 +23,15 @@ import transformers
 from tqdm.auto import tqdm
 
 import kvprune
-from kvprune.demo import DEMO, DEMO_MODEL_DIR
 from kvprune.models.loading import LoadedModel, load_model
 from kvprune.press import Press
 
-from .audio import duration_seconds, load_audio
-from .results import ResultStore, run_key
-from .sweep_config import BASELINE, SweepConfig
-from .task import Sample, Task, get_task
-from .timing import timed_generate
+from ..audio import duration_seconds, load_audio
+from ..demo import DEMO, DEMO_MODEL_DIR
+from ..tasks.task import Sample, Task, get_task
+from ..timing import timed_generate
+from .config import BASELINE, SweepConfig
+from .store import ResultStore, run_key
 
 
 def _distributed() -> tuple[int, int, str | None]:
