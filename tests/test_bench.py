@@ -114,13 +114,17 @@ def test_markdown_and_figure_are_written(bench):
     assert image.shape == (360 * len(PRESETS), 450 * len(SECONDS), 4)  # 3.6 x 4.5 inch panels at 100 dpi
 
 
-def test_a_preset_that_fails_is_recorded_and_the_bench_goes_on(tmp_path, monkeypatch):
+@pytest.fixture
+def broken_preset():
     def broken():
         raise RuntimeError("does not fit")
 
-    monkeypatch.setitem(
-        bench_presets.PRESETS, "broken", replace(bench_presets.PRESETS["tiny-aero"], name="broken", config=broken)
-    )
+    bench_presets.PRESETS.register("broken", replace(bench_presets.PRESETS.get("tiny-aero"), name="broken", config=broken))
+    yield
+    bench_presets.PRESETS.unregister("broken")
+
+
+def test_a_preset_that_fails_is_recorded_and_the_bench_goes_on(tmp_path, broken_preset):
     config = BenchConfig(
         presets=["broken", "tiny-aero"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5], out=tmp_path, **FAST
     )

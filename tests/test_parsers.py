@@ -105,6 +105,6 @@ def test_token_match_parser_returns_the_one_matching_letter():
 
 
 def test_parsers_are_registered_by_name():
-    assert PARSERS["multiple_choice"] is parse_choice
-    assert PARSERS["transcript"] is parse_transcript
-    assert PARSERS["token_match"] is parse_token_match
+    assert PARSERS.get("multiple_choice") is parse_choice
+    assert PARSERS.get("transcript") is parse_transcript
+    assert PARSERS.get("token_match") is parse_token_match

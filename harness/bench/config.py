@@ -24,7 +24,7 @@ from pathlib import Path
 from kvprune.press import TokenDropPress
 from kvprune.specs import MethodSpec, parse_methods
 
-from .presets import PRESETS, get_preset
+from .presets import PRESETS
 from ..sweep.ratios import parse_ratios
 
 DESCRIPTION = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
@@ -57,7 +57,7 @@ class BenchConfig:
     def __post_init__(self):
         """Validate names early (before any model is built) and drop repeated entries."""
         for name in self.presets:
-            get_preset(name)
+            PRESETS.get(name)
         self.methods = list({method.label: method for method in parse_methods(self.methods)}.values())
         refused = [method.label for method in self.methods if method.kind != "token"]
         if refused:

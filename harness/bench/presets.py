@@ -21,6 +21,7 @@ import torch.nn as nn
 from transformers import PreTrainedConfig
 
 from kvprune.models import ModelFamily, list_families, resolve_family, tiny
+from kvprune.registry import Registry
 
 TEXT_BEFORE, TEXT_AFTER = 24, 48  # prompt text around the audio: a system prompt, then the question
 
@@ -96,19 +97,17 @@ def check_weights(model: nn.Module) -> None:
                 )
 
 
-def _presets() -> dict[str, Preset]:
+PRESETS: Registry[Preset] = Registry("bench preset")
+
+
+def _register_family_presets() -> None:
     """Every family's real shapes, then every family's tiny config (with the tiny text ids)."""
     families = list_families()
-    real = [Preset(name, family, config) for family in families for name, config in family.bench_shapes.items()]
-    tiny_ones = [Preset(family.tiny_preset, family, family.tiny_config, tiny.TEXT_IDS) for family in families]
-    return {preset.name: preset for preset in real + tiny_ones}
+    for family in families:
+        for name, config in family.bench_shapes.items():
+            PRESETS.register(name, Preset(name, family, config))
+    for family in families:
+        PRESETS.register(family.tiny_preset, Preset(family.tiny_preset, family, family.tiny_config, tiny.TEXT_IDS))
 
 
-PRESETS: dict[str, Preset] = _presets()
-
-
-def get_preset(name: str) -> Preset:
-    try:
-        return PRESETS[name]
-    except KeyError:
-        raise ValueError(f"unknown bench preset {name!r}; available: {', '.join(PRESETS)}") from None
+_register_family_presets()

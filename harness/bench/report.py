@@ -136,7 +136,7 @@ def markdown(frame: pd.DataFrame) -> str:
     ]
     for (preset, seconds), rows in frame.groupby(GROUP, sort=False):
         head = rows.iloc[0]
-        note = PRESETS[preset].note if preset in PRESETS else ""
+        note = PRESETS.get(preset).note if preset in PRESETS else ""
         lines += [
             "",
             f"## {preset}: {seconds:g} s of audio ({_cell(head['audio_tokens'], '{:.0f}')} audio tokens, "

@@ -22,7 +22,7 @@ from kvprune.ratios import keep_count
 
 from .config import BenchConfig
 from .measure import Meter, RequestTiming, layers_run, logits_rows, median_timing
-from .presets import Preset, Prompt, check_weights, get_preset
+from .presets import PRESETS, Preset, Prompt, check_weights
 from .report import GIB, IDEAL, UNPRUNED, bench_frame, write_report
 from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms, press_scoring_ms
 
@@ -67,7 +67,7 @@ def run_presets(config: BenchConfig) -> pd.DataFrame:
     meta = _environment(config, run)
     try:
         for name in config.presets:
-            _bench_preset(run, get_preset(name))
+            _bench_preset(run, PRESETS.get(name))
             if config.out is not None:
                 write_report(bench_frame(run.rows, meta), config.out)
     finally:

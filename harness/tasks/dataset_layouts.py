@@ -1,4 +1,4 @@
-"""Loaders for the native data layouts of benchmark datasets, registered by name.
+"""Dataset readers: the native data layouts of benchmark datasets, registered by name.
 
 A layout is a small dataclass built from a task's ``layout_options``. ``load(task_dir)`` reads one
 task folder into Samples in a deterministic order, checks that every audio file it references
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from kvprune.registry import Registry
+
 from .task import LETTERS, Sample, TaskDataError
 
 
@@ -22,6 +24,9 @@ class Layout(Protocol):
     def load(self, task_dir: Path) -> list[Sample]: ...
 
     def describe(self, task_dir: str) -> str: ...
+
+
+LAYOUTS: Registry[type[Layout]] = Registry("dataset layout")
 
 
 def gold_letter(answer: Any, choices: Sequence[str], where: str) -> str:
@@ -40,6 +45,7 @@ def gold_letter(answer: Any, choices: Sequence[str], where: str) -> str:
     )
 
 
+@LAYOUTS.register("json_items")
 @dataclass(frozen=True)
 class JsonItems:
     """A JSON file of question items, one Sample each (RACE, SLUE, TAU, GTZAN, DESED, VESUS, VoxCeleb).
@@ -162,6 +168,7 @@ class JsonItems:
         raise TaskDataError(f"{where}: audio file not found: {' or '.join(map(str, candidates))}.")
 
 
+@LAYOUTS.register("librispeech")
 @dataclass(frozen=True)
 class LibriSpeechTree:
     """The LibriSpeech tree ``<split>/<speaker>/<chapter>/<utterance>.flac``, one Sample per file.
@@ -219,6 +226,7 @@ def _chapter_transcripts(path: Path) -> dict[str, str]:
     return transcripts
 
 
+@LAYOUTS.register("folder_labels")
 @dataclass(frozen=True)
 class FolderLabels:
     """One folder per class holding its audio files (HAD's ``real/`` and ``fake/``): the folder is the
@@ -255,10 +263,3 @@ def _field(item: dict, name: str, where: str) -> Any:
     if name not in item:
         raise TaskDataError(f"{where} has no field {name!r}.")
     return item[name]
-
-
-LAYOUTS: dict[str, type[Layout]] = {
-    "json_items": JsonItems,
-    "librispeech": LibriSpeechTree,
-    "folder_labels": FolderLabels,
-}

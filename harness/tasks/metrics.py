@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Literal
 
+from kvprune.registry import Registry
+
 # -- classification ---------------------------------------------------------------------------------
 
 
@@ -154,16 +156,19 @@ def _word_accuracy_of_rows(rows: list[dict]) -> float:
     return 100.0 - mean(r["wer"] for r in rows)
 
 
-METRICS: dict[str, Metric] = {
-    metric.name: metric
-    for metric in (
-        Metric("accuracy", _accuracy_of_rows, _correct),
-        Metric("f1_macro", _f1_of_rows("macro"), _correct),
-        Metric("f1_weighted", _f1_of_rows("weighted"), _correct),
-        # STAR-Bench's AA, the mean accuracy over all runs of all items, is the accuracy over variants.
-        Metric("aa", _accuracy_of_rows, _correct),
-        Metric("acr", _acr_of_rows, _correct),
-        Metric("wer", _corpus_wer_of_rows, _asr_errors),
-        Metric("word_accuracy", _word_accuracy_of_rows, _asr_errors),
-    )
-}
+METRICS: Registry[Metric] = Registry("metric")
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Make a metric available to task YAML files under ``metric.name``."""
+    return METRICS.register(metric.name, metric)
+
+
+register_metric(Metric("accuracy", _accuracy_of_rows, _correct))
+register_metric(Metric("f1_macro", _f1_of_rows("macro"), _correct))
+register_metric(Metric("f1_weighted", _f1_of_rows("weighted"), _correct))
+# STAR-Bench's AA, the mean accuracy over all runs of all items, is the accuracy over variants.
+register_metric(Metric("aa", _accuracy_of_rows, _correct))
+register_metric(Metric("acr", _acr_of_rows, _correct))
+register_metric(Metric("wer", _corpus_wer_of_rows, _asr_errors))
+register_metric(Metric("word_accuracy", _word_accuracy_of_rows, _asr_errors))

@@ -33,18 +33,15 @@ import re
 import string
 from collections.abc import Callable, Sequence
 
+from kvprune.registry import Registry
+
 Parser = Callable[[str, Sequence[str]], str | None]
-PARSERS: dict[str, Parser] = {}
+PARSERS: Registry[Parser] = Registry("parser")
 
 
 def register_parser(name: str) -> Callable[[Parser], Parser]:
-    """Make a parser available to task YAML files under ``name``."""
-
-    def register(parser: Parser) -> Parser:
-        PARSERS[name] = parser
-        return parser
-
-    return register
+    """Make a parser available to task YAML files under ``name`` (a decorator)."""
+    return PARSERS.register(name)
 
 
 # -- multiple choice --------------------------------------------------------------------------------

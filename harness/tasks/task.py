@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from kvprune.registry import Registry
+
 from .metrics import METRICS
 from .parsers import PARSERS
 
@@ -84,7 +86,7 @@ class Task:
             raise TaskDataError(f"{self.name} ({self.abbreviation}): {error} Expected layout: {expected}") from None
         samples = _subset(samples, limit)
         if self.variants:
-            samples = [variant for sample in samples for variant in VARIANTS[self.variants](sample)]
+            samples = [variant for sample in samples for variant in VARIANTS.get(self.variants)(sample)]
         return samples
 
     def _read(self, task_dir: Path) -> list[Sample]:
@@ -103,13 +105,13 @@ class Task:
 
     def parse(self, output: str, sample: Sample) -> str | None:
         """The answer in a model's output (a letter or a transcript); None when there is none."""
-        return PARSERS[self.parser](output, sample.choices)
+        return PARSERS.get(self.parser)(output, sample.choices)
 
     def score(self, parsed: str | None, sample: Sample) -> dict[str, float]:
         """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts)."""
         scores: dict[str, float] = {}
         for name in self.metrics:
-            scores.update(METRICS[name].per_sample(parsed, sample.answer))
+            scores.update(METRICS.get(name).per_sample(parsed, sample.answer))
         return scores
 
     def summarize(self, rows: list[dict]) -> dict[str, float]:
@@ -117,7 +119,7 @@ class Task:
         ``reference`` (the sample's answer), ``item`` and what ``score`` returned."""
         if not rows:
             raise ValueError(f"{self.name}: no results to summarize")
-        return {name: METRICS[name].compute(rows) for name in self.metrics}
+        return {name: METRICS.get(name).compute(rows) for name in self.metrics}
 
 
 def _letters_phrase(count: int) -> str:
@@ -151,22 +153,33 @@ def _rotations(sample: Sample) -> list[Sample]:
     ]
 
 
-VARIANTS: dict[str, Callable[[Sample], list[Sample]]] = {"rotate_options": _rotations}
+VARIANTS: Registry[Callable[[Sample], list[Sample]]] = Registry("variant")
+VARIANTS.register("rotate_options", _rotations)
 
 
 # -- the registry and YAML ---------------------------------------------------------------------------
 
+TASKS: Registry[Path] = Registry("task")  # name -> the task's YAML file
+
+
+def _register_builtin_tasks() -> None:
+    for path in sorted(TASKS_DIR.glob("*.yaml")):
+        TASKS.register(path.stem, path)
+
+
+_register_builtin_tasks()
+
 
 def list_tasks() -> list[str]:
-    """Names of the built-in tasks."""
-    return sorted(path.stem for path in TASKS_DIR.glob("*.yaml"))
+    """Names of the registered tasks (the built-in ones, and any registered since)."""
+    return TASKS.names()
 
 
 def get_task(name: str) -> Task:
-    """A built-in task by name."""
-    if name not in list_tasks():
-        raise ValueError(f"unknown task {name!r}; the tasks are: {', '.join(list_tasks())}")
-    return load_task_file(TASKS_DIR / f"{name}.yaml")
+    """A registered task by name."""
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; the tasks are: {', '.join(TASKS)}")
+    return load_task_file(TASKS.get(name))
 
 
 _REQUIRED = {
@@ -235,9 +248,9 @@ def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]
 
     if name not in LAYOUTS:
         raise fail(f"unknown {name!r}; choose from {sorted(LAYOUTS)}", "layout")
-    allowed = [f.name for f in fields(LAYOUTS[name])]
+    allowed = [f.name for f in fields(LAYOUTS.get(name))]
     try:
-        return LAYOUTS[name](**options)
+        return LAYOUTS.get(name)(**options)
     except (TypeError, ValueError) as error:
         raise fail(f"{error} (layout {name!r} takes {allowed})", "layout_options") from None
 
