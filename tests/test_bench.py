@@ -3,7 +3,6 @@ What is checked is the bookkeeping (rows, columns, token and cache counts, files
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import replace
 
@@ -11,7 +10,8 @@ import pandas as pd
 import pytest
 import torch
 from kvprune.harness.bench import presets as bench_presets
-from kvprune.harness.bench.config import BenchConfig, add_bench_arguments, bench_main, run_bench
+from kvprune.harness.bench.config import BenchConfig, run_bench
+from kvprune.harness.cli import main
 from kvprune.harness.bench.report import COLUMNS
 from matplotlib.image import imread
 
@@ -144,12 +144,8 @@ def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
 
 
 def test_command_line(tmp_path):
-    parser = add_bench_arguments(argparse.ArgumentParser())
     flags = "--preset tiny-aero --audio-seconds 1 --methods frame --ratios 0.1..0.3 --decode-tokens 1 --repeats 1"
-    args = parser.parse_args(
-        [*flags.split(), "--warmup", "0", "--device", "cpu", "--out", str(tmp_path), "--no-progress"]
-    )
-    assert bench_main(args) == 0
+    assert main(["bench", *flags.split(), "--warmup", "0", "--device", "cpu", "--out", str(tmp_path), "--quiet"]) == 0
     csv = pd.read_csv(tmp_path / "bench.csv")
     assert csv[csv["method"] == "frame"]["ratio"].tolist() == [0.1, 0.2, 0.3]
     assert csv["command"].iloc[0].startswith("kvprune bench ")

@@ -24,8 +24,9 @@ from pathlib import Path
 from kvprune.press import TokenDropPress
 from kvprune.specs import MethodSpec, parse_methods
 
-from .presets import PRESETS
+from ..options import add_shared_options
 from ..sweep.ratios import parse_ratios
+from .presets import PRESETS
 
 DESCRIPTION = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
 
@@ -42,9 +43,9 @@ class BenchConfig:
     decode_tokens: int = 32
     repeats: int = 5
     warmup: int = 2
-    attn: str = "sdpa"
+    attn_implementation: str = "sdpa"
     device: str | None = None  # default: cuda if available, else cpu
-    dtype: str | None = None  # default: bfloat16 on cuda, float32 on cpu
+    dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu
     out: Path | None = Path("bench_results")  # None: write nothing
     max_minutes: float | None = None  # stop starting runs after this long; the rest become error rows
     seed: int = 0
@@ -79,6 +80,28 @@ class BenchConfig:
             )
         self.k = layers[0]
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> BenchConfig:
+        """The configuration ``kvprune bench`` was given (see ``add_bench_arguments``)."""
+        return cls(
+            presets=_list(args.preset),
+            audio_seconds=[float(s) for s in _list(args.audio_seconds)],
+            methods=args.methods,
+            ratios=parse_ratios(args.ratios),
+            layer=args.layer,
+            decode_tokens=args.decode_tokens,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            attn_implementation=args.attn_implementation,
+            device=args.device,
+            dtype=args.dtype,
+            out=args.out,
+            max_minutes=args.max_minutes,
+            seed=args.seed,
+            command=_command(),
+            progress=not args.quiet,
+        )
+
 
 def run_bench(config: BenchConfig):
     """Run every preset x audio length x (unpruned, ideal, press x ratio): a ``pandas.DataFrame``
@@ -98,7 +121,7 @@ def _joined(numbers: list[float]) -> str:
 
 
 def _command() -> str:
-    """This run as a ``kvprune bench`` command, however it was started (CLI or ``python -m``)."""
+    """This run as a ``kvprune bench`` command, however it was started (``kvprune`` or ``python -m``)."""
     argv = sys.argv[1:]
     return shlex.join(["kvprune", "bench", *(argv[1:] if argv[:1] == ["bench"] else argv)])
 
@@ -108,56 +131,25 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add = parser.add_argument
     add("--preset", default=",".join(defaults.presets), help=f"comma list of: {', '.join(PRESETS)}")
     add("--audio-seconds", default=_joined(defaults.audio_seconds), help="comma list of audio lengths in seconds")
-    add("--methods", default=",".join(m.label for m in defaults.methods),
-        help="method specs of token-dropping presses, e.g. 'fastv,dart:budget=reference'")
-    add("--ratios", default=_joined(defaults.ratios), help="'0.5,0.9', '0.1..0.9' (step 0.1) or '0.1..0.9:0.2'")
-    add("--layer", type=int, default=None, help="decoder layer K the presses prune before (default: their own, 2)")
     add("--decode-tokens", type=int, default=defaults.decode_tokens, help="forced tokens decoded after the prefill")
     add("--repeats", type=int, default=defaults.repeats, help="timed runs per measurement (median)")
     add("--warmup", type=int, default=defaults.warmup, help="untimed runs before them")
-    add("--attn", default=defaults.attn, help="attn_implementation: sdpa, eager, flash_attention_2")
-    add("--device", default=None, help="default: cuda if available, else cpu")
-    add("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
-    add("--out", type=Path, default=defaults.out, help="folder for bench.csv, bench.md, prefill_vs_ratio.png")
     add("--max-minutes", type=float, default=None, help="start no run after this many minutes")
-    add("--seed", type=int, default=defaults.seed)
-    add("--no-progress", action="store_true", help="no progress bar")
+    add_shared_options(
+        parser,
+        dict(
+            methods=",".join(m.label for m in defaults.methods), ratios=_joined(defaults.ratios), layer=defaults.layer,
+            out=defaults.out, device=defaults.device, dtype=defaults.dtype,
+            attn_implementation=defaults.attn_implementation, seed=defaults.seed, quiet=False,
+        ),
+        notes=dict(
+            methods="token-dropping presses only, for now (default: %(default)s)",
+            ratios="default: %(default)s",
+            layer="the bench needs one K for all",
+            out="where bench.csv, bench.md and prefill_vs_ratio.png go (default: %(default)s)",
+            dtype="default: auto, bfloat16 on cuda and float32 on cpu",
+            attn_implementation="default: %(default)s",
+            seed="default: %(default)s",
+        ),
+    )
     return parser
-
-
-def bench_main(args: argparse.Namespace) -> int:
-    """Run the bench from parsed arguments; 0 if every run succeeded, 1 if some recorded an error."""
-    config = BenchConfig(
-        presets=_list(args.preset),
-        audio_seconds=[float(s) for s in _list(args.audio_seconds)],
-        methods=args.methods,
-        ratios=parse_ratios(args.ratios),
-        layer=args.layer,
-        decode_tokens=args.decode_tokens,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        attn=args.attn,
-        device=args.device,
-        dtype=args.dtype,
-        out=args.out,
-        max_minutes=args.max_minutes,
-        seed=args.seed,
-        command=_command(),
-        progress=not args.no_progress,
-    )
-    frame = run_bench(config)
-    errors = frame["error"].notna()
-    print(
-        f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md, prefill_vs_ratio.png in {config.out}"
-    )
-    return 1 if errors.any() else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m kvprune.harness.bench.config``: the same as ``kvprune bench``."""
-    parser = add_bench_arguments(argparse.ArgumentParser(prog="kvprune bench", description=DESCRIPTION))
-    return bench_main(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,7 +33,8 @@ class _Run:
     def __init__(self, config: BenchConfig):
         self.config = config
         self.device = torch.device(config.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.dtype = getattr(torch, config.dtype or ("bfloat16" if self.device.type == "cuda" else "float32"))
+        auto = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.dtype = getattr(torch, auto if config.dtype == "auto" else config.dtype)
         self.meter = Meter(self.device, config.warmup, config.repeats)
         self.deadline = math.inf if config.max_minutes is None else time.monotonic() + 60 * config.max_minutes
         runs_per_length = 2 + len(config.methods) * len(config.ratios)  # unpruned, ideal, presses
@@ -98,7 +99,7 @@ def _bench_preset(run: _Run, preset: Preset) -> None:
 def _build(run: _Run, preset: Preset):
     """The preset's model with checked random weights, or None and why not (e.g. it does not fit)."""
     try:
-        model = preset.build(run.device, run.dtype, run.config.attn, run.config.seed)
+        model = preset.build(run.device, run.dtype, run.config.attn_implementation, run.config.seed)
         check_weights(model)
         return model, None
     except Exception as error:
@@ -265,7 +266,7 @@ def _environment(config: BenchConfig, run: _Run) -> dict:
         card=card,
         device=str(run.device),
         dtype=str(run.dtype).removeprefix("torch."),
-        attn=config.attn,
+        attn=config.attn_implementation,
         repeats=config.repeats,
         warmup=config.warmup,
         decode_tokens=config.decode_tokens,

@@ -7,6 +7,7 @@ each press acts where it does by default.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import yaml
 from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
+from ..options import add_shared_options
 from .ratios import parse_ratios
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
@@ -72,6 +74,46 @@ class SweepConfig:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
 
 
+# -- command line ------------------------------------------------------------------------------------
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """``kvprune sweep``'s options; those left out (None) keep the YAML's or the default value."""
+    add = parser.add_argument
+    add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it")
+    add("--model", help="Hugging Face id or local directory (comma-separated for several)")
+    add("--tasks", help="comma-separated task names (see `kvprune tasks`)")
+    add("--limit", type=int, help="at most N samples per task")
+    add("--data-root", type=Path, help="folder holding each task's data in its native layout")
+    add("--device-map", help="accelerate device map, e.g. auto, to split a model over GPUs")
+    add("--trust-remote-code", action="store_true", help="needed for models shipping their own code (Aero-1)")
+    add("--max-new-tokens", type=int, help="override each task's generation length")
+    add("--retry-errors", action="store_true", help="rerun samples recorded with an error")
+    add("--no-plots", action="store_true")
+    add_shared_options(
+        parser,
+        dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
+             quiet=False),
+        notes=dict(
+            methods="default: every token-dropping press",
+            ratios="default 0.1..0.9",
+            out="results folder; rerunning the same command resumes it",
+            dtype="default: auto, the checkpoint's",
+            attn_implementation="default: sdpa",
+        ),
+    )
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """The settings given on the command line, for ``SweepConfig.build`` (None: not given)."""
+    return dict(
+        models=args.model, tasks=args.tasks, methods=args.methods, ratios=args.ratios, layer=args.layer,
+        limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
+        device_map=args.device_map, attn_implementation=args.attn_implementation,
+        trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
+        retry_errors=args.retry_errors or None,
+    )
+
+
+# -- values ------------------------------------------------------------------------------------------
 def _csv(value) -> list[str]:
     if isinstance(value, str):
         return [v.strip() for v in value.split(",") if v.strip()]

@@ -1,5 +1,5 @@
-"""A markdown report of a sweep folder: where it ran, then per model the task average and per task
-every method x ratio against the unpruned baseline."""
+"""The outputs of a sweep folder: ``summary.csv``, the plots, and ``report.md`` (where it ran, then
+per model the task average and per task every method x ratio against the unpruned baseline)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from .plots import slug
-from .summary import task_average
 from .config import BASELINE
+from .plots import plot_summary, slug
+from .store import read_results
+from .summary import summarize, task_average
+
+
+def write_outputs(out_dir: Path, plots: bool = True) -> list[Path]:
+    """Write ``summary.csv``, the plots (unless ``plots`` is False) and ``report.md`` from the results
+    in ``out_dir``; returns the paths of the results and of what was written."""
+    summary = summarize(read_results(out_dir))
+    summary_path = out_dir / "summary.csv"
+    summary.to_csv(summary_path, index=False)
+    written = [out_dir / "results.jsonl", summary_path]
+    if plots:
+        written += plot_summary(summary, out_dir)
+    written.append(write_report(summary, out_dir))
+    return [p for p in written if p.exists()]
 
 
 def _table(frame: pd.DataFrame, columns: dict[str, str]) -> str:
