@@ -66,8 +66,7 @@ class Meter:
         return self.clock.cuda
 
     def sync(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
+        self.clock.sync()
 
     def ms(self, start, end) -> float:
         return 1000.0 * self.clock.seconds(start, end)
