@@ -66,10 +66,9 @@ def _sweep(args) -> int:
 
 def _plot(args) -> int:
     from .sweep.plots import plot_summary
-    from .sweep.store import read_results
-    from .sweep.summary import summarize
+    from .sweep.summary import summarize_folder
 
-    for path in plot_summary(summarize(read_results(args.results)), args.results):
+    for path in plot_summary(summarize_folder(args.results), args.results):
         print(path)
     return 0
 

@@ -3,21 +3,20 @@ per model the task average and per task every method x ratio against the unprune
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from .config import BASELINE
 from .plots import plot_summary, slug
-from .store import read_results
-from .summary import summarize, task_average
+from .store import read_runs
+from .summary import summarize_folder, task_average
 
 
 def write_outputs(out_dir: Path, plots: bool = True) -> list[Path]:
     """Write ``summary.csv``, the plots (unless ``plots`` is False) and ``report.md`` from the results
     in ``out_dir``; returns the paths of the results and of what was written."""
-    summary = summarize(read_results(out_dir))
+    summary = summarize_folder(out_dir)
     summary_path = out_dir / "summary.csv"
     summary.to_csv(summary_path, index=False)
     written = [out_dir / "results.jsonl", summary_path]
@@ -42,12 +41,14 @@ def _cell(value) -> str:
 
 
 def _provenance(out_dir: Path) -> str:
-    path = out_dir / "runs.jsonl"
-    if not path.exists():
+    runs = read_runs(out_dir)
+    if not runs:
         return ""
-    runs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    lines = [f"- {r['time']}: {r['device']}, " + ", ".join(f"{k} {v}" for k, v in r["versions"].items()) for r in runs]
-    return "Runs (each start or resume of the sweep):\n\n" + "\n".join(lines) + "\n"
+    lines = [
+        f"- {r['time']}: {r['model']} on {r['device']}, " + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
+        for r in runs
+    ]
+    return "Runs (each start or resume of a model):\n\n" + "\n".join(lines) + "\n"
 
 
 TASK_COLUMNS = {

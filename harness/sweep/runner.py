@@ -5,7 +5,8 @@ baseline and every method x ratio run on the same inputs, back to back. Each run
 call, timed by ``timing.timed_generate``, and its result line is appended immediately. A run whose
 key is already in the results folder is skipped, so rerunning an interrupted command resumes it.
 A failure (unreadable audio, out of memory, a bug in one press) becomes an error line and the
-sweep goes on. Under ``accelerate launch`` each process takes every N-th sample.
+sweep goes on. Under ``accelerate launch`` each process takes every N-th sample. Each model loaded
+appends a line to ``runs.jsonl``: where it ran, the versions, and each task's resolved config.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from ..demo import DEMO, DEMO_MODEL_DIR
 from ..tasks.task import Sample, Task, get_task
 from ..timing import timed_generate
 from .config import BASELINE, SweepConfig
-from .store import ResultStore, run_key
+from .store import ResultStore, append_run, run_key
 
 
 def _distributed() -> tuple[int, int, str | None]:
@@ -66,6 +67,20 @@ def runs_of(config: SweepConfig) -> list[PlannedRun]:
     ]
 
 
+def load_tasks(names: list[str]) -> list[Task]:
+    """The tasks of ``--tasks`` (names or YAML paths); two of one name would mix their results."""
+    tasks = [get_task(name) for name in names]
+    seen: dict[str, str] = {}
+    for name, task in zip(names, tasks):
+        if task.name in seen:
+            raise ValueError(
+                f"tasks {seen[task.name]!r} and {name!r} are both named {task.name!r}, so their results would mix: "
+                "give one of them another name (the name: field of its YAML file)."
+            )
+        seen[task.name] = name
+    return tasks
+
+
 def prompt_hash(model: str, prompt: str, sample: Sample) -> str:
     text = json.dumps([model, prompt, [p.name for p in sample.audio]], ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -77,11 +92,11 @@ class SweepRunner:
         self.progress = progress
         self.rank, self.world_size, device = _distributed()
         self.device = config.device or device
+        self.tasks = load_tasks(config.tasks)
         self.store = ResultStore(config.out, self.rank, self.world_size)
         self.runs = runs_of(config)
 
     def run(self) -> Path:
-        self._write_run_info()
         try:
             for model_name in self.config.models:
                 self._run_model(model_name)
@@ -91,8 +106,7 @@ class SweepRunner:
 
     # -- per model / task ------------------------------------------------------------------------
     def _run_model(self, model_name: str) -> None:
-        tasks = [get_task(name) for name in self.config.tasks]
-        plan = [(task, self._samples(task)) for task in tasks]
+        plan = [(task, self._samples(task)) for task in self.tasks]
         done = self.store.done_keys(self.config.retry_errors)
         loaded: LoadedModel | None = None
         warm = False
@@ -108,6 +122,7 @@ class SweepRunner:
                 continue
             if loaded is None:
                 loaded = self._load(model_name)
+                self._write_run_info(loaded)
             bar = tqdm(total=sum(len(w[3]) for w in work), desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress)
             for sample, prompt, digest, todo in work:
                 self._run_sample(loaded, task, sample, prompt, digest, todo, warmup=not warm, bar=bar)
@@ -192,20 +207,20 @@ class SweepRunner:
             row.update(asdict(timing), decode_tokens_per_s=timing.decode_tokens_per_s)
         self.store.append(row)
 
-    def _write_run_info(self) -> None:
-        """Append what ran where to run.json, so numbers can be traced to a card and versions."""
-        path = self.config.out / "runs.jsonl"
-        info = dict(
+    def _write_run_info(self, loaded: LoadedModel) -> None:
+        """Record what runs where (card, versions) and each task as it runs, so that numbers can be
+        traced and results summarised even after a task file changes."""
+        append_run(self.config.out, dict(
             time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            model=loaded.name,
+            family=loaded.family.name,
             config=vars(self.config),
+            tasks={task.name: task.config for task in self.tasks},
             device=_device_name(self.device),
             rank=self.rank,
             world_size=self.world_size,
             versions=dict(kvprune=kvprune.__version__, torch=torch.__version__, transformers=transformers.__version__, python=platform.python_version()),
-        )
-        self.config.out.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(info, default=str) + "\n")  # paths and method specs as text
+        ))
 
 
 def _device_name(device: str | None) -> str:

@@ -1,8 +1,10 @@
-"""Sweep results on disk: one JSON line per finished sample, appended as it finishes.
+"""A sweep folder on disk: ``results.jsonl``, one JSON line per finished sample, and ``runs.jsonl``,
+one line per model run (each start or resume), saying where it ran and with which task configs.
 
-A line is written and flushed the moment its sample is done, so an interrupted sweep loses at most
-the sample in flight; a rerun reads the lines back and skips every run whose key is present. Each
-process of a multi-GPU sweep appends to its own file (``results.rank<N>.jsonl``).
+A result line is written and flushed the moment its sample is done, so an interrupted sweep loses at
+most the sample in flight; a rerun reads the lines back and skips every run whose key is present.
+Each process of a multi-GPU sweep appends to its own file (``results.rank<N>.jsonl``). The task
+configs recorded in ``runs.jsonl`` let a summary read results whose task was since renamed or edited.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..tasks.task import Task, task_from_config
+
+RUNS_FILE = "runs.jsonl"
 KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "sample_id", "prompt_hash")
 
 
@@ -23,17 +28,42 @@ def results_files(out_dir: Path) -> list[Path]:
     return sorted(Path(out_dir).glob("results*.jsonl"))
 
 
-def read_rows(out_dir: Path) -> list[dict]:
-    """Every complete line of every results file; a line cut short by a kill is ignored."""
+def _json_lines(path: Path) -> list[dict]:
+    """Every complete line of a JSON-lines file; a line cut short by a kill is ignored."""
     rows = []
-    for path in results_files(out_dir):
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
+    with open(path, encoding="utf-8") as handle:
+        for line in handle:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
     return rows
+
+
+def read_rows(out_dir: Path) -> list[dict]:
+    """Every complete line of every results file."""
+    return [row for path in results_files(out_dir) for row in _json_lines(path)]
+
+
+def append_run(out_dir: Path, info: dict) -> None:
+    """Append one model run's line to ``runs.jsonl`` (paths and method specs written as text)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / RUNS_FILE, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(info, default=str) + "\n")
+
+
+def read_runs(out_dir: Path | str) -> list[dict]:
+    """The lines of ``runs.jsonl``, oldest first (none for a folder without one)."""
+    path = Path(out_dir) / RUNS_FILE
+    return _json_lines(path) if path.exists() else []
+
+
+def recorded_tasks(out_dir: Path | str) -> dict[str, Task]:
+    """The tasks as the sweep ran them: each task name's latest config in ``runs.jsonl``."""
+    configs: dict[str, dict] = {}
+    for run in read_runs(out_dir):
+        configs.update(run.get("tasks", {}))
+    return {name: task_from_config(config, source=f"{Path(out_dir) / RUNS_FILE}, task {name}") for name, config in configs.items()}
 
 
 def read_results(out_dir: Path | str) -> pd.DataFrame:

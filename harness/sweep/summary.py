@@ -1,30 +1,39 @@
 """One row per model x task x method x ratio: the task's metrics and the timing statistics.
 
-Metrics use every sample, failed ones included (an error is an unanswered question). Timings use
-only samples that ran and were not the warm-up. Speedups and KV savings compare medians with the
-unpruned baseline of the same model and task.
+Metrics use every sample, failed ones included (an error is an unanswered question), and are those
+of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
+summarises after its task was renamed or edited. Timings use only samples that ran and were not the
+warm-up. Speedups and KV savings compare medians with the unpruned baseline of the same model and task.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
-from ..tasks.task import get_task
+from ..tasks.task import Task, get_task
 from .config import BASELINE
-from .store import read_results
+from .store import read_results, recorded_tasks
 
 GROUP = ["model", "task", "method", "ratio"]
 MS = 1000.0
 MIB = 2**20
 
 
-def summarize(results: pd.DataFrame) -> pd.DataFrame:
-    """The summary table of a results table (as ``read_results`` returns it)."""
+def summarize_folder(out_dir: Path | str) -> pd.DataFrame:
+    """The summary table of a sweep folder, with the tasks as it recorded them."""
+    return summarize(read_results(out_dir), recorded_tasks(out_dir))
+
+
+def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> pd.DataFrame:
+    """The summary table of a results table (as ``read_results`` returns it). ``tasks``: the tasks
+    by name as they ran (``recorded_tasks``); a name missing there is looked up with ``get_task``."""
+    tasks = tasks or {}
     rows = []
     for (model, task_name, method, ratio), group in results.groupby(GROUP, sort=True, dropna=False):
-        task = get_task(task_name)
+        task = tasks[task_name] if task_name in tasks else get_task(task_name)
         metrics = task.summarize(group.to_dict("records"))
         timed = _timed(group)
         per_token = timed["decode_s"] / (timed["new_tokens"] - 1).where(timed["new_tokens"] > 1)
@@ -76,11 +85,3 @@ def task_average(summary: pd.DataFrame) -> pd.DataFrame:
                           prefill_speedup=("prefill_speedup", "mean"))
     return average.reset_index()
 
-
-def write_summary(out_dir: Path | str) -> Path:
-    """Compute ``summary.csv`` from a results folder; returns its path."""
-    out_dir = Path(out_dir)
-    summary = summarize(read_results(out_dir))
-    path = out_dir / "summary.csv"
-    summary.to_csv(path, index=False)
-    return path

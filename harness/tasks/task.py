@@ -1,8 +1,11 @@
 """Declarative benchmark tasks, in the spirit of EleutherAI's lm-evaluation-harness.
 
-A task is one YAML file (the built-in ones are in ``tasks/``): where its data lives and in which
-native layout, the prompt, the answer parser, the metrics (primary first) and the generation length.
-``Task`` turns that into Samples, prompts, parsed answers and scores; no task has Python of its own.
+A task is one YAML file (the built-in ones are in ``configs/``; ``include:`` lets one build on
+another, see ``config_files``): where its data lives and in which native layout, the prompt, the
+answer parser, the metrics (primary first) and the generation length. ``Task`` turns that into
+Samples, prompts, parsed answers and scores; no task has Python of its own. A task keeps the
+resolved config it was built from, which a sweep records so that its results stay readable after
+the task file changes.
 """
 
 from __future__ import annotations
@@ -14,17 +17,15 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from kvprune.registry import Registry
 
+from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
 from .metrics import METRICS
 from .parsers import PARSERS
 
 if TYPE_CHECKING:
     from .dataset_layouts import Layout
 
-TASKS_DIR = Path(__file__).parent / "configs"
 LETTERS = string.ascii_uppercase
 
 
@@ -49,10 +50,6 @@ class TaskDataError(ValueError):
     """The data on disk does not fit the task: says what is wrong and which layout was expected."""
 
 
-class TaskConfigError(ValueError):
-    """A task YAML file is malformed: names the file and the field."""
-
-
 @dataclass(frozen=True)
 class Task:
     """A benchmark task built from YAML; see ``load_task_file`` for the fields."""
@@ -68,6 +65,7 @@ class Task:
     max_new_tokens: int
     option_format: str = "{letter}. {text}"  # one line of {options}
     variants: str | None = None  # "rotate_options": one run per rotation of the options
+    config: dict = field(default_factory=dict, compare=False, repr=False)  # the resolved YAML it was built from
 
     @property
     def primary_metric(self) -> str:
@@ -163,8 +161,10 @@ TASKS: Registry[Path] = Registry("task")  # name -> the task's YAML file
 
 
 def _register_builtin_tasks() -> None:
-    for path in sorted(TASKS_DIR.glob("*.yaml")):
-        TASKS.register(path.stem, path)
+    """Every built-in config but the bases that exist only to be included (``_...``)."""
+    for name, path in builtin_configs().items():
+        if not name.startswith("_"):
+            TASKS.register(name, path)
 
 
 _register_builtin_tasks()
@@ -176,9 +176,13 @@ def list_tasks() -> list[str]:
 
 
 def get_task(name: str) -> Task:
-    """A registered task by name."""
+    """A registered task by name, or the task in a YAML file (a path ending in .yaml or .yml)."""
+    if is_task_file(name):
+        return load_task_file(name)
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; the tasks are: {', '.join(TASKS)}")
+        raise ValueError(
+            f"unknown task {name!r}; the tasks are: {', '.join(TASKS)}; or give a task YAML file (a path ending in .yaml)"
+        )
     return load_task_file(TASKS.get(name))
 
 
@@ -190,9 +194,10 @@ _OPTIONAL = {"layout_options": dict, "option_format": str, "variants": str}
 
 
 def load_task_file(path: Path | str) -> Task:
-    """A task from a YAML file with the fields
+    """The task in a YAML file (its ``include:`` resolved: see ``config_files``), with the fields
 
-    - ``name``, ``title``, ``abbreviation``; ``data_dir``: the task's folder under the data root;
+    - ``name`` (default: the file name), ``title``, ``abbreviation``; ``data_dir``: the task's folder
+      under the data root;
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
     - ``prompt``: a ``str.format`` template over ``{question}``, ``{options}`` (one ``option_format``
       line per option, default ``"{letter}. {text}"``) and ``{letters}`` (``A, B, C, or D``);
@@ -201,19 +206,17 @@ def load_task_file(path: Path | str) -> Task:
 
     Raises TaskConfigError naming the file and the field when anything is off.
     """
-    path = Path(path)
+    return task_from_config(read_task_config(path), source=str(path))
+
+
+def task_from_config(config: dict, source: str) -> Task:
+    """The task of a resolved config (as ``load_task_file`` reads it, or as a sweep recorded it);
+    errors name ``source``."""
 
     def fail(problem: str, key: str | None = None) -> TaskConfigError:
-        return TaskConfigError(f"{path}: {f'field {key!r}: ' if key else ''}{problem}")
+        return TaskConfigError(f"{source}: {f'field {key!r}: ' if key else ''}{problem}")
 
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise fail(f"cannot read the file ({error})") from None
-    except yaml.YAMLError as error:
-        raise fail(f"not valid YAML ({error})") from None
-    if not isinstance(raw, dict):
-        raise fail("expected a mapping of task fields")
+    raw = dict(config)
     unknown = sorted(set(raw) - set(_REQUIRED) - set(_OPTIONAL))
     if unknown:
         raise fail(f"unknown field(s) {unknown}; the fields are {sorted(_REQUIRED) + sorted(_OPTIONAL)}")
@@ -238,6 +241,7 @@ def load_task_file(path: Path | str) -> Task:
         **{k: v for k, v in raw.items() if k not in ("layout", "layout_options", "metrics")},
         layout=_build_layout(raw["layout"], raw.get("layout_options") or {}, fail),
         metrics=tuple(raw["metrics"]),
+        config=raw,
     )
     _check_templates(task, fail)
     return task
