@@ -12,11 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
-from .summary import task_average  # noqa: E402
+from .summary import direction, task_averages  # noqa: E402
 from .config import BASELINE  # noqa: E402
-
-AVERAGE = "task average"
-
 
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(text)).name or str(text)).strip("_")
@@ -34,10 +31,13 @@ def plot_summary(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 
 def _panels(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """(title, y label, rows) per task, then the average over tasks."""
-    panels = [(task, rows["metric"].iloc[0], rows) for task, rows in frame.groupby("task")]
+    """(title, y label, rows) per task, then the average over tasks (one per metric direction)."""
+    panels = [
+        (task, f"{rows['metric'].iloc[0]} ({direction(rows['higher_is_better'].iloc[0])})", rows)
+        for task, rows in frame.groupby("task")
+    ]
     if len(panels) > 1:
-        panels.append((AVERAGE, "mean primary score", task_average(frame)))
+        panels += [(title, "mean primary score", rows) for title, rows in task_averages(frame)]
     return panels
 
 
@@ -51,7 +51,7 @@ def _figure(panels, model, path: Path, draw) -> Path:
         draw(ax, frame, colors)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
-        ax.set_ylim(min(0.0, frame["score"].min() - 2), 102)  # the whole 0-100 scale: no exaggerated dips
+        ax.set_ylim(min(0.0, frame["score"].min() - 2), max(102.0, frame["score"].max() + 2))  # the whole 0-100 scale
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.remove()
@@ -87,11 +87,17 @@ def _score_vs_prefill(ax, frame: pd.DataFrame, colors) -> None:
 
 
 def pareto_front(frame: pd.DataFrame) -> pd.DataFrame:
-    """Runs no other run beats on both latency (lower) and score (higher), by increasing latency."""
-    points = frame.dropna(subset=["prefill_ms_median", "score"]).sort_values(["prefill_ms_median", "score"], ascending=[True, False])
+    """Runs no other run beats on both latency (lower) and score (higher, or lower where the rows'
+    ``higher_is_better`` says so), by increasing latency."""
+    directions = set(frame["higher_is_better"].dropna().astype(bool)) if "higher_is_better" in frame else set()
+    if len(directions) > 1:
+        raise ValueError("a Pareto front needs scores of one direction: these rows mix higher- and lower-is-better metrics")
+    sign = -1.0 if directions == {False} else 1.0  # compare sign * score, so that larger is always better
+    points = frame.dropna(subset=["prefill_ms_median", "score"])
+    points = points.assign(_better=sign * points["score"]).sort_values(["prefill_ms_median", "_better"], ascending=[True, False])
     best, keep = -math.inf, []
-    for index, score in points["score"].items():
-        if score > best:
+    for index, better in points["_better"].items():
+        if better > best:
             keep.append(index)
-            best = score
-    return points.loc[keep]
+            best = better
+    return points.loc[keep].drop(columns="_better")

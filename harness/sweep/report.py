@@ -10,7 +10,7 @@ import pandas as pd
 from .config import BASELINE
 from .plots import plot_summary, slug
 from .store import read_runs
-from .summary import summarize_folder, task_average
+from .summary import direction, summarize_folder, task_averages
 
 
 def write_outputs(out_dir: Path, plots: bool = True) -> list[Path]:
@@ -68,9 +68,11 @@ def write_report(summary: pd.DataFrame, out_dir: Path) -> Path:
         parts.append(f"## {model}\n")
         parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n")
         if frame["task"].nunique() > 1:
-            parts.append("### Task average\n\n" + _table(_ordered(task_average(frame)), AVERAGE_COLUMNS))
+            for title, rows in task_averages(frame):
+                parts.append(f"### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
         for task, rows in frame.groupby("task"):
-            parts.append(f"### {task} ({rows['metric'].iloc[0]})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
+            metric = rows["metric"].iloc[0] + ("" if rows["higher_is_better"].iloc[0] else f", {direction(False)}")
+            parts.append(f"### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
     path = out_dir / "report.md"
     path.write_text("\n".join(parts))
     return path

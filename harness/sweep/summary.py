@@ -41,7 +41,8 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             model=model, task=task_name, method=method, ratio=ratio,
             layer=group["layer"].dropna().iloc[0] if group["layer"].notna().any() else None,
             samples=len(group), errors=int(group["error"].notna().sum()),
-            metric=task.primary_metric, score=metrics[task.primary_metric], **metrics,
+            metric=task.primary_metric, higher_is_better=task.higher_is_better, score=metrics[task.primary_metric],
+            **metrics,
             audio_seconds=group["audio_seconds"].mean(),
             audio_tokens=group["audio_tokens"].mean(),
             kept_tokens=group["kept_tokens"].mean(),
@@ -79,9 +80,25 @@ def _against_baseline(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def task_average(summary: pd.DataFrame) -> pd.DataFrame:
-    """Mean primary score and prefill speedup over the tasks each model x method x ratio ran on."""
-    grouped = summary.groupby(["model", "method", "ratio"], sort=True)
+    """Mean primary score and prefill speedup over the tasks each model x method x ratio ran on;
+    tasks whose primary metrics go opposite ways (accuracy, WER) are averaged apart."""
+    grouped = summary.groupby(["model", "method", "ratio", "higher_is_better"], sort=True)
     average = grouped.agg(score=("score", "mean"), tasks=("task", "nunique"), prefill_ms_median=("prefill_ms_median", "mean"),
                           prefill_speedup=("prefill_speedup", "mean"))
     return average.reset_index()
+
+
+def task_averages(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``task_average`` split by metric direction, each with its title ("Task average", with its
+    direction when the tasks' primary metrics go both ways)."""
+    average = task_average(summary)
+    mixed = average["higher_is_better"].nunique() > 1
+    return [
+        (f"Task average, {direction(higher)}" if mixed else "Task average", rows)
+        for higher, rows in average.groupby("higher_is_better", sort=False)
+    ]
+
+
+def direction(higher_is_better: bool) -> str:
+    return "higher is better" if higher_is_better else "lower is better"
 

@@ -1,6 +1,7 @@
 """Task metrics: plain scoring functions, and the registry that tasks name them from.
 
-Every metric returns a number on a 0-100 scale. An unparsed answer (``None``) is a wrong prediction:
+Every metric returns a number on a 0-100 scale and says whether higher is better (WER: lower);
+the summary, its Pareto fronts and the plots follow that direction. An unparsed answer (``None``) is a wrong prediction:
 it matches no class, so it adds a false negative to the gold class and a false positive to none
 (AudioMarathon's scripts drop such answers before computing F1, which flatters weak models).
 WER is computed here on the normalisation of ``normalize_transcript``.
@@ -103,12 +104,14 @@ class Metric:
     """A metric as a task uses it: what to record per sample, and how to reduce the records.
 
     ``per_sample(parsed, reference)`` returns the JSON-serialisable numbers stored with each result;
-    ``compute(rows)`` reduces result rows (``parsed``, ``reference``, ``item`` and those numbers).
+    ``compute(rows)`` reduces result rows (``parsed``, ``reference``, ``item`` and those numbers);
+    ``higher_is_better`` is False for error rates.
     """
 
     name: str
     compute: Callable[[list[dict]], float]
     per_sample: Callable[[str | None, str], dict[str, float]]
+    higher_is_better: bool = True
 
 
 def _parsed(row: dict) -> str | None:
@@ -170,5 +173,5 @@ register_metric(Metric("f1_weighted", _f1_of_rows("weighted"), _correct))
 # STAR-Bench's AA, the mean accuracy over all runs of all items, is the accuracy over variants.
 register_metric(Metric("aa", _accuracy_of_rows, _correct))
 register_metric(Metric("acr", _acr_of_rows, _correct))
-register_metric(Metric("wer", _corpus_wer_of_rows, _asr_errors))
+register_metric(Metric("wer", _corpus_wer_of_rows, _asr_errors, higher_is_better=False))
 register_metric(Metric("word_accuracy", _word_accuracy_of_rows, _asr_errors))

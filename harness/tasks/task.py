@@ -71,6 +71,11 @@ class Task:
     def primary_metric(self) -> str:
         return self.metrics[0]
 
+    @property
+    def higher_is_better(self) -> bool:
+        """The direction of the primary metric (WER: lower is better)."""
+        return METRICS.get(self.primary_metric).higher_is_better
+
     def load(self, data_root: Path | str, limit: int | None = None) -> list[Sample]:
         """The task's samples in a fixed order. ``limit`` keeps that many items, a fixed pseudo-random
         subset (seed 0) in dataset order, so short runs see every class and a larger limit keeps the
