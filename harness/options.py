@@ -31,6 +31,10 @@ SHARED_OPTIONS: dict[str, dict] = {
     "attn_implementation": dict(choices=ATTN_IMPLEMENTATIONS, help="the model's attention backend"),
     "seed": dict(type=int, help="seed of the random inputs"),
     "quiet": dict(action="store_true", help="no progress bars"),
+    "stock_encoder": dict(
+        action="store_true",
+        help="run the model's stock audio encoder instead of kvprune.fast_audio_encoder (same outputs, slower)",
+    ),
 }
 
 

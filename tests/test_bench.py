@@ -161,3 +161,17 @@ def test_methods_are_specs_of_token_presses_at_one_layer():
             BenchConfig(methods=methods, presets=["tiny-aero"])
     with pytest.raises(ValueError, match="presses act at layers 2, 3: give them the same layer"):
         BenchConfig(methods="fastv,frame:layer=3", presets=["tiny-aero"])
+
+
+def test_the_encoder_column_says_which_audio_encoder_path_ran(bench):
+    frame, _ = bench
+    fast_path = {"tiny-omni", "tiny-phi4"}  # Qwen2.5-Omni's and Phi-4's encoders have one; the others stay stock
+    assert frame.groupby("preset")["encoder"].unique().map(list).to_dict() == {
+        preset: ["fast" if preset in fast_path else "stock"] for preset in PRESETS
+    }
+    stock = run_bench(BenchConfig(presets=["tiny-omni"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5],
+                                  out=None, encoder="stock", **FAST))
+    assert set(stock["encoder"]) == {"stock"} and stock["error"].isna().all()
+    one = frame[(frame["preset"] == "tiny-omni") & (frame["audio_seconds"] == 1.0)]
+    for column in ("audio_tokens", "seq_len", "kv_bytes"):
+        assert stock[stock["method"] == "none"][column].tolist() == one[one["method"] == "none"][column].tolist()

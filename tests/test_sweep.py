@@ -344,3 +344,22 @@ def test_results_of_a_renamed_task_still_summarise_from_runs_jsonl(uninterrupted
     (out / "runs.jsonl").unlink()  # without the record, had is unknown
     assert main(["report", str(out)]) == 2
     assert "unknown task 'had'" in capsys.readouterr().err
+
+
+def test_the_fast_encoder_is_on_by_default_recorded_and_changes_no_output(data_root, uninterrupted, tmp_path):
+    fast_run = read_runs(uninterrupted)[0]
+    assert fast_run["encoder"] == "fast" and fast_run["config"]["encoder"] == "fast"
+    assert len(fast_run["encoder_changes"]) == 1 and "(Qwen2_5OmniAudioEncoder)" in fast_run["encoder_changes"][0]
+
+    out = tmp_path / "stock"
+    args = sweep_args(data_root, out)
+    for flag, value in (("--tasks", "had"), ("--methods", "fastv"), ("--ratios", "0.3")):
+        args[args.index(flag) + 1] = value
+    assert main([*args, "--stock-encoder"]) == 0
+    stock_run = read_runs(out)[0]
+    assert (stock_run["encoder"], stock_run["encoder_changes"], stock_run["encoder_unchanged"]) == ("stock", [], [])
+    stock = by_key(read_rows(out))
+    fast = {key: row for key, row in by_key(read_rows(uninterrupted)).items() if key in stock}
+    assert len(stock) == len(fast) == 3 * 2, "the stock rows are the fast sweep's had rows at fastv 0.3 and baseline"
+    assert stock == fast
+    assert "(stock audio encoder)" in (out / "report.md").read_text()

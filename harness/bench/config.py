@@ -10,7 +10,8 @@ unpruned request, then each press at each ratio, each as a prefill followed by f
 * scoring: each press's whole selection on real-size tensors, and what AudioMarathon-style scores
   (an eager attention matrix) cost against kvprune's last-row scores.
 
-Results go to ``bench.csv``, ``bench.md`` and ``prefill_vs_ratio.png``, rewritten after every preset.
+Models run with ``kvprune.fast_audio_encoder`` unless ``--stock-encoder`` is given. Results go to
+``bench.csv``, ``bench.md`` and ``prefill_vs_ratio.png``, rewritten after every preset.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class BenchConfig:
     repeats: int = 5
     warmup: int = 2
     attn_implementation: str = "sdpa"
+    encoder: str = "fast"  # fast: kvprune.fast_audio_encoder where it changes something; stock: the model's own
     device: str | None = None  # default: cuda if available, else cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu
     out: Path | None = Path("bench_results")  # None: write nothing
@@ -66,6 +68,8 @@ class BenchConfig:
                 f"kvprune bench times token-dropping presses only, for now; {', '.join(refused)} holds a cache press "
                 "(benching cache and composed presses is planned): use those in `kvprune sweep`."
             )
+        if self.encoder not in ("fast", "stock"):
+            raise ValueError(f"encoder={self.encoder!r} is invalid: choose fast or stock (--stock-encoder).")
         self.presets = list(dict.fromkeys(self.presets))
         self.audio_seconds = list(dict.fromkeys(float(s) for s in self.audio_seconds))
         self.ratios = list(dict.fromkeys(parse_ratios(self.ratios)))
@@ -93,6 +97,7 @@ class BenchConfig:
             repeats=args.repeats,
             warmup=args.warmup,
             attn_implementation=args.attn_implementation,
+            encoder="stock" if args.stock_encoder else "fast",
             device=args.device,
             dtype=args.dtype,
             out=args.out,
@@ -140,7 +145,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         dict(
             methods=",".join(m.label for m in defaults.methods), ratios=_joined(defaults.ratios), layer=defaults.layer,
             out=defaults.out, device=defaults.device, dtype=defaults.dtype,
-            attn_implementation=defaults.attn_implementation, seed=defaults.seed, quiet=False,
+            attn_implementation=defaults.attn_implementation, seed=defaults.seed, quiet=False, stock_encoder=False,
         ),
         notes=dict(
             methods="token-dropping presses only, for now (default: %(default)s)",

@@ -18,9 +18,10 @@ UNPRUNED, IDEAL = "none", "ideal"
 GROUP = ["preset", "audio_seconds"]
 GIB, MIB = 2.0**30, 2.0**20
 
-#: measured per row, in this order (``error`` says what failed, if anything)
+#: measured per row, in this order (``encoder``: "fast" where ``kvprune.fast_audio_encoder`` replaced
+#: something in the preset's encoder, else "stock"; ``error`` says what failed, if anything)
 MEASURED = (
-    "preset family llm_layers layer audio_seconds audio_tokens seq_len method ratio kept_tokens prefill_ms "
+    "preset family encoder llm_layers layer audio_seconds audio_tokens seq_len method ratio kept_tokens prefill_ms "
     "encoder_ms decode_ms_per_token peak_gib kv_bytes score_ms head_layers_ms tail_layers_ms eager_score_ms "
     "eager_score_extra_gib last_row_score_ms error"
 ).split()
@@ -140,7 +141,8 @@ def markdown(frame: pd.DataFrame) -> str:
         lines += [
             "",
             f"## {preset}: {seconds:g} s of audio ({_cell(head['audio_tokens'], '{:.0f}')} audio tokens, "
-            f"{_cell(head['seq_len'], '{:.0f}')} prompt tokens, K = {_cell(head['layer'], '{:.0f}')})",
+            f"{_cell(head['seq_len'], '{:.0f}')} prompt tokens, K = {_cell(head['layer'], '{:.0f}')}, "
+            f"{_cell(head['encoder'], str)} audio encoder)",
         ]
         if note:
             lines += ["", f"*{preset}: {note}.*"]

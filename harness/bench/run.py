@@ -9,6 +9,7 @@ import statistics
 import platform
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import datetime, timezone
 
 import pandas as pd
@@ -17,7 +18,7 @@ import transformers
 from tqdm.auto import tqdm
 
 import kvprune
-from kvprune import resolve_family
+from kvprune import fast_audio_encoder, resolve_family
 from kvprune.ratios import keep_count
 
 from .config import BenchConfig
@@ -89,8 +90,10 @@ def _bench_preset(run: _Run, preset: Preset) -> None:
     family = resolve_family(model)
     base.update(family=family.name, llm_layers=len(family.layers(model)))
     try:
-        for seconds in config.audio_seconds:
-            _bench_length(run, model, preset, dict(base, audio_seconds=seconds))
+        with fast_audio_encoder(model) if config.encoder == "fast" else nullcontext() as fast:
+            base.update(encoder="fast" if fast is not None and fast.changes else "stock")
+            for seconds in config.audio_seconds:
+                _bench_length(run, model, preset, dict(base, audio_seconds=seconds))
     finally:
         del model
         _free_memory()

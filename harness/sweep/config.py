@@ -20,6 +20,7 @@ from ..options import add_shared_options
 from .ratios import parse_ratios
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
+ENCODERS = ("fast", "stock")
 
 
 class SweepConfigError(ValueError):
@@ -43,6 +44,7 @@ class SweepConfig:
     trust_remote_code: bool = False
     max_new_tokens: int | None = None
     retry_errors: bool = False
+    encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
 
     @classmethod
     def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
@@ -70,6 +72,8 @@ class SweepConfig:
                 )
         if self.layer is not None and self.layer < 1:
             raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
+        if self.encoder not in ENCODERS:
+            raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
 
@@ -91,7 +95,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
-             quiet=False),
+             quiet=False, stock_encoder=False),
         notes=dict(
             methods="default: every token-dropping press",
             ratios="default 0.1..0.9",
@@ -109,7 +113,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
         device_map=args.device_map, attn_implementation=args.attn_implementation,
         trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
-        retry_errors=args.retry_errors or None,
+        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None,
     )
 
 

@@ -45,7 +45,8 @@ def _provenance(out_dir: Path) -> str:
     if not runs:
         return ""
     lines = [
-        f"- {r['time']}: {r['model']} on {r['device']}, " + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
+        f"- {r['time']}: {r['model']} on {r['device']} ({r['encoder']} audio encoder), "
+        + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
         for r in runs
     ]
     return "Runs (each start or resume of a model):\n\n" + "\n".join(lines) + "\n"

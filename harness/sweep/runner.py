@@ -5,8 +5,10 @@ baseline and every method x ratio run on the same inputs, back to back. Each run
 call, timed by ``timing.timed_generate``, and its result line is appended immediately. A run whose
 key is already in the results folder is skipped, so rerunning an interrupted command resumes it.
 A failure (unreadable audio, out of memory, a bug in one press) becomes an error line and the
-sweep goes on. Under ``accelerate launch`` each process takes every N-th sample. Each model loaded
-appends a line to ``runs.jsonl``: where it ran, the versions, and each task's resolved config.
+sweep goes on. Under ``accelerate launch`` each process takes every N-th sample. Models run with
+``kvprune.fast_audio_encoder`` unless the config says ``encoder: stock``. Each model loaded appends
+a line to ``runs.jsonl``: where it ran, the versions, the encoder path and what it changed, and
+each task's resolved config.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,6 +26,7 @@ import transformers
 from tqdm.auto import tqdm
 
 import kvprune
+from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
 from kvprune.models.loading import LoadedModel, load_model
 from kvprune.press import Press
 
@@ -106,28 +109,34 @@ class SweepRunner:
 
     # -- per model / task ------------------------------------------------------------------------
     def _run_model(self, model_name: str) -> None:
-        plan = [(task, self._samples(task)) for task in self.tasks]
         done = self.store.done_keys(self.config.retry_errors)
-        loaded: LoadedModel | None = None
-        warm = False
-        for task, samples in plan:
-            work = []
-            for sample in samples:
-                prompt = task.render(sample)
-                digest = prompt_hash(model_name, prompt, sample)
-                todo = [r for r in self.runs if self._key(model_name, task, r, sample, digest) not in done]
-                if todo:
-                    work.append((sample, prompt, digest, todo))
-            if not work:
-                continue
-            if loaded is None:
-                loaded = self._load(model_name)
-                self._write_run_info(loaded)
-            bar = tqdm(total=sum(len(w[3]) for w in work), desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress)
-            for sample, prompt, digest, todo in work:
-                self._run_sample(loaded, task, sample, prompt, digest, todo, warmup=not warm, bar=bar)
-                warm = True
-            bar.close()
+        plan = [(task, self._work(model_name, task, done)) for task in self.tasks]
+        plan = [(task, work) for task, work in plan if work]
+        if not plan:
+            return
+        loaded = self._load(model_name)
+        with ExitStack() as model_lifetime:  # the fast encoder's handle lives as long as the model runs
+            fast = self.config.encoder == "fast"
+            encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
+            self._write_run_info(loaded, encoder)
+            warm = False
+            for task, work in plan:
+                bar = tqdm(total=sum(len(w[3]) for w in work), desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress)
+                for sample, prompt, digest, todo in work:
+                    self._run_sample(loaded, task, sample, prompt, digest, todo, warmup=not warm, bar=bar)
+                    warm = True
+                bar.close()
+
+    def _work(self, model_name: str, task: Task, done: set[tuple]) -> list[tuple]:
+        """(sample, prompt, prompt hash, runs not done yet) for each sample of ``task`` with runs left."""
+        work = []
+        for sample in self._samples(task):
+            prompt = task.render(sample)
+            digest = prompt_hash(model_name, prompt, sample)
+            todo = [r for r in self.runs if self._key(model_name, task, r, sample, digest) not in done]
+            if todo:
+                work.append((sample, prompt, digest, todo))
+        return work
 
     def _samples(self, task: Task) -> list[Sample]:
         samples = task.load(self.config.data_root, limit=self.config.limit)
@@ -207,13 +216,16 @@ class SweepRunner:
             row.update(asdict(timing), decode_tokens_per_s=timing.decode_tokens_per_s)
         self.store.append(row)
 
-    def _write_run_info(self, loaded: LoadedModel) -> None:
-        """Record what runs where (card, versions) and each task as it runs, so that numbers can be
-        traced and results summarised even after a task file changes."""
+    def _write_run_info(self, loaded: LoadedModel, encoder: FastAudioEncoder | None) -> None:
+        """Record what runs where (card, versions, audio encoder path) and each task as it runs, so
+        that numbers can be traced and results summarised even after a task file changes."""
         append_run(self.config.out, dict(
             time=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             model=loaded.name,
             family=loaded.family.name,
+            encoder=self.config.encoder,
+            encoder_changes=list(encoder.changes) if encoder else [],
+            encoder_unchanged=list(encoder.unchanged) if encoder else [],
             config=vars(self.config),
             tasks={task.name: task.config for task in self.tasks},
             device=_device_name(self.device),
