@@ -1,5 +1,6 @@
 """What a sweep runs: models x tasks x methods x ratios, from a YAML file and command-line overrides.
 
+Tasks are built-in names or paths of task YAML files (``tasks.task.get_task``).
 Methods are method specs (``kvprune.specs``): ``fastv``, ``dart:budget=reference``, ``frame+knorm:ratio=0.3``.
 ``layer`` (``--layer``), when given, is the layer of every press that does not set its own; when not,
 each press acts where it does by default.
@@ -84,7 +85,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it")
     add("--model", help="Hugging Face id or local directory (comma-separated for several)")
-    add("--tasks", help="comma-separated task names (see `kvprune tasks`)")
+    add("--tasks", help="comma-separated task names (see `kvprune tasks`) or task YAML files (paths ending in .yaml)")
     add("--limit", type=int, help="at most N samples per task")
     add("--data-root", type=Path, help="folder holding each task's data in its native layout")
     add("--device-map", help="accelerate device map, e.g. auto, to split a model over GPUs")
