@@ -1,4 +1,6 @@
-"""Time one ``generate`` call: prefill = time to first token, decode = the rest of the same call.
+"""The harness's one timing primitive, ``Clock``, and the sweep's use of it: ``timed_generate``
+times one ``generate`` call, prefill = time to first token, decode = the rest of the same call (the
+bench's ``Meter`` builds its repeated measurements on the same ``Clock``).
 
 The split point is the end of the first forward pass of the module that generates (its prefill),
 caught with a forward hook, so no second generate or second prefill is ever timed. On CUDA the
@@ -60,6 +62,11 @@ class Clock:
     def seconds(self, start, end) -> float:
         return start.elapsed_time(end) / 1000.0 if self.cuda else end - start
 
+    def sync(self) -> None:
+        """Wait for the device's queued work (a no-op on CPU), so that marks can be read."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
 
 def timed_generate(generator: nn.Module, inputs: dict, **generate_kwargs) -> tuple[torch.Tensor, Timing]:
     """Run ``generator.generate(**inputs)`` once and split its time at the end of the prefill."""
@@ -73,8 +80,8 @@ def timed_generate(generator: nn.Module, inputs: dict, **generate_kwargs) -> tup
             marks["kv_bytes"] = kv_cache_bytes(output_cache(output))
 
     handle = generator.register_forward_hook(after_forward)
+    clock.sync()
     if clock.cuda:
-        torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
     try:
         start = clock.mark()
@@ -82,8 +89,7 @@ def timed_generate(generator: nn.Module, inputs: dict, **generate_kwargs) -> tup
         end = clock.mark()
     finally:
         handle.remove()
-    if clock.cuda:
-        torch.cuda.synchronize(device)
+    clock.sync()
     new_tokens = output[:, inputs["input_ids"].shape[1] :]
     timing = Timing(
         prefill_s=clock.seconds(start, marks["prefill_end"]),

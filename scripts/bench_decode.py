@@ -34,7 +34,7 @@ import transformers
 from torch._dynamo.utils import counters
 
 from kvprune import parse_method, resolve_family
-from kvprune.harness.bench_presets import get_preset
+from kvprune.harness.bench.presets import PRESETS
 from kvprune.harness.timing import timed_generate
 
 
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    preset = get_preset(args.preset or ("tiny-omni" if args.tiny else "qwen2.5-omni-7b"))
+    preset = PRESETS.get(args.preset or ("tiny-omni" if args.tiny else "qwen2.5-omni-7b"))
     seconds = args.audio_seconds or (10.0 if args.tiny else 300.0)
     model = preset.build(device, dtype, args.attn_implementation)
     inputs = preset.prompt(model, seconds, decode_tokens=0).inputs

@@ -28,8 +28,8 @@ import transformers
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAudioEncoder
 
 from kvprune import fast_audio_encoder
-from kvprune.harness.bench_measure import Meter
-from kvprune.harness.bench_presets import get_preset
+from kvprune.harness.bench.measure import Meter
+from kvprune.harness.bench.presets import PRESETS
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ ENCODERS = (
 
 def build(encoder: Encoder, tiny: bool, device: torch.device, dtype: torch.dtype, attn: str):
     """The encoder with random weights on ``device``, and the config of the whole model it belongs to."""
-    config = get_preset(encoder.tiny_preset if tiny else encoder.preset).config()
+    config = PRESETS.get(encoder.tiny_preset if tiny else encoder.preset).config()
     torch.manual_seed(0)
     with torch.device(device):
         module = encoder.encoder_class._from_config(config.audio_config, dtype=dtype, attn_implementation=attn)
@@ -88,7 +88,7 @@ def build(encoder: Encoder, tiny: bool, device: torch.device, dtype: torch.dtype
 
 
 def encoder_inputs(encoder: Encoder, tiny: bool, config, seconds: float, device, dtype) -> dict:
-    audio = get_preset(encoder.tiny_preset if tiny else encoder.preset).family.audio_format
+    audio = PRESETS.get(encoder.tiny_preset if tiny else encoder.preset).family.audio_format
     features = audio.features(config, [audio.frames(config, seconds)], torch.Generator().manual_seed(0))
     return {
         name: value.to(device, dtype if value.is_floating_point() else None) if isinstance(value, torch.Tensor) else value

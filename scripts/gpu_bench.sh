@@ -28,18 +28,18 @@ mkdir -p "$OUT"
 
 minutes_left() { python3 -c "print(round(max(0.0, ($BUDGET_S - $SECONDS) / 60), 2))"; }
 
-python3 -m kvprune.harness.bench --preset qwen2.5-omni-7b "${GRID[@]}" --no-progress \
+python3 -m kvprune.harness.cli bench --preset qwen2.5-omni-7b "${GRID[@]}" --quiet \
   --max-minutes "$(python3 -c "print(min(6.0, $(minutes_left)))")" --out "$OUT/omni7b" 2>&1 | tee "$OUT/log.txt"
 echo "omni-7b pass: exit ${PIPESTATUS[0]}, ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
 
-python3 -m kvprune.cli sweep --model demo --tasks demo_count,demo_pitch --methods fastv,frame --ratios 0.5,0.9 \
+python3 -m kvprune.harness.cli sweep --model demo --tasks demo_count,demo_pitch --methods fastv,frame --ratios 0.5,0.9 \
   --limit 5 --out "$OUT/demo_run" --quiet --no-plots 2>&1 | tee -a "$OUT/log.txt"
 mkdir -p "$OUT/demo" && mv "$OUT/demo_run/summary.csv" "$OUT/demo_run/report.md" "$OUT/demo/" && rm -r "$OUT/demo_run"
 echo "demo sweep: ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
 
 if python3 -c "import sys; sys.exit(0 if $(minutes_left) >= 1.5 else 1)"; then
-  python3 -m kvprune.harness.bench --preset qwen2.5-omni-3b "${GRID[@]}" --warmup 1 --repeats 3 --decode-tokens 16 \
-    --no-progress --max-minutes "$(minutes_left)" --out /tmp/omni3b 2>&1 | tee -a "$OUT/log.txt"
+  python3 -m kvprune.harness.cli bench --preset qwen2.5-omni-3b "${GRID[@]}" --warmup 1 --repeats 3 --decode-tokens 16 \
+    --quiet --max-minutes "$(minutes_left)" --out /tmp/omni3b 2>&1 | tee -a "$OUT/log.txt"
   cp /tmp/omni3b/bench.md "$OUT/omni3b.md"
   echo "omni-3b pass: ${SECONDS}s elapsed" | tee -a "$OUT/log.txt"
 else

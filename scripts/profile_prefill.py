@@ -15,8 +15,8 @@ import torch
 
 from kvprune import FramePress
 from kvprune.ratios import keep_count
-from kvprune.harness.bench_measure import Meter, logits_rows
-from kvprune.harness.bench_presets import get_preset
+from kvprune.harness.bench.measure import Meter, logits_rows
+from kvprune.harness.bench.presets import PRESETS
 from kvprune.models import resolve_family
 
 
@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--layer", type=int, default=2)
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    preset = get_preset(args.preset)
+    preset = PRESETS.get(args.preset)
     model = preset.build(device, torch.bfloat16 if device.type == "cuda" else torch.float32, "sdpa")
     prompt = preset.prompt(model, args.seconds, 1)
     meter = Meter(device, warmup=3, repeats=9)

@@ -1,4 +1,4 @@
-"""Train the demo model (kvprune.demo) on the synthetic suite and save it with ``save_pretrained``.
+"""Train the demo model (kvprune.harness.demo) on the synthetic suite and save it with ``save_pretrained``.
 
     python -m scripts.train_demo_model                  # full run: one GPU, a few minutes
     python -m scripts.train_demo_model --quick          # reduced run on a CPU (a smoke test, near chance)
@@ -30,8 +30,8 @@ import torch
 from transformers import Qwen2_5OmniThinkerForConditionalGeneration
 
 from kvprune import get_press
-from kvprune.demo.build import HIDDEN, IM_END, build_model, build_processor, build_tokenizer
-from kvprune.harness.synthetic import CHANCE, INSTRUCTIONS, LETTERS, TASKS, format_prompt, make_item
+from kvprune.harness.demo.build import HIDDEN, IM_END, build_model, build_processor, build_tokenizer
+from kvprune.harness.demo.synthetic import CHANCE, INSTRUCTIONS, LETTERS, TASKS, format_prompt, make_item
 
 REPO = Path(__file__).resolve().parent.parent
 EVAL_PRESSES = ("fastv", "random", "frame")
@@ -262,7 +262,7 @@ def evaluate(model, processor, train_eval: Cache, test: Cache, pruned: bool, log
 # -- main ------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=REPO / "kvprune" / "demo" / "model", help="save_pretrained folder")
+    parser.add_argument("--out", type=Path, default=REPO / "harness" / "demo" / "model", help="save_pretrained folder")
     parser.add_argument("--report", type=Path, default=None, help="write the accuracies here as JSON")
     parser.add_argument("--quick", action="store_true", help="reduced data and epochs, for a CPU")
     parser.add_argument("--pruned-eval", action="store_true", help="also evaluate held-out accuracy under presses")

@@ -3,16 +3,16 @@ What is checked is the bookkeeping (rows, columns, token and cache counts, files
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import replace
 
 import pandas as pd
 import pytest
 import torch
-from kvprune.harness import bench_presets
-from kvprune.harness.bench import BenchConfig, add_bench_arguments, bench_main, run_bench
-from kvprune.harness.bench_report import COLUMNS
+from kvprune.harness.bench import presets as bench_presets
+from kvprune.harness.bench.config import BenchConfig, run_bench
+from kvprune.harness.cli import main
+from kvprune.harness.bench.report import COLUMNS
 from matplotlib.image import imread
 
 from kvprune import DARTPress, FastVPress
@@ -114,13 +114,17 @@ def test_markdown_and_figure_are_written(bench):
     assert image.shape == (360 * len(PRESETS), 450 * len(SECONDS), 4)  # 3.6 x 4.5 inch panels at 100 dpi
 
 
-def test_a_preset_that_fails_is_recorded_and_the_bench_goes_on(tmp_path, monkeypatch):
+@pytest.fixture
+def broken_preset():
     def broken():
         raise RuntimeError("does not fit")
 
-    monkeypatch.setitem(
-        bench_presets.PRESETS, "broken", replace(bench_presets.PRESETS["tiny-aero"], name="broken", config=broken)
-    )
+    bench_presets.PRESETS.register("broken", replace(bench_presets.PRESETS.get("tiny-aero"), name="broken", config=broken))
+    yield
+    bench_presets.PRESETS.unregister("broken")
+
+
+def test_a_preset_that_fails_is_recorded_and_the_bench_goes_on(tmp_path, broken_preset):
     config = BenchConfig(
         presets=["broken", "tiny-aero"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5], out=tmp_path, **FAST
     )
@@ -140,12 +144,8 @@ def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
 
 
 def test_command_line(tmp_path):
-    parser = add_bench_arguments(argparse.ArgumentParser())
     flags = "--preset tiny-aero --audio-seconds 1 --methods frame --ratios 0.1..0.3 --decode-tokens 1 --repeats 1"
-    args = parser.parse_args(
-        [*flags.split(), "--warmup", "0", "--device", "cpu", "--out", str(tmp_path), "--no-progress"]
-    )
-    assert bench_main(args) == 0
+    assert main(["bench", *flags.split(), "--warmup", "0", "--device", "cpu", "--out", str(tmp_path), "--quiet"]) == 0
     csv = pd.read_csv(tmp_path / "bench.csv")
     assert csv[csv["method"] == "frame"]["ratio"].tolist() == [0.1, 0.2, 0.3]
     assert csv["command"].iloc[0].startswith("kvprune bench ")
@@ -161,3 +161,17 @@ def test_methods_are_specs_of_token_presses_at_one_layer():
             BenchConfig(methods=methods, presets=["tiny-aero"])
     with pytest.raises(ValueError, match="presses act at layers 2, 3: give them the same layer"):
         BenchConfig(methods="fastv,frame:layer=3", presets=["tiny-aero"])
+
+
+def test_the_encoder_column_says_which_audio_encoder_path_ran(bench):
+    frame, _ = bench
+    fast_path = {"tiny-omni", "tiny-phi4"}  # Qwen2.5-Omni's and Phi-4's encoders have one; the others stay stock
+    assert frame.groupby("preset")["encoder"].unique().map(list).to_dict() == {
+        preset: ["fast" if preset in fast_path else "stock"] for preset in PRESETS
+    }
+    stock = run_bench(BenchConfig(presets=["tiny-omni"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5],
+                                  out=None, encoder="stock", **FAST))
+    assert set(stock["encoder"]) == {"stock"} and stock["error"].isna().all()
+    one = frame[(frame["preset"] == "tiny-omni") & (frame["audio_seconds"] == 1.0)]
+    for column in ("audio_tokens", "seq_len", "kv_bytes"):
+        assert stock[stock["method"] == "none"][column].tolist() == one[one["method"] == "none"][column].tolist()

@@ -1,8 +1,12 @@
-"""The listing commands and the help say what exists."""
+"""The listing commands and the help say what exists; sweep and bench share their options."""
 
 from __future__ import annotations
 
-from kvprune.cli import main
+from pathlib import Path
+
+import pytest
+
+from kvprune.harness.cli import build_parser, main
 
 
 def test_listings(capsys):
@@ -20,3 +24,30 @@ def test_listings(capsys):
         assert name in tasks
     assert main([]) == 0
     assert "sweep" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, dest, value",
+    [
+        (["--attn-implementation", "eager"], "attn_implementation", "eager"),
+        (["--quiet"], "quiet", True),
+        (["--device", "cpu"], "device", "cpu"),
+        (["--dtype", "bfloat16"], "dtype", "bfloat16"),
+        (["--out", "results"], "out", Path("results")),
+        (["--methods", "frame,dart:budget=reference"], "methods", "frame,dart:budget=reference"),
+        (["--ratios", "0.1..0.5"], "ratios", "0.1..0.5"),
+        (["--layer", "3"], "layer", 3),
+    ],
+)
+def test_sweep_and_bench_spell_and_parse_shared_options_alike(argv, dest, value):
+    parser = build_parser()
+    for command in ("sweep", "bench"):
+        assert getattr(parser.parse_args([command, *argv]), dest) == value, command
+
+
+@pytest.mark.parametrize("argv", [["--dtype", "float8"], ["--attn-implementation", "flash"], ["--no-progress"]])
+def test_both_commands_refuse_the_same_bad_options(argv, capsys):
+    parser = build_parser()
+    for command in ("sweep", "bench"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([command, *argv])

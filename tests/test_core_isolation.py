@@ -1,4 +1,4 @@
-"""The core (kvprune/ but the CLI and the demo, with kvprune.models and kvprune.presses) depends on
+"""The core (kvprune/ with kvprune.models, kvprune.encoders and kvprune.presses) depends on
 nothing of the harness: no import of the harness, pandas, matplotlib, yaml, soundfile, tqdm or
 accelerate by kvprune's own code.
 
@@ -37,13 +37,12 @@ def recording_import(name, globals=None, locals=None, fromlist=(), level=0):
 builtins.__import__ = recording_import
 import kvprune
 
-loaded_by_init = sorted(m for m in ("kvprune.cli", "kvprune.demo") if m in sys.modules)
+loaded_by_init = sorted(m for m, module in sys.modules.items() if m.startswith("kvprune.harness") and module)
 core = []
 for package in ("kvprune", "kvprune.models", "kvprune.presses"):
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
-        if module.name not in ("kvprune.cli", "kvprune.demo"):
-            importlib.import_module(module.name)
-            core.append(module.name)
+        importlib.import_module(module.name)
+        core.append(module.name)
 
 sys.path.insert(0, TESTS)
 import torch

@@ -10,13 +10,13 @@ import torch
 
 from transformers import Qwen2_5OmniThinkerConfig
 
-import kvprune.demo
+import kvprune.harness.demo
 from kvprune import FastVPress
-from kvprune.demo import DEMO_MODEL_DIR, load_demo
-from kvprune.demo.build import build_config, build_tokenizer
-from kvprune.demo.suite import demo_suite, load_manifest
+from kvprune.harness.demo import DEMO_MODEL_DIR, load_demo
+from kvprune.harness.demo.build import build_config, build_tokenizer
+from kvprune.harness.demo.suite import demo_suite, load_manifest
 from kvprune.models import QWEN2_5_OMNI
-from kvprune.harness.synthetic import CHOICES, LETTERS, TASKS, format_prompt, make_item, suite_manifest
+from kvprune.harness.demo.synthetic import CHOICES, LETTERS, TASKS, format_prompt, make_item, suite_manifest
 
 AUDIO_TOKENS = 375  # 15 s at 25 tokens per second
 
@@ -106,6 +106,6 @@ def test_demo_config_built_in_code_is_the_shipped_one():
 
 
 def test_load_demo_explains_missing_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(kvprune.demo, "DEMO_MODEL_DIR", tmp_path)
+    monkeypatch.setattr(kvprune.harness.demo, "DEMO_MODEL_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="train_demo_model"):
         load_demo()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers import model
-from kvprune.harness.bench_presets import PRESETS, get_preset
+from kvprune.harness.bench.presets import PRESETS
 from kvprune.models import QWEN2_5_OMNI, VOXTRAL, list_families
 from tiny_models import FAMILIES
 
@@ -29,7 +29,7 @@ def _differences(a: dict, b: dict, prefix: str = "") -> set[str]:
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_tiny_preset_and_test_model_come_from_the_family_tiny_config(name):
     family = FAMILIES[name].family
-    preset = get_preset(family.tiny_preset)
+    preset = PRESETS.get(family.tiny_preset)
     assert preset.family is family and preset.config == family.tiny_config
     differences = _differences(preset.config().to_dict(), FAMILIES[name].config.to_dict())
     assert differences and differences <= TEST_OVERRIDES, differences
@@ -46,7 +46,7 @@ def test_tiny_config_overrides_update_sub_configs_and_leave_the_family_alone():
 @pytest.mark.parametrize("preset_name", list(PRESETS))
 def test_every_shape_gives_its_familys_token_rate(preset_name):
     """Two minutes is a whole number of chunks for every config here, real and tiny."""
-    preset = get_preset(preset_name)
+    preset = PRESETS.get(preset_name)
     config, audio = preset.config(), preset.family.audio_format
     assert audio.tokens(config, audio.frames(config, 120.0)) == 120 * preset.family.llm_tokens_per_second
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.metrics import (
+from kvprune.harness.tasks.metrics import (
     METRICS,
     accuracy,
     all_runs_correct_rate,
@@ -73,9 +73,9 @@ def test_word_errors(reference, hypothesis, errors):
 
 def test_corpus_wer_weighs_words_and_word_accuracy_weighs_samples():
     # 1 error in 2 words and 0 in 8: corpus WER 1/10 = 10 %; per-sample WERs 50 % and 0 %, mean 25 %.
-    rows = [METRICS["wer"].per_sample(h, r) for h, r in [("one", "one two"), ("a b c d e f g h", "a b c d e f g h")]]
-    assert METRICS["wer"].compute(rows) == pytest.approx(10.0)
-    assert METRICS["word_accuracy"].compute(rows) == pytest.approx(100 - 25.0)
+    rows = [METRICS.get("wer").per_sample(h, r) for h, r in [("one", "one two"), ("a b c d e f g h", "a b c d e f g h")]]
+    assert METRICS.get("wer").compute(rows) == pytest.approx(10.0)
+    assert METRICS.get("word_accuracy").compute(rows) == pytest.approx(100 - 25.0)
 
 
 def test_acr_counts_items_right_in_every_run():
@@ -87,22 +87,22 @@ def test_acr_counts_items_right_in_every_run():
 
 def test_registered_metrics_reduce_rows():
     rows = [
-        {"parsed": p, "reference": r, "item": str(i), **METRICS["accuracy"].per_sample(p, r)}
+        {"parsed": p, "reference": r, "item": str(i), **METRICS.get("accuracy").per_sample(p, r)}
         for i, (p, r) in enumerate(zip(PREDICTIONS, REFERENCES))
     ]
     rows[3]["parsed"] = float("nan")  # how a missing answer comes back from a DataFrame
-    assert METRICS["accuracy"].compute(rows) == pytest.approx(50.0)
-    assert METRICS["f1_macro"].compute(rows) == pytest.approx(MACRO)
-    assert METRICS["f1_weighted"].compute(rows) == pytest.approx(WEIGHTED)
-    assert METRICS["aa"].compute(rows) == pytest.approx(50.0)
-    assert METRICS["acr"].compute(rows) == pytest.approx(50.0)  # one run per item: ACR = accuracy
+    assert METRICS.get("accuracy").compute(rows) == pytest.approx(50.0)
+    assert METRICS.get("f1_macro").compute(rows) == pytest.approx(MACRO)
+    assert METRICS.get("f1_weighted").compute(rows) == pytest.approx(WEIGHTED)
+    assert METRICS.get("aa").compute(rows) == pytest.approx(50.0)
+    assert METRICS.get("acr").compute(rows) == pytest.approx(50.0)  # one run per item: ACR = accuracy
 
     asr = [
-        {"parsed": h, "reference": r, **METRICS["wer"].per_sample(h, r)}
+        {"parsed": h, "reference": r, **METRICS.get("wer").per_sample(h, r)}
         for h, r in [("one", "one two"), (None, "three four five six")]
     ]
     assert [row["wer"] for row in asr] == [50.0, 100.0]
-    assert METRICS["wer"].compute(asr) == pytest.approx(100 * 5 / 6)
-    assert METRICS["word_accuracy"].compute(asr) == pytest.approx(100 - 75.0)
+    assert METRICS.get("wer").compute(asr) == pytest.approx(100 * 5 / 6)
+    assert METRICS.get("word_accuracy").compute(asr) == pytest.approx(100 - 75.0)
     with pytest.raises(ValueError, match="empty reference"):
-        METRICS["wer"].per_sample("hello", "  ")
+        METRICS.get("wer").per_sample("hello", "  ")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.parsers import PARSERS, parse_choice, parse_token_match, parse_transcript, token_match
+from kvprune.harness.tasks.parsers import PARSERS, parse_choice, parse_token_match, parse_transcript, token_match
 
 SCENES = ("Airport", "Dog park", "Metro station", "Street")
 HAD = ("real", "fake")
@@ -105,6 +105,6 @@ def test_token_match_parser_returns_the_one_matching_letter():
 
 
 def test_parsers_are_registered_by_name():
-    assert PARSERS["multiple_choice"] is parse_choice
-    assert PARSERS["transcript"] is parse_transcript
-    assert PARSERS["token_match"] is parse_token_match
+    assert PARSERS.get("multiple_choice") is parse_choice
+    assert PARSERS.get("transcript") is parse_transcript
+    assert PARSERS.get("token_match") is parse_token_match

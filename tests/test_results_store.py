@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.ratios import parse_ratios
-from kvprune.harness.results import ResultStore, read_results, read_rows, run_key
+from kvprune.harness.sweep.ratios import parse_ratios
+from kvprune.harness.sweep.store import ResultStore, read_results, read_rows, run_key
 
 
 def _row(sample, method="fastv", ratio=0.5, error=None):

@@ -1,10 +1,12 @@
 """``kvprune sweep`` end to end on the demo model: results, resume after a kill, outputs, user errors,
-method specs with parameters and composition, and a press registered by a third party."""
+method specs with parameters and composition, a press registered by a third party, a user's task
+file, and results that outlive their task's name."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +20,12 @@ import pytest
 
 import task_fixtures
 from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
-from kvprune.cli import main
-from kvprune.harness.results import read_rows, run_key
-from kvprune.harness.runner import runs_of
-from kvprune.harness.sweep_config import SweepConfig
-from kvprune.harness.task import get_task
+from kvprune.harness.cli import main
+from kvprune.harness.sweep.store import read_rows, read_runs, run_key
+from kvprune.harness.sweep.runner import runs_of
+from kvprune.harness.sweep.config import SweepConfig
+from kvprune.harness.tasks.task import TASKS as REGISTERED_TASKS
+from kvprune.harness.tasks.task import get_task
 from kvprune.press import PRESSES
 
 TASKS = ["gtzan", "had"]
@@ -83,7 +86,7 @@ def test_every_run_is_recorded_once(uninterrupted, data_root):
 
 def test_a_killed_sweep_resumes_to_the_same_results(data_root, uninterrupted, tmp_path):
     out = tmp_path / "killed"
-    command = [sys.executable, "-m", "kvprune.cli", *sweep_args(data_root, out)]
+    command = [sys.executable, "-m", "kvprune.harness.cli", *sweep_args(data_root, out)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     results = out / "results.jsonl"
     deadline = time.time() + 240
@@ -191,7 +194,7 @@ def test_sweep_config_file_with_overrides(data_root, tmp_path):
     assert {r["method"] for r in rows} == {"none", "random"} and len(rows) == 4
     config.write_text("model: x\nratio: 0.5\n")
     with pytest.raises(ValueError, match="unknown setting\\(s\\) ratio"):
-        from kvprune.harness.sweep_config import SweepConfig
+        from kvprune.harness.sweep.config import SweepConfig
 
         SweepConfig.build(config, data_root=data_root)
 
@@ -210,7 +213,7 @@ def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
 def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterrupted, tmp_path, monkeypatch):
     """Under ``accelerate launch`` each process runs every N-th sample into its own file; together
     they give exactly the single-process results (simulated here with two ranks in turn)."""
-    import kvprune.harness.runner as runner
+    import kvprune.harness.sweep.runner as runner
 
     out = tmp_path / "distributed"
     for rank in range(2):
@@ -288,3 +291,75 @@ def test_layer_goes_to_every_press_without_its_own(data_root):
     ]
     with pytest.raises(ValueError, match="sets the ratio of every press it holds"):
         SweepConfig.build(models="demo", tasks="had", data_root=data_root, ratios="0.3,0.5", methods="knorm:ratio=0.3")
+
+
+def test_a_user_task_file_is_swept_and_summarised(data_root, tmp_path):
+    """--tasks takes a YAML path; the file builds on the built-in had and changes its metrics."""
+    path = tmp_path / "had_by_accuracy.yaml"
+    path.write_text("include: had\nmetrics: [accuracy, f1_weighted]\n")
+    out = tmp_path / "out"
+    args = sweep_args(data_root, out)
+    for flag, value in (("--tasks", str(path)), ("--methods", "frame"), ("--ratios", "0.5"), ("--limit", "2")):
+        args[args.index(flag) + 1] = value
+    assert main(args) == 0
+    rows = read_rows(out)
+    assert {r["task"] for r in rows} == {"had_by_accuracy"} and len(rows) == 4
+    recorded = read_runs(out)[-1]["tasks"]
+    assert recorded == {"had_by_accuracy": {**get_task("had").config, "name": "had_by_accuracy",
+                                            "metrics": ["accuracy", "f1_weighted"]}}
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["metric"]) == {"accuracy"}
+    for method, group in summary.groupby("method"):
+        correct = [r["correct"] for r in rows if r["method"] == method]
+        assert group["score"].iloc[0] == pytest.approx(100 * sum(correct) / len(correct))
+
+
+@pytest.fixture
+def had_renamed():
+    """The built-in task had, unavailable under that name (as after a rename)."""
+    registered = REGISTERED_TASKS.items()
+    REGISTERED_TASKS.unregister("had")
+    yield
+    for name, _ in REGISTERED_TASKS.items():
+        REGISTERED_TASKS.unregister(name)
+    for name, path in registered:  # in the original order
+        REGISTERED_TASKS.register(name, path)
+
+
+def test_results_of_a_renamed_task_still_summarise_from_runs_jsonl(uninterrupted, tmp_path, had_renamed, capsys):
+    out = tmp_path / "copy"
+    shutil.copytree(uninterrupted, out)
+    (out / "summary.csv").unlink()
+    assert main(["report", str(out)]) == 0
+    assert pd.read_csv(out / "summary.csv").equals(pd.read_csv(uninterrupted / "summary.csv"))
+
+    runs = read_runs(out)  # the summary follows the recorded config, not today's task files
+    for run in runs:
+        run["tasks"]["had"]["metrics"] = ["accuracy"]
+    (out / "runs.jsonl").write_text("".join(json.dumps(run) + "\n" for run in runs))
+    assert main(["report", str(out)]) == 0
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary[summary["task"] == "had"]["metric"]) == {"accuracy"}
+
+    (out / "runs.jsonl").unlink()  # without the record, had is unknown
+    assert main(["report", str(out)]) == 2
+    assert "unknown task 'had'" in capsys.readouterr().err
+
+
+def test_the_fast_encoder_is_on_by_default_recorded_and_changes_no_output(data_root, uninterrupted, tmp_path):
+    fast_run = read_runs(uninterrupted)[0]
+    assert fast_run["encoder"] == "fast" and fast_run["config"]["encoder"] == "fast"
+    assert len(fast_run["encoder_changes"]) == 1 and "(Qwen2_5OmniAudioEncoder)" in fast_run["encoder_changes"][0]
+
+    out = tmp_path / "stock"
+    args = sweep_args(data_root, out)
+    for flag, value in (("--tasks", "had"), ("--methods", "fastv"), ("--ratios", "0.3")):
+        args[args.index(flag) + 1] = value
+    assert main([*args, "--stock-encoder"]) == 0
+    stock_run = read_runs(out)[0]
+    assert (stock_run["encoder"], stock_run["encoder_changes"], stock_run["encoder_unchanged"]) == ("stock", [], [])
+    stock = by_key(read_rows(out))
+    fast = {key: row for key, row in by_key(read_rows(uninterrupted)).items() if key in stock}
+    assert len(stock) == len(fast) == 3 * 2, "the stock rows are the fast sweep's had rows at fastv 0.3 and baseline"
+    assert stock == fast
+    assert "(stock audio encoder)" in (out / "report.md").read_text()

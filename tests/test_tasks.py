@@ -11,7 +11,9 @@ import soundfile as sf
 import yaml
 
 import task_fixtures
-from kvprune.harness.task import Sample, TaskConfigError, TaskDataError, get_task, list_tasks, load_task_file
+from kvprune.harness.demo.synthetic import format_prompt, make_item
+from kvprune.harness.tasks.config_files import CONFIGS_DIR
+from kvprune.harness.tasks.task import Sample, TaskConfigError, TaskDataError, get_task, list_tasks, load_task_file
 
 ABBREVIATIONS = {
     "librispeech": "ASR", "race": "SCR", "slue": "SER", "tau": "ASC", "gtzan": "MC",
@@ -379,3 +381,85 @@ def test_yaml_that_does_not_parse(tmp_path):
         load_task_file(path)
     with pytest.raises(TaskConfigError, match="cannot read"):
         load_task_file(tmp_path / "absent.yaml")
+
+
+# -- include: inheritance ---------------------------------------------------------------------------
+
+
+def builtin_fields(name: str) -> dict:
+    return yaml.safe_load((CONFIGS_DIR / f"{name}.yaml").read_text())
+
+
+def test_a_user_file_builds_on_a_builtin_task_and_replaces_keys_whole(tmp_path):
+    path = tmp_path / "had_accuracy.yaml"
+    own = {"include": "had", "metrics": ["accuracy"], "layout_options": {"folders": ["fake", "real"]}}
+    path.write_text(yaml.safe_dump(own))
+    task = load_task_file(path)
+    expected = {**builtin_fields("had"), "metrics": ["accuracy"], "layout_options": {"folders": ["fake", "real"]}}
+    expected["name"] = "had_accuracy"  # the name is the file's own, never inherited
+    assert task.config == expected
+    assert (task.name, task.primary_metric, task.title) == ("had_accuracy", "accuracy", get_task("had").title)
+    task_fixtures.had(tmp_path, real=1, fake=1)
+    assert [(s.id, s.answer) for s in task.load(tmp_path)] == [("fake/f0.wav", "A"), ("real/r0.wav", "B")]
+
+
+def test_includes_resolve_relative_to_each_file_and_nest(tmp_path):
+    """mine.yaml includes bases/_voice.yaml, which includes the built-in base _demo by name."""
+    (tmp_path / "bases").mkdir()
+    (tmp_path / "bases" / "_voice.yaml").write_text("include: _demo\nmax_new_tokens: 6\ntitle: Base title\n")
+    (tmp_path / "mine.yaml").write_text("include: [bases/_voice.yaml]\nname: mine\nabbreviation: MINE\ndata_dir: m\n")
+    config = load_task_file(tmp_path / "mine.yaml").config
+    assert config == {**builtin_fields("_demo"), "max_new_tokens": 6, "title": "Base title", "name": "mine",
+                      "abbreviation": "MINE", "data_dir": "m"}
+
+
+def test_the_demo_tasks_are_a_base_and_four_short_files():
+    base = builtin_fields("_demo")
+    for name in ("demo_count", "demo_event", "demo_order", "demo_pitch"):
+        own = builtin_fields(name)
+        assert set(own) == {"include", "title", "abbreviation", "data_dir"}
+        assert get_task(name).config == {**base, **{k: v for k, v in own.items() if k != "include"}, "name": name}
+
+
+def test_the_demo_tasks_render_the_prompt_the_demo_model_was_trained_on():
+    item = make_item("count", "test", 0)
+    sample = Sample(item.meta["id"], (), item.meta["question"],
+                    tuple(item.meta[f"choice_{x}"] for x in "abcd"), item.meta["answer_gt"])
+    assert get_task("demo_count").render(sample) == format_prompt(item.meta)
+
+
+def test_bases_are_not_tasks():
+    assert "_demo" not in list_tasks() and all(not name.startswith("_") for name in list_tasks())
+    with pytest.raises(ValueError, match="unknown task '_demo'"):
+        get_task("_demo")
+
+
+def test_an_include_cycle_is_refused_with_its_chain(tmp_path):
+    (tmp_path / "a.yaml").write_text("include: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("include: [c.yaml]\n")
+    (tmp_path / "c.yaml").write_text("include: a.yaml\ntitle: C\n")
+    with pytest.raises(TaskConfigError, match=r"c\.yaml: field 'include': include cycle a\.yaml -> b\.yaml -> c\.yaml -> a\.yaml"):
+        load_task_file(tmp_path / "a.yaml")
+    (tmp_path / "self.yaml").write_text("include: self.yaml\n")
+    with pytest.raises(TaskConfigError, match=r"include cycle self\.yaml -> self\.yaml"):
+        load_task_file(tmp_path / "self.yaml")
+
+
+@pytest.mark.parametrize("include, problem", [
+    ("gtzann", r"field 'include': no built-in config 'gtzann'; built-in: _demo, demo_count"),
+    ("absent.yaml", r"absent\.yaml: cannot read the file"),
+    ("[3]", r"field 'include': expected a file or a built-in config name"),
+])
+def test_a_bad_include_names_the_file_and_the_problem(tmp_path, include, problem):
+    path = tmp_path / "user.yaml"
+    path.write_text(f"include: {include}\n")
+    with pytest.raises(TaskConfigError, match=problem):
+        load_task_file(path)
+
+
+def test_get_task_takes_a_yaml_path(tmp_path):
+    path = tmp_path / "my_tau.yml"
+    path.write_text("include: tau\n")
+    assert get_task(str(path)).name == "my_tau"
+    with pytest.raises(TaskConfigError, match="cannot read"):
+        get_task(str(tmp_path / "absent.yaml"))

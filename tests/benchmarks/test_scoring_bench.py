@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn as nn
-from kvprune.harness.bench_presets import TEXT_AFTER, TEXT_BEFORE
-from kvprune.harness.bench_scoring import ScoringInputs, select_slots
+from kvprune.harness.bench.presets import TEXT_AFTER, TEXT_BEFORE
+from kvprune.harness.bench.scoring import ScoringInputs, select_slots
 
 from kvprune import get_press
 from kvprune.attention_probe import last_query_attention

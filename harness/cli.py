@@ -1,0 +1,135 @@
+"""The ``kvprune`` command line: sweep, plot, report, bench, and listings of what exists."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .bench.config import DESCRIPTION, add_bench_arguments
+from .sweep.config import add_sweep_arguments
+
+
+# -- listings -------------------------------------------------------------------------------------
+def _presses(args) -> int:
+    from kvprune.press import PRESSES, list_presses
+
+    for kind in ("token", "cache"):
+        for name in list_presses(kind=kind):
+            cls = PRESSES.get(name)
+            summary = (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").strip().splitlines()[:1]
+            print(f"{name:8s} {kind:6s} {''.join(summary)}")
+    return 0
+
+
+def _families(args) -> int:
+    from kvprune import list_families
+
+    for family in list_families():
+        print(f"{family.name:16s} {family.display_name:18s} {family.llm_tokens_per_second:>5g} audio tokens/s  "
+              f"{', '.join(family.architectures)}")
+        if family.notes:
+            print(f"{'':36s}{family.notes}")
+    return 0
+
+
+def _tasks(args) -> int:
+    from .tasks.task import get_task, list_tasks
+
+    for name in list_tasks():
+        task = get_task(name)
+        print(f"{name:14s} {task.abbreviation:5s} {task.primary_metric:12s} {task.title}")
+    return 0
+
+
+# -- sweep and its outputs ------------------------------------------------------------------------
+def _sweep(args) -> int:
+    from .sweep.config import SweepConfig, overrides_from_args
+    from .sweep.report import write_outputs
+    from .sweep.runner import run_sweep
+
+    overrides = overrides_from_args(args)
+    if args.config is None and args.model in (None, "demo"):
+        from .demo.default import prepare_default
+
+        overrides = prepare_default(overrides)
+        print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
+    config = SweepConfig.build(args.config, **overrides)
+    out = run_sweep(config, progress=not args.quiet)
+    written = write_outputs(out, plots=not args.no_plots)
+    print(f"Results, summary and plots are in {out.resolve()}:")
+    for path in written:
+        print(f"  {path.name}")
+    return 0
+
+
+def _plot(args) -> int:
+    from .sweep.plots import plot_summary
+    from .sweep.summary import summarize_folder
+
+    for path in plot_summary(summarize_folder(args.results), args.results):
+        print(path)
+    return 0
+
+
+def _report(args) -> int:
+    from .sweep.report import write_outputs
+
+    for path in write_outputs(args.results, plots=False):
+        if path.suffix in (".md", ".csv"):
+            print(path)
+    return 0
+
+
+# -- bench ----------------------------------------------------------------------------------------
+def _bench(args) -> int:
+    """0 if every run succeeded, 1 if some recorded an error."""
+    from .bench.config import BenchConfig, run_bench
+
+    config = BenchConfig.from_args(args)
+    frame = run_bench(config)
+    errors = frame["error"].notna()
+    print(f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md, prefill_vs_ratio.png in {config.out}")
+    return 1 if errors.any() else 0
+
+
+# -- parser ---------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kvprune", description="Prune audio tokens in audio LLMs and measure what it costs.")
+    commands = parser.add_subparsers(dest="command")
+    sweep = commands.add_parser("sweep", help="run models x tasks x methods x ratios (no arguments: the embedded demo)")
+    add_sweep_arguments(sweep)
+    sweep.set_defaults(run=_sweep)
+    plot = commands.add_parser("plot", help="write the PNG plots of a results folder")
+    plot.add_argument("results", type=Path)
+    plot.set_defaults(run=_plot)
+    report = commands.add_parser("report", help="write summary.csv and report.md of a results folder")
+    report.add_argument("results", type=Path)
+    report.set_defaults(run=_report)
+    bench = commands.add_parser("bench", help=DESCRIPTION, description=DESCRIPTION)
+    add_bench_arguments(bench)
+    bench.set_defaults(run=_bench)
+    commands.add_parser("tasks", help="list the benchmark tasks").set_defaults(run=_tasks)
+    commands.add_parser("presses", help="list the presses").set_defaults(run=_presses)
+    commands.add_parser("families", help="list the supported model families").set_defaults(run=_families)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 0
+    try:
+        return args.run(args)
+    except (ValueError, FileNotFoundError) as error:  # bad input: say what and how to fix it, no traceback
+        if os.environ.get("KVPRUNE_DEBUG"):
+            raise
+        print(f"kvprune {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

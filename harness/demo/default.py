@@ -1,0 +1,27 @@
+"""The embedded default of ``kvprune sweep``: the demo model on its held-out synthetic suite.
+
+Everything it needs is shipped or generated here (the suite is regenerated from its seed and checked
+against the shipped hashes), so the first command a new user runs needs no download.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from . import DEMO
+from .suite import demo_suite
+from .synthetic import TASKS
+
+DEMO_TASKS = [f"demo_{task}" for task in TASKS]
+DEMO_OUT = Path("kvprune-results") / "demo"
+
+
+def prepare_default(overrides: dict) -> dict:
+    """Fill what the user left unset with the demo's model, tasks, data and output folder."""
+    filled = dict(overrides, models=[DEMO])
+    for name, value in (("tasks", DEMO_TASKS), ("out", DEMO_OUT)):
+        if filled.get(name) is None:
+            filled[name] = value
+    if filled.get("data_root") is None:
+        filled["data_root"] = demo_suite()
+    return filled

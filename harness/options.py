@@ -1,0 +1,51 @@
+"""The command-line options ``kvprune sweep`` and ``kvprune bench`` share, each spelled and explained once.
+
+A command adds the shared options it takes with ``add_shared_options(parser, defaults)``: the keys of
+``defaults`` name the options (argparse destinations) and give the command's own default; ``notes``
+append what only that command needs to say. Names, types, choices and help live here alone, so
+``--attn-implementation eager`` means the same on both commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+
+SHARED_OPTIONS: dict[str, dict] = {
+    "methods": dict(
+        metavar="SPECS",
+        help="method specs, e.g. 'fastv,dart:budget=reference,frame+knorm:ratio=0.3' (presses: `kvprune presses`)",
+    ),
+    "ratios": dict(metavar="RATIOS", help="'0.1..0.9' (step 0.1), '0.1..0.9:0.2' or '0,0.5,0.9'"),
+    "layer": dict(
+        type=int,
+        help="first decoder layer of every press that sets none (token presses drop tokens before it); "
+        "default: each press's own (2 for token presses, 1 for cache presses)",
+    ),
+    "out": dict(type=Path, help="output folder"),
+    "device": dict(help="e.g. cuda, cuda:1, cpu (default: cuda if available)"),
+    "dtype": dict(choices=DTYPES, help="weights' dtype"),
+    "attn_implementation": dict(choices=ATTN_IMPLEMENTATIONS, help="the model's attention backend"),
+    "seed": dict(type=int, help="seed of the random inputs"),
+    "quiet": dict(action="store_true", help="no progress bars"),
+    "stock_encoder": dict(
+        action="store_true",
+        help="run the model's stock audio encoder instead of kvprune.fast_audio_encoder (same outputs, slower)",
+    ),
+}
+
+
+def add_shared_options(parser: argparse.ArgumentParser, defaults: dict[str, object], notes: dict[str, str] | None = None) -> None:
+    """Add the shared options named by ``defaults`` (in the order of ``SHARED_OPTIONS``)."""
+    unknown = sorted(set(defaults) - set(SHARED_OPTIONS))
+    if unknown:
+        raise ValueError(f"not shared options: {', '.join(unknown)}; shared: {', '.join(SHARED_OPTIONS)}")
+    notes = notes or {}
+    for dest, spec in SHARED_OPTIONS.items():
+        if dest not in defaults:
+            continue
+        help_text = "; ".join(part for part in (spec["help"], notes.get(dest)) if part)
+        parser.add_argument(f"--{dest.replace('_', '-')}", **dict(spec, help=help_text), default=defaults[dest])

@@ -1,0 +1,155 @@
+"""What a sweep runs: models x tasks x methods x ratios, from a YAML file and command-line overrides.
+
+Tasks are built-in names or paths of task YAML files (``tasks.task.get_task``).
+Methods are method specs (``kvprune.specs``): ``fastv``, ``dart:budget=reference``, ``frame+knorm:ratio=0.3``.
+``layer`` (``--layer``), when given, is the layer of every press that does not set its own; when not,
+each press acts where it does by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import yaml
+
+from kvprune.press import list_presses
+from kvprune.specs import MethodSpec, parse_methods
+
+from ..options import add_shared_options
+from .ratios import parse_ratios
+
+BASELINE = "none"  # the method name of the unpruned run, done once per model x task
+ENCODERS = ("fast", "stock")
+
+
+class SweepConfigError(ValueError):
+    """A sweep configuration names something that does not exist or has the wrong shape."""
+
+
+@dataclass
+class SweepConfig:
+    models: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
+    methods: list[MethodSpec] = field(default_factory=lambda: parse_methods(list_presses(kind="token")))
+    ratios: list[float] = field(default_factory=lambda: parse_ratios("0.1..0.9"))
+    layer: int | None = None
+    limit: int | None = None
+    data_root: Path | None = None
+    out: Path = Path("kvprune-results")
+    dtype: str = "auto"
+    device: str | None = None
+    device_map: str | None = None
+    attn_implementation: str = "sdpa"
+    trust_remote_code: bool = False
+    max_new_tokens: int | None = None
+    retry_errors: bool = False
+    encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
+
+    @classmethod
+    def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
+        """Defaults, then the YAML file, then every override that is not None."""
+        values = _read_yaml(Path(yaml_path)) if yaml_path else {}
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        config = cls(**{k: _normalise(k, v) for k, v in values.items()})
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not self.models:
+            raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
+        if not self.tasks:
+            raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
+        if self.data_root is None:
+            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
+        if not Path(self.data_root).is_dir():
+            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
+        for method in self.methods:
+            if not method.takes_ratio and len(self.ratios) > 1:
+                raise SweepConfigError(
+                    f"method {method.label} sets the ratio of every press it holds, so each of the {len(self.ratios)} "
+                    "ratios would run it the same way: leave one press's ratio to the sweep."
+                )
+        if self.layer is not None and self.layer < 1:
+            raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
+        if self.encoder not in ENCODERS:
+            raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
+        if self.limit is not None and self.limit < 1:
+            raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
+
+
+# -- command line ------------------------------------------------------------------------------------
+def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
+    """``kvprune sweep``'s options; those left out (None) keep the YAML's or the default value."""
+    add = parser.add_argument
+    add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it")
+    add("--model", help="Hugging Face id or local directory (comma-separated for several)")
+    add("--tasks", help="comma-separated task names (see `kvprune tasks`) or task YAML files (paths ending in .yaml)")
+    add("--limit", type=int, help="at most N samples per task")
+    add("--data-root", type=Path, help="folder holding each task's data in its native layout")
+    add("--device-map", help="accelerate device map, e.g. auto, to split a model over GPUs")
+    add("--trust-remote-code", action="store_true", help="needed for models shipping their own code (Aero-1)")
+    add("--max-new-tokens", type=int, help="override each task's generation length")
+    add("--retry-errors", action="store_true", help="rerun samples recorded with an error")
+    add("--no-plots", action="store_true")
+    add_shared_options(
+        parser,
+        dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
+             quiet=False, stock_encoder=False),
+        notes=dict(
+            methods="default: every token-dropping press",
+            ratios="default 0.1..0.9",
+            out="results folder; rerunning the same command resumes it",
+            dtype="default: auto, the checkpoint's",
+            attn_implementation="default: sdpa",
+        ),
+    )
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """The settings given on the command line, for ``SweepConfig.build`` (None: not given)."""
+    return dict(
+        models=args.model, tasks=args.tasks, methods=args.methods, ratios=args.ratios, layer=args.layer,
+        limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
+        device_map=args.device_map, attn_implementation=args.attn_implementation,
+        trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
+        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None,
+    )
+
+
+# -- values ------------------------------------------------------------------------------------------
+def _csv(value) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return [str(v) for v in value]
+
+
+def _normalise(name: str, value):
+    if name in ("models", "tasks"):
+        return _csv(value)
+    if name == "methods":
+        return list({method.label: method for method in parse_methods(value)}.values())  # once each
+    if name == "ratios":
+        return parse_ratios(value)
+    if name in ("data_root", "out"):
+        return Path(value).expanduser()
+    return value
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise SweepConfigError(f"sweep config {path} not found.")
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise SweepConfigError(f"sweep config {path} is not valid YAML: {error}") from None
+    if not isinstance(values, dict):
+        raise SweepConfigError(f"sweep config {path} must be a mapping of settings.")
+    if "model" in values:  # a single model is the common case
+        values["models"] = [values.pop("model")] if isinstance(values["model"], str) else values.pop("model")
+    known = {f.name for f in fields(SweepConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise SweepConfigError(f"sweep config {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+    return values

@@ -1,0 +1,1 @@
+"""Benchmark tasks as declarative YAML: the task model, the dataset readers, answer parsers and metrics."""

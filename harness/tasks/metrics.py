@@ -1,0 +1,177 @@
+"""Task metrics: plain scoring functions, and the registry that tasks name them from.
+
+Every metric returns a number on a 0-100 scale and says whether higher is better (WER: lower);
+the summary, its Pareto fronts and the plots follow that direction. An unparsed answer (``None``) is a wrong prediction:
+it matches no class, so it adds a false negative to the gold class and a false positive to none
+(AudioMarathon's scripts drop such answers before computing F1, which flatters weak models).
+WER is computed here on the normalisation of ``normalize_transcript``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import mean
+from typing import Literal
+
+from kvprune.registry import Registry
+
+# -- classification ---------------------------------------------------------------------------------
+
+
+def accuracy(predictions: Sequence[str | None], references: Sequence[str]) -> float:
+    """Percentage of predictions equal to their reference."""
+    _check_lengths(predictions, references)
+    return 100.0 * mean(p == r for p, r in zip(predictions, references))
+
+
+def f1_score(
+    predictions: Sequence[str | None], references: Sequence[str], average: Literal["macro", "weighted"]
+) -> float:
+    """F1 over the classes seen in the references or predictions (scikit-learn's default label set).
+
+    ``macro`` is the unweighted mean of the per-class F1; ``weighted`` weights each class by its
+    number of references. A class with no true positive has F1 0 (scikit-learn's ``zero_division=0``).
+    """
+    _check_lengths(predictions, references)
+    classes = sorted(set(references) | {p for p in predictions if p is not None})
+    per_class, support = [], []
+    for label in classes:
+        tp = sum(p == label and r == label for p, r in zip(predictions, references))
+        predicted = sum(p == label for p in predictions)
+        actual = sum(r == label for r in references)
+        per_class.append(2 * tp / (predicted + actual) if tp else 0.0)  # = 2PR / (P + R)
+        support.append(actual)
+    if average == "macro":
+        return 100.0 * mean(per_class)
+    if average == "weighted":
+        return 100.0 * sum(f * n for f, n in zip(per_class, support)) / sum(support)
+    raise ValueError(f"unknown F1 average {average!r}: use 'macro' or 'weighted'")
+
+
+# -- speech recognition -----------------------------------------------------------------------------
+
+
+def normalize_transcript(text: str) -> list[str]:
+    """Words compared by WER: lower-cased, apostrophes dropped (``don't`` -> ``dont``), every other
+    non-alphanumeric character turned into a space, then split on whitespace.
+
+    AudioMarathon also lower-cases and strips punctuation, but deletes hyphens (``well-known`` ->
+    ``wellknown``); splitting them matches LibriSpeech references, which spell such words apart.
+    """
+    text = re.sub(r"['\u2019]", "", text.lower())
+    return re.sub(r"[^\w\s]|_", " ", text).split()
+
+
+def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(substitutions + deletions + insertions, reference word count) after normalisation."""
+    ref, hyp = normalize_transcript(reference), normalize_transcript(hypothesis)
+    previous = list(range(len(hyp) + 1))  # edit distance from ref[:0] to each prefix of hyp
+    for i, ref_word in enumerate(ref, start=1):
+        current = [i]
+        for j, hyp_word in enumerate(hyp, start=1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref_word != hyp_word)))
+        previous = current
+    return previous[-1], len(ref)
+
+
+# -- repeated runs of one item ----------------------------------------------------------------------
+
+
+def all_runs_correct_rate(correct: Sequence[bool], items: Sequence[str]) -> float:
+    """ACR: percentage of items answered right in every one of their runs."""
+    _check_lengths(correct, items)
+    runs: dict[str, list[bool]] = defaultdict(list)
+    for c, item in zip(correct, items):
+        runs[item].append(bool(c))
+    return 100.0 * mean(all(r) for r in runs.values())
+
+
+def _check_lengths(a: Sequence, b: Sequence) -> None:
+    if len(a) != len(b):
+        raise ValueError(f"length mismatch: {len(a)} vs {len(b)}")
+    if not a:
+        raise ValueError("nothing to score")
+
+
+# -- registry ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A metric as a task uses it: what to record per sample, and how to reduce the records.
+
+    ``per_sample(parsed, reference)`` returns the JSON-serialisable numbers stored with each result;
+    ``compute(rows)`` reduces result rows (``parsed``, ``reference``, ``item`` and those numbers);
+    ``higher_is_better`` is False for error rates.
+    """
+
+    name: str
+    compute: Callable[[list[dict]], float]
+    per_sample: Callable[[str | None, str], dict[str, float]]
+    higher_is_better: bool = True
+
+
+def _parsed(row: dict) -> str | None:
+    """A row's parsed answer; anything but a string (None, or NaN after a DataFrame) is unparsed."""
+    return row["parsed"] if isinstance(row["parsed"], str) else None
+
+
+def _correct(parsed: str | None, reference: str) -> dict[str, float]:
+    return {"correct": float(parsed == reference)}
+
+
+def _answers(rows: list[dict]) -> tuple[list[str | None], list[str]]:
+    return [_parsed(r) for r in rows], [r["reference"] for r in rows]
+
+
+def _asr_errors(parsed: str | None, reference: str) -> dict[str, float]:
+    errors, words = word_errors(reference, parsed or "")
+    if not words:
+        raise ValueError(f"empty reference transcript: {reference!r}")
+    return {"errors": float(errors), "ref_words": float(words), "wer": 100.0 * errors / words}
+
+
+def _accuracy_of_rows(rows: list[dict]) -> float:
+    return accuracy(*_answers(rows))
+
+
+def _f1_of_rows(average: Literal["macro", "weighted"]) -> Callable[[list[dict]], float]:
+    return lambda rows: f1_score(*_answers(rows), average)
+
+
+def _acr_of_rows(rows: list[dict]) -> float:
+    predictions, references = _answers(rows)
+    return all_runs_correct_rate([p == r for p, r in zip(predictions, references)], [row["item"] for row in rows])
+
+
+def _corpus_wer_of_rows(rows: list[dict]) -> float:
+    """Corpus WER in %: all errors over all reference words (long samples weigh more), from the
+    per-sample counts, so a summary does not rerun the edit distances."""
+    return 100.0 * sum(r["errors"] for r in rows) / sum(r["ref_words"] for r in rows)
+
+
+def _word_accuracy_of_rows(rows: list[dict]) -> float:
+    """AudioMarathon's ASR leaderboard column: 100 - the mean per-sample WER (``word_accuracy`` in
+    their Qwen2.5-Omni script). Negative when a model inserts more words than the references hold."""
+    return 100.0 - mean(r["wer"] for r in rows)
+
+
+METRICS: Registry[Metric] = Registry("metric")
+
+
+def register_metric(metric: Metric) -> Metric:
+    """Make a metric available to task YAML files under ``metric.name``."""
+    return METRICS.register(metric.name, metric)
+
+
+register_metric(Metric("accuracy", _accuracy_of_rows, _correct))
+register_metric(Metric("f1_macro", _f1_of_rows("macro"), _correct))
+register_metric(Metric("f1_weighted", _f1_of_rows("weighted"), _correct))
+# STAR-Bench's AA, the mean accuracy over all runs of all items, is the accuracy over variants.
+register_metric(Metric("aa", _accuracy_of_rows, _correct))
+register_metric(Metric("acr", _acr_of_rows, _correct))
+register_metric(Metric("wer", _corpus_wer_of_rows, _asr_errors, higher_is_better=False))
+register_metric(Metric("word_accuracy", _word_accuracy_of_rows, _asr_errors))
