@@ -5,7 +5,10 @@ Lower layers spread their attention widely and keep more; higher layers concentr
 less. Each budget group keeps, at compressed layer ``d`` of ``m``, a budget falling linearly from
 ``2k - k/beta`` to ``k/beta`` (``k``: the uniform budget), rounded so that all layers together keep
 exactly what uniform budgets keep (``kvprune.cache_budgets.pyramid_keep``). Scores come from the
-press named by ``scorer`` (default ``snapkv``, as the paper): ``pyramidkv:scorer=tova``.
+press named by ``scorer`` (default ``snapkv``, as the paper): ``pyramidkv:scorer=tova``. Composed
+with a token-dropping press, the layers before and after K hold different counts; each layer's
+budget then follows the pyramid of its own count, and the total is close to, not exactly, the
+uniform one.
 """
 
 from __future__ import annotations
