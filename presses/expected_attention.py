@@ -1,5 +1,6 @@
-"""Expected attention: score entries by the attention that *future* queries are expected to pay them
-(NVIDIA kvpress's ExpectedAttentionPress; Devoto et al., 2025, "Expected Attention: KV Cache
+"""Expected attention: keep the entries that future queries are expected to attend to most.
+
+As NVIDIA kvpress's ExpectedAttentionPress (Devoto et al., 2025, "Expected Attention: KV Cache
 Compression by Estimating Attention from Future Queries Distribution").
 
 Per attention head, from the layer's own prompt queries (recorded post-RoPE, then un-rotated with the

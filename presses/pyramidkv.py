@@ -1,5 +1,7 @@
-"""PyramidKV: per-layer budgets that shrink with depth (Cai et al., 2024, "PyramidKV: Dynamic KV
-Cache Compression based on Pyramidal Information Funneling"), combined with any scorer.
+"""PyramidKV: per-layer budgets that shrink with depth, over any scorer (default SnapKV).
+
+As PyramidKV (Cai et al., 2024, "PyramidKV: Dynamic KV Cache Compression based on Pyramidal
+Information Funneling").
 
 Lower layers spread their attention widely and keep more; higher layers concentrate it and keep
 less. Each budget group keeps, at compressed layer ``d`` of ``m``, a budget falling linearly from

@@ -1,8 +1,9 @@
-"""Random (cache): evict a uniform sample of the candidates, as NVIDIA kvpress's RandomPress.
+"""Random (cache): evict a uniform sample of the candidates, seeded per sample.
 
-The draw is reproducible and differs from sample to sample: it is seeded by ``seed``, a hash of the
-row's input ids (padding left out) and the layer, and indexed by prompt position, so a row gives
-the same choice alone or in a padded batch, and two prompts of the same length do not.
+As NVIDIA kvpress's RandomPress. The draw is reproducible and differs from sample to sample: it
+is seeded by ``seed``, a hash of the row's input ids (padding left out) and the layer, and indexed
+by prompt position, so a row gives the same choice alone or in a padded batch, and two prompts of
+the same length do not.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""SnapKV: score entries by the attention of an observation window, the last prompt tokens (Li et
-al., 2024, "SnapKV: LLM Knows What You are Looking for Before Generation").
+"""SnapKV: keep the entries the last prompt tokens (the question) attend to most, pooled.
+
+As SnapKV (Li et al., 2024, "SnapKV: LLM Knows What You are Looking for Before Generation").
 
 For each attention head: the softmax attention of each of the last ``window`` queries (the question
 that follows the audio) over the cached entries, averaged over the window; then a 1-D pool of width

@@ -1,6 +1,7 @@
-"""StreamingLLM: keep the first entries (attention sinks) and the most recent ones (Xiao et al.,
-2024, "Efficient Streaming Language Models with Attention Sinks"), as NVIDIA kvpress's
-StreamingLLMPress, applied to each budget group: under ``scope="audio"`` every clip keeps its
+"""StreamingLLM: keep each clip's first entries (attention sinks) and its most recent ones.
+
+As StreamingLLM (Xiao et al., 2024, "Efficient Streaming Language Models with Attention Sinks") and
+NVIDIA kvpress's StreamingLLMPress, applied to each budget group: under ``scope="audio"`` every clip keeps its
 first ``sinks`` entries and its last ones, up to its budget (a budget of at most ``sinks`` keeps
 the first entries only). No scoring at all.
 """

@@ -1,5 +1,6 @@
-"""TOVA: evict the entries the last prompt token attends to least (Oren et al., 2024, "Transformers
-are Multi-State RNNs"), applied once after the prefill at every compressed layer.
+"""TOVA: evict the entries the last prompt token attends to least, at every compressed layer.
+
+As TOVA (Oren et al., 2024, "Transformers are Multi-State RNNs"), applied once after the prefill.
 
 Score = the softmax attention of the layer's last query over the cached entries, averaged over all
 attention heads, as TOVA and NVIDIA kvpress's TOVAPress. The query is recorded during the layer's own
