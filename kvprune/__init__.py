@@ -6,8 +6,14 @@
     run.stats, run.kept_positions
 """
 
-from .press import CachePress, ComposedPress, Press, TokenDropPress, get_press, list_presses, register_press
-from .presses import DARTPress, FastVPress, FramePress, KNormPress, RandomPress
+from .press import (
+    CachePress, ComposedPress, DelegatingCachePress, Press, TokenDropPress, get_press, list_presses, register_press,
+)
+from .presses import (
+    AdaKVPress, DARTPress, ExpectedAttentionPress, FastVPress, FramePress, KNormPress, PyramidKVPress, RandomKVPress,
+    RandomPress, SnapKVPress, StreamingLLMPress, TOVAPress,
+)
+from .cache_scoring import CacheEvidence
 from .run import PressRun, PruneStats
 from .specs import MethodSpec, MethodSpecError, parse_method, parse_methods
 from .models import UnsupportedModelError, list_families, resolve_family
@@ -17,9 +23,13 @@ from .encoders import FastAudioEncoder, fast_audio_encoder
 __version__ = "0.1.0"
 
 __all__ = [
+    "AdaKVPress",
+    "CacheEvidence",
     "CachePress",
     "ComposedPress",
     "DARTPress",
+    "DelegatingCachePress",
+    "ExpectedAttentionPress",
     "FastAudioEncoder",
     "FastVPress",
     "FramePress",
@@ -30,7 +40,12 @@ __all__ = [
     "Press",
     "PressRun",
     "PruneStats",
+    "PyramidKVPress",
+    "RandomKVPress",
     "RandomPress",
+    "SnapKVPress",
+    "StreamingLLMPress",
+    "TOVAPress",
     "TokenDropPress",
     "UnsupportedModelError",
     "fast_audio_encoder",

@@ -1,10 +1,12 @@
 """See what one attention layer computed, under any attention backend, without eager attention.
 
-The layer's attention module is pointed at a recording attention function (registered once with
+A layer's attention module is pointed at a recording attention function (registered once with
 ``AttentionInterface``) that calls the backend the model was loaded with and keeps what pruning
-needs: the post-RoPE keys and the softmax row of the last query. Only that one module is touched:
-its ``config`` is swapped for a view that names the recorder, so masks, other layers and the audio
-encoder keep their own backend. The full attention matrix is never built.
+needs: the post-RoPE keys and the softmax row of the last query (token-dropping presses at layer
+K-1), or the post-RoPE queries of the last prompt positions (cache presses, at every layer they
+compress). Only the recorded modules are touched: their ``config`` is swapped for a view that names
+the recorder, so masks, other layers and the audio encoder keep their own backend. The full
+attention matrix is never built.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from transformers import AttentionInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 RECORDER_NAME = "kvprune_recorder"
+#: ``query_rows`` that records every query of the prompt
+ALL_QUERIES = sys.maxsize
 
 
 class _ConfigView:
@@ -70,15 +74,23 @@ def last_query_attention(query, key, mask, scaling: float) -> torch.Tensor:
 
 
 class AttentionRecorder:
-    """Records one attention module's keys and last-query attention while ``armed``."""
+    """Records what one attention module computed during the next call while ``armed``.
 
-    def __init__(self, attention: nn.Module, want_attention: bool, want_keys: bool):
+    ``attention_row``: the last query's head-averaged attention over all keys; ``keys``: the post-RoPE
+    keys; ``query_rows``: how many of the last post-RoPE queries to keep (0: none; ``ALL_QUERIES``:
+    every one). Queries are only referenced, not copied: the layer computed them anyway.
+    """
+
+    def __init__(self, attention: nn.Module, *, attention_row: bool = False, keys: bool = False, query_rows: int = 0):
         self.attention = attention
-        self.want_attention = want_attention
-        self.want_keys = want_keys
+        self.want_attention = attention_row
+        self.want_keys = keys
+        self.query_rows = query_rows
         self.armed = False
         self.attention_row: torch.Tensor | None = None
         self.keys: torch.Tensor | None = None
+        self.queries: torch.Tensor | None = None  # (B, heads, rows, head_dim)
+        self.scaling: float | None = None
         self._original_config = None
         self._backend: Callable | None = None
 
@@ -101,17 +113,24 @@ class AttentionRecorder:
         self.armed = False
         self.attention_row = None
         self.keys = None
+        self.queries = None
+
+    def take_queries(self) -> tuple[torch.Tensor | None, float | None]:
+        """The recorded queries and the attention scaling, forgetting the queries."""
+        queries, self.queries = self.queries, None
+        return queries, self.scaling
 
     def __call__(self, module, query, key, value, attention_mask, **kwargs):
         output = self._backend(module, query, key, value, attention_mask, **kwargs)
         if self.armed:
+            scaling = kwargs.get("scaling")
+            self.scaling = getattr(module, "scaling", query.shape[-1] ** -0.5) if scaling is None else scaling
             if self.want_keys:
                 self.keys = key
             if self.want_attention:
-                scaling = kwargs.get("scaling")
-                if scaling is None:
-                    scaling = getattr(module, "scaling", query.shape[-1] ** -0.5)
-                self.attention_row = last_query_attention(query, key, attention_mask, scaling)
+                self.attention_row = last_query_attention(query, key, attention_mask, self.scaling)
+            if self.query_rows:
+                self.queries = query[:, :, -min(self.query_rows, query.shape[2]) :]
             self.armed = False
         return output
 

@@ -3,9 +3,10 @@
 One ``PressSession`` is live per ``with press(model) as run:`` block; what it prunes is recorded
 on the ``PressRun`` it yields. It serves two kinds of press, alone or together: at most one
 *token-dropping* press (drops audio tokens from the hidden states before decoder layer K) and any
-number of *cache* presses (compress each layer's KV cache, restricted to audio entries, once that
-layer has run its prefill). Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer``
-and ``needs`` and calls ``parts()``, ``select()`` and ``score()``, and nothing else. Per forward
+number of *cache* presses (compress each layer's KV cache once that layer has run its prefill).
+Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer`` and ``needs`` and calls
+``parts()``, ``select()`` and ``score()``; of cache presses it also reads ``scope``, ``window``,
+``query_rows`` and ``headwise`` and calls ``keep()`` and ``choose()``, and nothing else. Per forward
 call of the model:
 
 1. The entry module's pre-hook reads ``input_ids`` and the cache. A call that starts from an empty
@@ -16,8 +17,10 @@ call of the model:
    picks the audio tokens to keep and the hidden states, rotary embeddings, position ids and
    attention mask are gathered to the kept slots; every later layer gets the same gathered
    arguments, so layers >= K and their cache hold only the kept tokens.
-3. Cache compression: after layer j's prefill, each cache press scores the audio entries of that
-   layer's cache and the engine keeps the best, gathering keys and values in place.
+3. Cache compression: after layer j's prefill, each cache press scores the entries of that layer's
+   cache (from the layer's keys and, if it needs them, the queries of the last prompt positions,
+   recorded during the layer's attention) and ``kvprune.compression`` keeps the best of its
+   candidates, gathering keys and values in place.
 4. The layout (which prompt positions each layer's cache holds) outlives the call, keyed by the
    cache object; on later calls (decoding, another turn) every layer whose cache differs from the
    full prompt gets the attention mask restricted to its slots. Nothing else changes, because kept
@@ -42,9 +45,9 @@ from . import static_cache
 from .attention_probe import AttentionRecorder
 from .clips import AudioClip, clips_of
 from .compat import find_cache, output_cache
+from .compression import LayerPrefill, PrefillCompression
 from .masks import is_flash, restrict_mask
 from .models import resolve_family
-from .ratios import keep_count
 from .run import PressRun
 from .slots import CacheLayout, SlotMap, to_device
 
@@ -106,7 +109,8 @@ class _Call:
     unpruned: list[torch.Tensor] | None = None  # per row, on the device: positions no press may drop
     drop_pending: bool = False  # the token-dropping press has yet to choose (before layer K)
     drop_slots: SlotMap | None = None  # hidden-state slots of layers >= K during this prefill
-    audio_entries: dict[int, list[int]] = field(default_factory=dict)  # per layer compressed so far, per row
+    kept_counts: list[list[int]] | None = None  # per row and clip, the audio tokens layers >= K hold
+    compression: PrefillCompression | None = None  # set when a cache press compresses this prefill
     hidden: torch.Tensor | None = None
     memo: dict = field(default_factory=dict)
 
@@ -142,13 +146,12 @@ class PressSession:
                     f"layers: it must be in [1, {n_layers - 1}] (layer 0 must stay full length)."
                 )
         self.k = self.dropper.layer if self.dropper else n_layers
-        needs = self.dropper.needs if self.dropper else frozenset()
-        self.recorder = None
-        if "attention" in needs or "keys" in needs:
-            self.recorder = AttentionRecorder(
-                self.layers[self.k - 1].self_attn, want_attention="attention" in needs, want_keys="keys" in needs
-            )
-        self.want_hidden = "hidden" in needs
+        _check_cache_presses(self.compressors, self.attn_implementation)
+        config = self.family.decoder(model).config
+        self.kv_groups = config.num_attention_heads // config.num_key_value_heads
+        self.rotary = getattr(self.family.decoder(model), "rotary_emb", None)
+        self.recorders = self._recorders()
+        self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
         self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._call: _Call | None = None
         self._handles: list = []
@@ -166,8 +169,8 @@ class PressSession:
                 self._hook(self.layers[j].register_forward_pre_hook(self._before_layer(j), with_kwargs=True))
             for j in range(first_compressed, len(self.layers)):
                 self._hook(self.layers[j].register_forward_hook(self._after_layer(j), with_kwargs=True))
-            if self.recorder is not None:
-                self.recorder.attach()
+            for recorder in self.recorders.values():
+                recorder.attach()
         except BaseException:
             self.close()
             raise
@@ -183,9 +186,25 @@ class PressSession:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        if self.recorder is not None:
-            self.recorder.detach()
+        for recorder in self.recorders.values():
+            recorder.detach()
         self._call = None
+
+    def _recorders(self) -> dict[int, AttentionRecorder]:
+        """One recorder per attention module whose prefill a press reads: layer K-1 for the
+        token-dropping press's attention row or keys, every layer a cache press compresses for
+        the queries it scores with."""
+        wants: dict[int, dict] = {}
+        needs = self.dropper.needs if self.dropper else frozenset()
+        if "attention" in needs or "keys" in needs:
+            wants[self.k - 1] = dict(attention_row="attention" in needs, keys="keys" in needs)
+        for press in self.compressors:
+            if "queries" in press.needs:
+                for j in range(press.layer, len(self.layers)):
+                    want = wants.setdefault(j, {})
+                    want["query_rows"] = max(want.get("query_rows", 0), press.query_rows)
+        self.query_layers = {j for j, want in wants.items() if want.get("query_rows")}
+        return {j: AttentionRecorder(self.layers[j].self_attn, **want) for j, want in wants.items()}
 
     # -- per call --------------------------------------------------------------------------------
     def _before_call(self, module, args, kwargs):
@@ -193,8 +212,8 @@ class PressSession:
         cache = find_cache(kwargs)
         if static_cache.is_static(cache):
             return self._before_static_call(input_ids, cache, args, kwargs)
-        if self.recorder is not None:
-            self.recorder.clear()
+        for recorder in self.recorders.values():
+            recorder.clear()
         past_len = int(cache.get_seq_length()) if cache is not None else 0
         if past_len > 0:
             layout = self._layouts.get(cache)
@@ -215,8 +234,8 @@ class PressSession:
             if n_new > 1 and static_cache.is_frozen(cache):  # a later turn, never compiled
                 static_cache.check_room(cache, n_new)
             return None
-        if self.recorder is not None:
-            self.recorder.clear()
+        for recorder in self.recorders.values():
+            recorder.clear()
         input_ids, mask = _prompt_ids(input_ids), kwargs.get("attention_mask")
         self._call = self._start_prefill(input_ids, static_cache.prompt_padding(mask, input_ids.shape[1]), cache)
         if self._call is None:  # nothing to prune: the stock static cache, untouched
@@ -237,13 +256,14 @@ class PressSession:
                 static_cache.freeze(cache, call.layout, call.n_new)
             elif cache is not None:
                 self._layouts[cache] = call.layout
-        if self.recorder is not None:
-            self.recorder.clear()
+        for recorder in self.recorders.values():
+            recorder.clear()
         return None
 
     def _start_prefill(self, input_ids, attention_mask, cache) -> _Call | None:
         drop_ratio = self.dropper.ratio if self.dropper else 0.0
-        host_is_audio = (input_ids == self.audio_token_id).cpu()  # before the encoder runs: no stall
+        host_ids = input_ids.cpu()  # before the encoder runs: no stall
+        host_is_audio = host_ids == self.audio_token_id
         clips = clips_of(host_is_audio, drop_ratio)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
@@ -257,12 +277,13 @@ class PressSession:
         is_audio = input_ids == self.audio_token_id
         valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(is_audio)
         evidence = Evidence.for_prompt(is_audio, valid, host_is_audio)
-        if self.recorder is not None and drops:
-            self.recorder.armed = True
+        for j, recorder in self.recorders.items():  # record only what this prefill's presses will read
+            recorder.armed = (drops and j == self.k - 1) or (compresses and j in self.query_layers)
         return _Call(
             cache=cache, past_len=0, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)),
             clips=clips, offsets=offsets, evidence=evidence, drop_pending=drops,
             unpruned=evidence.unpruned_positions() if drops else None,
+            compression=PrefillCompression(host_ids, evidence.host_valid, clips, offsets, valid) if compresses else None,
         )
 
     def _capture_hidden(self, module, args, output):
@@ -294,15 +315,17 @@ class PressSession:
     def _drop(self, call: _Call) -> None:
         """Ask the token-dropping press which audio tokens to keep; lay out the kept slots."""
         evidence = call.evidence
-        if self.recorder is not None:
-            evidence.attention = self.recorder.attention_row
-            evidence.keys = self.recorder.keys
-            self.recorder.clear()
+        recorder = self.recorders.get(self.k - 1)
+        if recorder is not None:
+            evidence.attention = recorder.attention_row
+            evidence.keys = recorder.keys
+            recorder.clear()
         if self.want_hidden:
             evidence.hidden = self.norm(call.hidden)
             call.hidden = None
         call.drop_slots, kept = drop_slots(self.dropper, call.clips, evidence, call.unpruned, call.n_new)
         self.run.record_kept(call.clips, kept, call.offsets)
+        call.kept_counts = [[len(k) for k in row] for row in kept]
         call.drop_pending = False
         call.evidence = evidence.masks_only()
         for j in range(self.k, len(self.layers)):
@@ -367,42 +390,53 @@ class PressSession:
             cache = find_cache(kwargs)
             if cache is None:
                 return None  # no cache to compress (use_cache=False)
+            recorder = self.recorders.get(layer_idx)
+            queries, scaling = recorder.take_queries() if recorder is not None else (None, None)
             for press in self.compressors:
                 if layer_idx >= press.layer and press.ratio > 0:
-                    self._compress(call, cache.layers[layer_idx], layer_idx, press)
+                    layer = self._layer_prefill(call, cache.layers[layer_idx], layer_idx, queries, scaling, kwargs)
+                    self._compress(call, layer, press)
             return None
 
         return hook
 
-    def _compress(self, call: _Call, cache_layer, layer_idx: int, press) -> None:
-        """Keep each row's best audio entries of one layer's cache (and everything else), in place."""
-        current = call.layout[layer_idx]
-        if current is None:
-            current = SlotMap.identity(len(call.clips), call.n_new, cache_layer.keys.device)
-        is_audio = call.evidence.is_audio.to(current.index.device).gather(1, current.index) & current.valid
-        n_audio = self._audio_entries(call, layer_idx)  # on the host: no stall in the prefill
-        scores = press.score(layer_idx, cache_layer.keys, cache_layer.values, is_audio)
-        kept_audio = [keep_count(n, press.ratio) if n else 0 for n in n_audio]
-        chosen = SlotMap.from_rows(  # slots of the current layout to keep
-            [
-                scores[b].float().masked_fill(~is_audio[b], float("inf")).topk(current.width - n + k).indices.sort().values
-                for b, (n, k) in enumerate(zip(n_audio, kept_audio))
-            ],
-            prompt_len=current.width,
+    def _layer_prefill(self, call: _Call, cache_layer, layer_idx: int, queries, scaling, kwargs) -> LayerPrefill:
+        """What layer ``layer_idx``'s prefill left for cache presses: its cache, which prompt entries
+        the cache holds, which prompt rows the layer computed (its queries) and their rotary embedding."""
+        batch, device = len(call.clips), cache_layer.keys.device
+        dropped = call.drop_slots is not None and layer_idx >= self.k
+        full = SlotMap.identity(batch, call.n_new, device)
+        return LayerPrefill(
+            index=layer_idx, cache=cache_layer, slots=call.layout[layer_idx] or full,
+            query_slots=call.drop_slots if dropped else full,
+            clip_entries=call.kept_counts if dropped else [[clip.length for clip in row] for row in call.clips],
+            kv_groups=self.kv_groups, queries=queries, scaling=scaling, rope=kwargs.get("position_embeddings"),
+            rope_frequencies=getattr(self.rotary, "inv_freq", None),
         )
-        cache_layer.keys = _gather_slots(cache_layer.keys, chosen.index)
-        cache_layer.values = _gather_slots(cache_layer.values, chosen.index)
-        call.layout.layers[layer_idx] = current.select(chosen)
-        call.audio_entries[layer_idx] = kept_audio
-        self.run.record_layer(layer_idx, n_audio, kept_audio)
 
-    def _audio_entries(self, call: _Call, layer_idx: int) -> list[int]:
-        """Per row, the audio entries layer ``layer_idx``'s cache holds now, counted on the host."""
-        if layer_idx in call.audio_entries:
-            return call.audio_entries[layer_idx]
-        if call.drop_slots is not None and layer_idx >= self.k:
-            return [s.kept_tokens for s in self.run.stats]
-        return [sum(clip.length for clip in row) for row in call.clips]
+    def _compress(self, call: _Call, layer: LayerPrefill, press) -> None:
+        """Keep each row's best candidates of one layer's cache (and everything else), in place."""
+        slots, candidates, kept = call.compression.compress(press, layer, len(self.layers))
+        call.layout.layers[layer.index] = slots
+        earlier = self.run.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
+        self.run.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
+
+
+def _check_cache_presses(presses, attn_implementation: str) -> None:
+    """Cache presses composed on one model must count their candidates the same way; a head-wise
+    press keeps entries per head, which nothing else can compress further, and flash attention
+    cannot mask per head."""
+    scopes = sorted({press.scope for press in presses})
+    if len(scopes) > 1:
+        raise ValueError(f"cache presses composed together must share one scope, not {' and '.join(scopes)}.")
+    if any(press.headwise for press in presses):
+        if len(presses) > 1:
+            raise ValueError("a head-wise cache press (adakv) cannot be composed with another cache press.")
+        if is_flash(attn_implementation):
+            raise NotImplementedError(
+                "head-wise cache compression (adakv) masks evicted entries per head, which flash attention's "
+                "padding mask cannot express; load the model with attn_implementation='sdpa' or 'eager'."
+            )
 
 
 def _gather_seq(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -413,13 +447,6 @@ def _gather_seq(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     tensor = tensor.expand(batch, *tensor.shape[1:])
     idx = index.to(tensor.device).view(batch, -1, *([1] * (tensor.dim() - 2))).expand(-1, -1, *tensor.shape[2:])
     return tensor.gather(1, idx)
-
-
-def _gather_slots(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Gather a (B, heads, L, head_dim) cache tensor along its slot axis with a (B, L') index."""
-    batch, heads, _, dim = tensor.shape
-    idx = index.to(tensor.device)[:, None, :, None].expand(batch, heads, -1, dim)
-    return tensor.gather(2, idx)
 
 
 def _left_offsets(attention_mask, input_ids) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 A press is configuration: a small frozen dataclass that calling never changes. Token-dropping
 presses only decide *which* audio tokens of a clip to keep (``select``); cache presses only *score*
-a layer's cached audio entries (``score``). The engine (``kvprune.engine``) does everything else,
+a layer's cached entries (``score``). The engine (``kvprune.engine``) does everything else,
 identically for all of them, runs several presses at once when they are composed
 (``ComposedPress``), and hands what was pruned to the ``with`` block as a ``PressRun``.
 
@@ -22,6 +22,7 @@ A package can register presses without being imported by hand, through the entry
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from typing import ClassVar
@@ -29,9 +30,12 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
+from .cache_budgets import top_per_group
+from .cache_scoring import CacheEvidence
 from .clips import AudioClip
+from .compression import SCOPES
 from .engine import PressSession
-from .ratios import validate_ratio
+from .ratios import keep_count, validate_ratio
 from .registry import Registry
 
 
@@ -45,7 +49,8 @@ class Press:
     """
 
     kind: ClassVar[str]
-    #: what a token-dropping press's ``select`` reads from the evidence of layer K-1: "attention", "keys", "hidden"
+    #: what the engine records for the press: a token-dropping press's ``select`` reads "attention",
+    #: "keys" or "hidden" of layer K-1; a cache press's ``score`` reads "queries" of every layer it compresses
     needs: ClassVar[frozenset[str]] = frozenset()
 
     def __call__(self, model: nn.Module, ratio: float | None = None) -> PressSession:
@@ -85,25 +90,106 @@ class TokenDropPress(Press):
 
 @dataclass(frozen=True)
 class CachePress(Press):
-    """Compresses each decoder layer's KV cache after its prefill, among audio entries only.
+    """Compresses each decoder layer's KV cache after its prefill: the prefill itself is unchanged
+    (it already ran); decoding and later turns attend to the compressed cache.
 
-    Text and special tokens are never evicted. Each layer from ``layer`` on keeps, per row,
-    ``max(1, round(n * (1 - ratio)))`` of the ``n`` audio entries it holds (after any token dropping),
-    the highest-scoring ones, with one choice shared by all heads. The prefill itself is unchanged
-    (it already ran); later tokens attend to the compressed cache.
+    A cache press only *scores* the entries of one layer's cache (``score``); the engine does the
+    rest. Parameters every cache press has:
+
+    * ``ratio``: the fraction of the candidate entries evicted, in [0, 1).
+    * ``layer``: the first layer compressed (every later one is too); layer 0 stays full.
+    * ``scope``: which entries are candidates. ``"audio"`` (default): the audio entries only, each clip
+      keeping ``max(1, round(n * (1 - ratio)))`` of its ``n`` (after any token dropping); text and
+      audio markers are never evicted. ``"prompt"``: every prompt entry except the chat template's
+      header (all before the first clip) and the last ``window`` entries, as one budget per row
+      (kvpress's whole-prompt compression, the setting of AudioMarathon's KV-cache numbers).
+    * ``window``: the last prompt entries: never evicted under ``scope="prompt"``, and the
+      observation window of presses that score with the last queries (SnapKV).
+
+    Writing one: implement ``score(evidence)``; declare ``needs = frozenset({"queries"})`` to be
+    given the post-RoPE queries of the last ``query_rows`` prompt positions (default ``window``).
+    ``keep`` (budgets) and ``choose`` (which entries) have defaults that presses rarely change.
     """
 
     ratio: float = 0.0
     layer: int = 1
+    scope: str = "audio"
+    window: int = 64
 
     kind: ClassVar[str] = "cache"
+    #: whether ``choose`` keeps entries per KV head (the engine then masks per head)
+    headwise: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ratio", validate_ratio(self.ratio))
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope={self.scope!r} is invalid; choose one of {SCOPES}.")
+        if self.window < 1:
+            raise ValueError(f"window={self.window} is invalid: at least the last prompt entry is kept (window >= 1).")
 
-    def score(self, layer_idx: int, keys: torch.Tensor, values: torch.Tensor, is_audio: torch.Tensor) -> torch.Tensor:
-        """Importance of each cached entry, (B, L); higher is kept. ``keys``: (B, kv_heads, L, head_dim)."""
+    @property
+    def query_rows(self) -> int:
+        """How many of the last prompt positions' queries ``score`` reads, when ``needs`` has
+        "queries" (``ALL_QUERIES``: every one)."""
+        return self.window
+
+    def score(self, evidence: CacheEvidence) -> torch.Tensor:
+        """Importance of each cached entry, higher is kept: (B, L), or (B, kv_heads, L) per KV head.
+        See ``kvprune.cache_scoring.CacheEvidence`` for what ``evidence`` holds. Avoid reading values
+        back to the host: it would stall the GPU in the middle of the prefill."""
         raise NotImplementedError
+
+    def keep(self, n: int, layer_idx: int, n_layers: int) -> int:
+        """Entries a budget group of ``n`` candidates keeps at layer ``layer_idx`` (of ``n_layers``):
+        ``max(1, round(n * (1 - ratio)))`` at every layer (uniform budgets)."""
+        return keep_count(n, self.ratio)
+
+    def choose(self, scores: torch.Tensor, evidence: CacheEvidence, budgets: torch.Tensor) -> torch.Tensor:
+        """Keep mask of the entries: (B, L), the same for every head: in each budget group g of row b,
+        the ``budgets[b, g]`` best entries by score averaged over heads (ties: the earlier entry)."""
+        return top_per_group(scores.mean(dim=1) if scores.dim() == 3 else scores, evidence.groups, budgets)
+
+
+@dataclass(frozen=True)
+class DelegatingCachePress(CachePress):
+    """A cache press that takes its scores from another registered cache press, named by ``scorer``
+    and built with this press's ratio, layer, scope and window (its other parameters at their
+    defaults). Subclasses change how budgets are set (pyramidkv) or how entries are chosen (adakv),
+    so that either combines with any scorer: ``pyramidkv:scorer=tova``."""
+
+    scorer: str = "snapkv"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cache_presses = list_presses(kind="cache")
+        if self.scorer not in cache_presses:
+            raise ValueError(f"scorer={self.scorer!r} is not a cache press; choose one of {', '.join(cache_presses)}.")
+
+    @functools.cached_property
+    def scoring_press(self) -> CachePress:
+        """The press whose scores (and, unless overridden, budgets and choices) this one uses."""
+        return PRESSES.get(self.scorer)(ratio=self.ratio, layer=self.layer, scope=self.scope, window=self.window)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        return self.scoring_press.needs
+
+    @property
+    def headwise(self) -> bool:
+        return self.scoring_press.headwise
+
+    @property
+    def query_rows(self) -> int:
+        return self.scoring_press.query_rows
+
+    def score(self, evidence: CacheEvidence) -> torch.Tensor:
+        return self.scoring_press.score(evidence)
+
+    def keep(self, n: int, layer_idx: int, n_layers: int) -> int:
+        return self.scoring_press.keep(n, layer_idx, n_layers)
+
+    def choose(self, scores: torch.Tensor, evidence: CacheEvidence, budgets: torch.Tensor) -> torch.Tensor:
+        return self.scoring_press.choose(scores, evidence, budgets)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ class PressRun:
     * ``stats[b]``: row b's audio tokens and how many the token-dropping press kept (all of them
       when none drops tokens).
     * ``kept_positions[b]``: the sorted prompt positions (left padding not counted) of those tokens.
-    * ``layer_stats[j][b]``: cache compression, the audio entries layer j's cache held in row b and
-      how many it kept (only the layers a cache press compressed).
+    * ``layer_stats[j][b]``: cache compression, the candidate entries layer j's cache held in row b
+      (its audio entries under the default ``scope="audio"``) and how many it kept (only the layers
+      a cache press compressed; a head-wise press reports its per-head average).
     """
 
     def __init__(self, press):
@@ -66,7 +67,7 @@ class PressRun:
         self._kept_positions = None
 
     def record_layer(self, layer_idx: int, audio: list[int], kept: list[int]) -> None:
-        """Per row, the audio entries of one layer's cache before and after its compression."""
+        """Per row, the candidate entries of one layer's cache before and after its compression."""
         self.layer_stats[layer_idx] = [PruneStats(a, k) for a, k in zip(audio, kept)]
 
     def _positions(self, clips, kept, offsets) -> torch.Tensor:

@@ -4,6 +4,10 @@ Rows of a batch may keep different numbers of tokens. They are stored as a recta
 row ``b`` keeps ``n_b`` tokens and gets ``L - n_b`` filler slots on the left (like extra left padding),
 which the attention mask hides. Tokens appended after the pruned prompt (decoding, later turns) are
 all kept, so a layer's key columns are its prompt slots followed by every later position.
+
+Head-wise compression (``adakv``) lets every KV head keep its own entries. Its slot map has one row of
+slots per *attention* head, ``(B, heads, L)`` (heads that share a KV head share its slots), so that
+masks need no knowledge of grouped-query attention; heads keeping fewer entries get more filler.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ def to_device(tensor: torch.Tensor, device) -> torch.Tensor:
 class SlotMap:
     """Slots of one pruned layer: absolute sequence index and validity of each cached prompt entry."""
 
-    index: torch.Tensor  # (B, L) long: index into the full (padded) prompt; filler slots point at 0
-    valid: torch.Tensor  # (B, L) bool: False for filler slots
+    index: torch.Tensor  # (B, L) or per attention head (B, heads, L), long: index into the full (padded) prompt
+    valid: torch.Tensor  # same shape, bool: False for filler slots (whose index is meaningless)
     prompt_len: int  # length of the full prompt the slots were taken from
     #: whether any slot is filler; read on every decoding step, so it is a host bool computed once
     #: (reading ``valid`` there would synchronise the device once per layer per token)
@@ -58,12 +62,36 @@ class SlotMap:
             valid[b, width - len(row) :] = True
         return cls(index=index, valid=valid, prompt_len=prompt_len, has_filler=any(n != width for n in lengths))
 
+    @classmethod
+    def from_mask(cls, keep: torch.Tensor, counts: torch.Tensor, prompt_len: int) -> "SlotMap":
+        """Slots of the True entries of ``keep`` ((B, L) or (B, heads, L)), in order, filler on the left.
+
+        ``counts`` is a host tensor of the True entries per row (or row and head), known to the
+        caller, so that the width is known without waiting for the device."""
+        width = int(counts.max())
+        order = torch.argsort((~keep).to(torch.int8), dim=-1, stable=True)  # kept entries first, in order
+        slot = torch.arange(width, device=keep.device)
+        shift = to_device(width - counts, keep.device).unsqueeze(-1)
+        index = order.gather(-1, (slot - shift).clamp(min=0))
+        return cls(index=index, valid=slot >= shift, prompt_len=prompt_len, has_filler=bool((counts != width).any()))
+
+    @property
+    def per_head(self) -> bool:
+        """Whether every attention head has its own slots (head-wise compression)."""
+        return self.index.dim() == 3
+
     def select(self, chosen: "SlotMap") -> "SlotMap":
-        """The slots ``chosen`` picks out of these (``chosen.index`` indexes this map's slots)."""
+        """The slots ``chosen`` picks out of these (``chosen.index`` indexes this map's slots; it may
+        be per head when these are not)."""
+        index, valid = self.index, self.valid
+        if chosen.per_head and not self.per_head:
+            heads = chosen.index.shape[1]
+            index, valid = index[:, None].expand(-1, heads, -1), valid[:, None].expand(-1, heads, -1)
         return SlotMap(
-            index=self.index.gather(1, chosen.index),
-            valid=chosen.valid & self.valid.gather(1, chosen.index),
+            index=index.gather(-1, chosen.index),
+            valid=chosen.valid & valid.gather(-1, chosen.index),
             prompt_len=self.prompt_len,
+            has_filler=self.has_filler or chosen.has_filler,  # may overstate (harmless), never waits for the device
         )
 
     def to(self, device) -> "SlotMap":
@@ -74,18 +102,17 @@ class SlotMap:
 
     @property
     def width(self) -> int:
-        return self.index.shape[1]
+        return self.index.shape[-1]
 
     def columns(self, total_len: int) -> "SlotMap":
         """Key columns once ``total_len`` positions exist: the prompt slots, then everything after."""
         extra = total_len - self.prompt_len
         if extra <= 0:
             return self
-        batch = self.index.shape[0]
-        tail = torch.arange(self.prompt_len, total_len, device=self.index.device).expand(batch, -1)
+        tail = torch.arange(self.prompt_len, total_len, device=self.index.device).expand(*self.index.shape[:-1], -1)
         return SlotMap(
-            index=torch.cat([self.index, tail], dim=1),
-            valid=torch.cat([self.valid, torch.ones_like(tail, dtype=torch.bool)], dim=1),
+            index=torch.cat([self.index, tail], dim=-1),
+            valid=torch.cat([self.valid, torch.ones_like(tail, dtype=torch.bool)], dim=-1),
             prompt_len=self.prompt_len,
             has_filler=self.has_filler,
         )

@@ -1,9 +1,9 @@
-"""KNorm: evict the cached audio entries whose keys have the largest L2 norm.
+"""KNorm: evict the cached entries whose keys have the largest L2 norm.
 
 Keys with a small norm tend to draw the most attention (Devoto et al., 2024, "A Simple and
 Effective L2 Norm-Based Strategy for KV Cache Compression"), so the norm is a free importance score
-that needs neither queries nor attention weights. As in NVIDIA kvpress's KnormPress, but restricted
-to audio entries and with one choice per layer shared by all heads (norms averaged over heads).
+that needs neither queries nor attention weights. As NVIDIA kvpress's KnormPress: the score of an
+entry in a KV head is minus its key's norm (one choice per layer averages it over the heads).
 """
 
 from __future__ import annotations
@@ -18,5 +18,5 @@ from kvprune.press import CachePress, register_press
 @register_press("knorm")
 @dataclass(frozen=True)
 class KNormPress(CachePress):
-    def score(self, layer_idx, keys, values, is_audio) -> torch.Tensor:
-        return -keys.float().norm(dim=-1).mean(dim=1)
+    def score(self, evidence) -> torch.Tensor:
+        return -evidence.keys.float().norm(dim=-1)

@@ -22,11 +22,14 @@ def _prefill_cache(m, inputs):
 
 
 def _knorm_keep(keys: torch.Tensor, audio: torch.Tensor, ratio: float) -> torch.Tensor:
-    """Indices a KNorm press must keep in one row of one layer: all text, the lowest-norm audio keys."""
+    """Indices a KNorm press must keep in one row of one layer: all text, and in every run of audio
+    entries (a clip) its share of the lowest-norm keys."""
     norms = keys.float().norm(dim=-1).mean(dim=0)  # (L,) averaged over heads
-    audio_idx = audio.nonzero().flatten()
-    best = audio_idx[norms[audio_idx].argsort()[: keep_count(len(audio_idx), ratio)]]
-    return torch.cat([(~audio).nonzero().flatten(), best]).sort().values
+    kept = [(~audio).nonzero().flatten()]
+    entries = audio.nonzero().flatten()
+    for clip in torch.tensor_split(entries, ((entries[1:] - entries[:-1]) > 1).nonzero().flatten().add(1).tolist()):
+        kept.append(clip[norms[clip].argsort()[: keep_count(len(clip), ratio)]])
+    return torch.cat(kept).sort().values
 
 
 def _generate_two(m, inputs):

@@ -94,7 +94,7 @@ def test_build_gives_the_ratio_and_layer_to_parts_without_their_own():
 
 
 @pytest.mark.parametrize("value,message", [
-    ("fastv,snapkv", "unknown press 'snapkv'; available: fastv, random, frame, dart, knorm"),
+    ("fastv,h2o", "unknown press 'h2o'; available: fastv, random, frame, dart, knorm, random_kv, tova, snapkv"),
     ("dart:pivots=3", "press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, pivot_audio, pivot_text, budget"),
     ("dart:budget=most", "method 'dart:budget=most': budget='most' is invalid"),
     ("fastv+dart", "at most one token-dropping press"),

@@ -165,7 +165,7 @@ def test_a_bad_audio_file_is_recorded_and_the_sweep_goes_on(tmp_path):
     [
         (("--data-root", "/nonexistent/folder"), "not a directory"),
         (("--tasks", "gtzan,nope"), "unknown task 'nope'"),
-        (("--methods", "fastv,snapkv"), "unknown press 'snapkv'"),
+        (("--methods", "fastv,h2o"), "unknown press 'h2o'"),
         (("--ratios", "0.5..1.2"), "ratio=1.0"),
         (("--model", "/nonexistent/model"), "/nonexistent/model"),
     ],
