@@ -85,7 +85,7 @@ class PrefillCompression:
         self.clip_lengths = [[clip.length for clip in row] for row in clips]
         # the chat template's header: every entry before the row's first clip (all of it without audio)
         self.header = [row[0].start - pad if row else length for row, pad, length in zip(clips, pads, self.lengths)]
-        self.sample_keys = tuple(_hash(ids[mask]) for ids, mask in zip(host_ids, host_valid))
+        self.sample_keys = sample_keys(host_ids, host_valid)
         device = valid.device
         self._tables = {device: _Tables(to_device(clip_of, device), to_device(offsets, device), valid,
                                         to_device(torch.tensor(self.header)[:, None], device))}
@@ -182,6 +182,11 @@ def _gather_slots(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return tensor.gather(2, index[..., None].expand(-1, -1, -1, dim))
 
 
+def sample_keys(host_ids: torch.Tensor, host_valid: torch.Tensor) -> tuple[int, ...]:
+    """Per row, a stable 63-bit hash of its token ids, padding left out (the same in any process,
+    alone or in a batch): what presses that draw at random seed each sample with."""
+    return tuple(_hash(ids[mask]) for ids, mask in zip(host_ids, host_valid))
+
+
 def _hash(ids: torch.Tensor) -> int:
-    """A stable 63-bit hash of a row's token ids (the same in any process, alone or in a batch)."""
     return int.from_bytes(hashlib.blake2b(ids.to(torch.int64).numpy().tobytes(), digest_size=8).digest(), "little") >> 1

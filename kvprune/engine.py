@@ -30,6 +30,12 @@ call of the model:
 
 Cache layer 0 always stays full length: HF sizes masks and positions from it, which is why pruning
 at layer 0 is refused.
+
+One model holds at most one session at a time: nesting a second press on the same model is refused
+with a message that says how to compose presses instead (``ComposedPress``); one press may serve
+several models at once, each in its own session. Tensors the engine and the presses create follow
+the device of the tensor they index, so a model split over devices (``device_map``) prunes exactly
+as on one device.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from . import static_cache
 from .attention_probe import AttentionRecorder
 from .clips import AudioClip, clips_of
 from .compat import find_cache, output_cache
-from .compression import LayerPrefill, PrefillCompression
+from .compression import LayerPrefill, PrefillCompression, sample_keys
 from .masks import is_flash, restrict_mask
 from .models import resolve_family
 from .run import PressRun
@@ -67,11 +73,19 @@ class Evidence:
     attention: torch.Tensor | None = None  # (B, S) last prompt token's attention, mean over heads
     keys: torch.Tensor | None = None  # (B, kv_heads, S, head_dim) post-RoPE keys
     hidden: torch.Tensor | None = None  # (B, S, D) layer K-1 output after the final norm
+    #: per row, a hash of its token ids (padding left out): what presses that draw at random seed with,
+    #: so that two samples differ while a row alone or in a batch draws the same
+    sample_keys: tuple[int, ...] = ()
 
     @classmethod
-    def for_prompt(cls, is_audio: torch.Tensor, valid: torch.Tensor, host_is_audio: torch.Tensor | None = None) -> "Evidence":
+    def for_prompt(
+        cls, is_audio: torch.Tensor, valid: torch.Tensor, host_is_audio: torch.Tensor | None = None,
+        host_ids: torch.Tensor | None = None,
+    ) -> "Evidence":
         host_is_audio = is_audio.cpu() if host_is_audio is None else host_is_audio
-        return cls(is_audio=is_audio, valid=valid, host_is_audio=host_is_audio, host_valid=valid.cpu())
+        host_valid = valid.cpu()
+        keys = sample_keys(host_ids, host_valid) if host_ids is not None else ()
+        return cls(is_audio=is_audio, valid=valid, host_is_audio=host_is_audio, host_valid=host_valid, sample_keys=keys)
 
     def unpruned_positions(self) -> list[torch.Tensor]:
         """Per row, on the device, the positions no token-dropping press may drop (all but audio)."""
@@ -79,7 +93,7 @@ class Evidence:
 
     def masks_only(self) -> "Evidence":
         """The same prompt without layer K-1's tensors (which can be large)."""
-        return Evidence(self.is_audio, self.valid, self.host_is_audio, self.host_valid)
+        return Evidence(self.is_audio, self.valid, self.host_is_audio, self.host_valid, sample_keys=self.sample_keys)
 
 
 def drop_slots(press, clips: list[list[AudioClip]], evidence: Evidence, unpruned: list[torch.Tensor], prompt_len: int):
@@ -158,6 +172,7 @@ class PressSession:
 
     # -- context manager -------------------------------------------------------------------------
     def __enter__(self) -> PressRun:
+        _claim(self)
         try:
             self._hook(self.entry.register_forward_pre_hook(self._before_call, with_kwargs=True))
             self._hook(self.entry.register_forward_hook(self._after_call, with_kwargs=True))
@@ -183,6 +198,7 @@ class PressSession:
         self._handles.append(handle)
 
     def close(self) -> None:
+        _release(self)
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -267,7 +283,7 @@ class PressSession:
         clips = clips_of(host_is_audio, drop_ratio)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
-        self.run.start_prefill()
+        self.run.start_prefill(tuple(input_ids.shape))
         if not drops:  # no token-dropping press, ratio 0 or no audio: every audio token is kept
             self.run.record_kept(clips, [[c.positions() for c in row] for row in clips], offsets)
         has_audio = any(row for row in clips)
@@ -276,7 +292,7 @@ class PressSession:
             return None
         is_audio = input_ids == self.audio_token_id
         valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(is_audio)
-        evidence = Evidence.for_prompt(is_audio, valid, host_is_audio)
+        evidence = Evidence.for_prompt(is_audio, valid, host_is_audio, host_ids)
         for j, recorder in self.recorders.items():  # record only what this prefill's presses will read
             recorder.armed = (drops and j == self.k - 1) or (compresses and j in self.query_layers)
         return _Call(
@@ -325,6 +341,7 @@ class PressSession:
             call.hidden = None
         call.drop_slots, kept = drop_slots(self.dropper, call.clips, evidence, call.unpruned, call.n_new)
         self.run.record_kept(call.clips, kept, call.offsets)
+        self.run.record_output_slots(call.drop_slots.index, call.drop_slots.valid)
         call.kept_counts = [[len(k) for k in row] for row in kept]
         call.drop_pending = False
         call.evidence = evidence.masks_only()
@@ -420,6 +437,41 @@ class PressSession:
         call.layout.layers[layer.index] = slots
         earlier = self.run.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
         self.run.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
+
+
+#: the session live on each model, keyed by the module the engine hooks (a full Qwen2.5-Omni model
+#: and its thinker share one): a second press on the same model would stack hooks that each assume
+#: they see the whole prompt
+_ACTIVE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _claim(session: PressSession) -> None:
+    active = _ACTIVE.get(session.entry)
+    if active is not None:
+        raise RuntimeError(
+            f"a press is already active on this model ({_describe(active.run.press)}), so "
+            f"{_describe(session.run.press)} cannot be nested inside it: one model runs one press at a time. "
+            "To run several presses at once, compose them into one: ComposedPress([FramePress(ratio=0.5), "
+            "KNormPress(ratio=0.3)]), or the method spec 'frame+knorm:ratio=0.3' (at most one token-dropping press "
+            "per composition, with any number of cache presses)."
+        )
+    _ACTIVE[session.entry] = session
+
+
+def _release(session: PressSession) -> None:
+    if _ACTIVE.get(session.entry) is session:
+        del _ACTIVE[session.entry]
+
+
+def _describe(press) -> str:
+    return " + ".join(type(part).__name__ for part in press.parts())
+
+
+def validate_press(model: nn.Module, press) -> None:
+    """Raise the error ``with press(model):`` would raise (unknown family, a layer out of range,
+    presses that cannot run together), without installing anything on the model: what the sweep
+    checks for every method before its first sample."""
+    PressSession(model, press)
 
 
 def _check_cache_presses(presses, attn_implementation: str) -> None:

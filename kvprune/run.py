@@ -32,6 +32,12 @@ class PressRun:
     * ``layer_stats[j][b]``: cache compression, the candidate entries layer j's cache held in row b
       (its audio entries under the default ``scope="audio"``) and how many it kept (only the layers
       a cache press compressed; a head-wise press reports its per-head average).
+    * ``logit_positions[b]``: which prompt position each row of the prefill's output belongs to. A
+      plain forward call (``model(**inputs)``) under a token-dropping press returns hidden states
+      and logits for the slots layers >= K kept, not for every prompt position: ``logits[b, i]`` is
+      the prediction after ``input_ids[b, logit_positions[b][i]]`` (-1: a filler slot of a row that
+      kept fewer tokens than another, to be ignored). The last row is always the last prompt token,
+      so ``generate`` and ``logits[:, -1]`` are unaffected.
     """
 
     def __init__(self, press):
@@ -40,6 +46,8 @@ class PressRun:
         self.layer_stats: dict[int, list[PruneStats]] = {}
         self._outcome: tuple | None = None
         self._kept_positions: list[torch.Tensor] | None = None
+        self._prompt_shape: tuple[int, int] | None = None
+        self._output_slots: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __repr__(self) -> str:
         return f"PressRun(press={self.press!r}, stats={self.stats!r})"
@@ -50,11 +58,26 @@ class PressRun:
             self._kept_positions = [self._positions(*row) for row in zip(*self._outcome)]
         return self._kept_positions or []
 
+    @property
+    def logit_positions(self) -> list[torch.Tensor]:
+        if self._output_slots is not None:
+            index, valid = (t.cpu() for t in self._output_slots)
+            return list(index.masked_fill(~valid, -1))
+        if self._prompt_shape is None:
+            return []
+        batch, length = self._prompt_shape
+        return [torch.arange(length) for _ in range(batch)]  # nothing dropped: every position, in order
+
     # -- written by the engine -------------------------------------------------------------------
-    def start_prefill(self) -> None:
-        """Forget the previous prefill's outcome."""
+    def start_prefill(self, prompt_shape: tuple[int, int]) -> None:
+        """Forget the previous prefill's outcome; a new one of ``prompt_shape`` (B, S) starts."""
         self.stats, self.layer_stats = [], {}
-        self._outcome = self._kept_positions = None
+        self._outcome = self._kept_positions = self._output_slots = None
+        self._prompt_shape = prompt_shape
+
+    def record_output_slots(self, index: torch.Tensor, valid: torch.Tensor) -> None:
+        """The prompt index (B, L) and validity of each row of the prefill's output, once tokens were dropped."""
+        self._output_slots = (index, valid)
 
     def record_kept(self, clips: list[list[AudioClip]], kept: list[list[torch.Tensor]], offsets: torch.Tensor) -> None:
         """A prefill's clips and the positions kept per clip. Counts come from shapes; positions are

@@ -46,8 +46,11 @@ class DARTPress(TokenDropPress):
 
     def select(self, clip, evidence) -> torch.Tensor:
         row, start, n = clip.row, clip.start, clip.length
-        key_norm = evidence.keys[row].transpose(0, 1).flatten(1).float().abs().sum(-1)  # (S,)
-        device = key_norm.device
+        hidden = evidence.hidden[row]
+        # everything below lives where the hidden states are: on a model split over devices, layer
+        # K-1's keys and the final norm's output (the hidden states) may sit on different devices
+        device = hidden.device
+        key_norm = evidence.keys[row].transpose(0, 1).flatten(1).float().abs().sum(-1).to(device)  # (S,)
         audio = clip.positions(device)
         # the text after the clip is found on the host: its size decides the shares, and reading it
         # back from the device would stall the prefill
@@ -62,7 +65,6 @@ class DARTPress(TokenDropPress):
         pivots = torch.cat([audio_pivots, text_pivots]).sort().values  # claims go in prompt order
         shares = self._shares(clip.n_keep, n, n_audio_pivots, n_audio_pivots + n_text_pivots)
 
-        hidden = evidence.hidden[row]
         clip_features = F.normalize(hidden[start : start + n].float(), dim=-1)
         pivot_features = F.normalize(hidden[pivots].float(), dim=-1)
         similarities = clip_features @ pivot_features.T  # (n, pivots): one matrix product for all pivots

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -13,12 +14,15 @@ from kvprune.press import TokenDropPress, register_press
 @register_press("random")
 @dataclass(frozen=True)
 class RandomPress(TokenDropPress):
-    """Uniform without replacement. The draw depends only on ``seed`` and the clip (its number in
-    the row and its length), so a row gives the same choice alone or in a batch."""
+    """Uniform without replacement. The draw depends on ``seed``, the sample (a hash of its row's
+    token ids, padding left out) and the clip (its number in the row and its length): a row gives the
+    same choice alone or in a batch, and two samples whose clips have the same length do not."""
 
     seed: int = 0
 
     def select(self, clip, evidence) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + clip.index * 10_007 + clip.length)
+        sample = evidence.sample_keys[clip.row] if evidence.sample_keys else 0
+        digest = hashlib.blake2b(f"{self.seed}:{sample}:{clip.index}:{clip.length}".encode(), digest_size=8).digest()
+        generator = torch.Generator().manual_seed(int.from_bytes(digest, "little"))
         chosen = torch.randperm(clip.length, generator=generator)[: clip.n_keep] + clip.start  # on the host: same on any device
         return to_device(chosen, evidence.is_audio.device)

@@ -68,6 +68,11 @@ class ModelFamily:
     #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
     load_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""
+    #: what the family's processor and encoder do with audio longer than one chunk, in words
+    long_audio: str = "whole"
+    #: the longest clip in seconds the family takes as one audio item (None: no limit), so that callers
+    #: can split or refuse longer audio instead of having it truncated silently
+    max_clip_seconds: float | None = None
 
     @property
     def architectures(self) -> tuple[str, ...]:
