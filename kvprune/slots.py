@@ -82,8 +82,8 @@ class SlotMap:
 
     def select(self, chosen: "SlotMap") -> "SlotMap":
         """The slots ``chosen`` picks out of these (``chosen.index`` indexes this map's slots; it may
-        be per head when these are not)."""
-        index, valid = self.index, self.valid
+        be per head when these are not), on ``chosen``'s device (a layer's own, on a split model)."""
+        index, valid = self.index.to(chosen.index.device), self.valid.to(chosen.index.device)
         if chosen.per_head and not self.per_head:
             heads = chosen.index.shape[1]
             index, valid = index[:, None].expand(-1, heads, -1), valid[:, None].expand(-1, heads, -1)
