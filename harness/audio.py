@@ -25,7 +25,25 @@ def load_audio(path: str | Path, sampling_rate: int = SAMPLING_RATE) -> np.ndarr
         raise AudioLoadError(f"cannot read audio file {path}: {error}") from None
     if data.shape[0] == 0:
         raise AudioLoadError(f"audio file is empty: {path}")
+    check_samples(data, path)
     return resample(data.mean(axis=1), rate, sampling_rate)
+
+
+def check_samples(data: np.ndarray, path) -> None:
+    """Refuse audio no model should be scored on: NaN or infinite samples (a corrupt file or a
+    failed conversion, which would reach the model as garbage and come back as an empty answer), or
+    digital silence throughout (every sample exactly 0: a conversion that wrote nothing)."""
+    bad = ~np.isfinite(data)
+    if bad.any():
+        raise AudioLoadError(
+            f"audio file {path} holds {int(bad.sum())} NaN or infinite samples of {data.size}: it is corrupt or "
+            "was converted wrongly; fix or replace the file."
+        )
+    if not data.any():
+        raise AudioLoadError(
+            f"audio file {path} is digital silence throughout (every sample is 0), which usually means a failed "
+            "conversion; fix or replace the file."
+        )
 
 
 def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:

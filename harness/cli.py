@@ -1,4 +1,8 @@
-"""The ``kvprune`` command line: sweep, plot, report, bench, and listings of what exists."""
+"""The ``kvprune`` command line: sweep, plot, report, bench, and listings of what exists.
+
+Exit status: 0 success; 1 a sweep or bench ran but some runs failed (each is recorded with its
+error); 2 bad input or configuration (the message says what and how to fix it; nothing ran);
+130 interrupted (``kvprune sweep``: rerun the same command to resume)."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 
 from .bench.config import DESCRIPTION, add_bench_arguments
 from .sweep.config import add_sweep_arguments
+from .sweep.lock import FolderLockedError
 
 
 # -- listings -------------------------------------------------------------------------------------
@@ -45,9 +50,9 @@ def _tasks(args) -> int:
 
 # -- sweep and its outputs ------------------------------------------------------------------------
 def _sweep(args) -> int:
+    """0 if every run succeeded, 1 if some failed, 130 if interrupted (the rows so far are kept)."""
     from .sweep.config import SweepConfig, overrides_from_args
-    from .sweep.report import write_outputs
-    from .sweep.runner import run_sweep
+    from .sweep.runner import SweepInterrupted, run_sweep
 
     overrides = overrides_from_args(args)
     if args.config is None and args.model in (None, "demo"):
@@ -56,19 +61,46 @@ def _sweep(args) -> int:
         overrides = prepare_default(overrides)
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
     config = SweepConfig.build(args.config, **overrides)
-    out = run_sweep(config, progress=not args.quiet)
-    written = write_outputs(out, plots=not args.no_plots)
-    print(f"Results, summary and plots are in {out.resolve()}:")
-    for path in written:
-        print(f"  {path.name}")
-    return 0
+    try:
+        outcome = run_sweep(config, progress=not args.quiet)
+    except SweepInterrupted as stop:
+        print(f"\nkvprune sweep: interrupted after {stop.written} new result rows (kept in {stop.out}); "
+              "run the same command to resume.", file=sys.stderr)
+        return 130
+    for note in outcome.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if outcome.rank != 0:  # the first process writes the outputs of a distributed sweep
+        return 0
+    return _finish(outcome.out, plots=not args.no_plots)
+
+
+def _finish(out: Path, plots: bool) -> int:
+    """Write the outputs, print the headline, the failures and where to look; 1 if runs failed."""
+    from .sweep.headline import headline_text
+    from .sweep.report import write_outputs
+    from .sweep.summary import failures, folder_results, summarize
+    from .sweep.store import recorded_tasks
+
+    written = write_outputs(out, plots=plots)
+    results = folder_results(out)
+    print()
+    print(headline_text(summarize(results, recorded_tasks(out))))
+    failed, total, kinds = failures(results)
+    if failed:
+        print(f"{failed} of {total} runs failed (each counts as a wrong answer; rerun with --retry-errors after fixing):")
+        for count, example in kinds:
+            print(f"  {count} × {example}")
+    report = out / "report.md"
+    print(f"Open {report.resolve()} for the full report (also in {out.resolve()}: "
+          + ", ".join(p.name for p in written if p != report) + ").")
+    return 1 if failed else 0
 
 
 def _plot(args) -> int:
     from .sweep.plots import plot_summary
     from .sweep.summary import summarize_folder
 
-    for path in plot_summary(summarize_folder(args.results), args.results):
+    for path in plot_summary(summarize_folder(args.results, everything=args.all), args.results):
         print(path)
     return 0
 
@@ -76,7 +108,7 @@ def _plot(args) -> int:
 def _report(args) -> int:
     from .sweep.report import write_outputs
 
-    for path in write_outputs(args.results, plots=False):
+    for path in write_outputs(args.results, plots=False, everything=args.all):
         if path.suffix in (".md", ".csv"):
             print(path)
     return 0
@@ -101,11 +133,15 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = commands.add_parser("sweep", help="run models x tasks x methods x ratios (no arguments: the embedded demo)")
     add_sweep_arguments(sweep)
     sweep.set_defaults(run=_sweep)
+    everything = dict(action="store_true", help="every result in the folder, grouped by everything that identifies a run "
+                      "(default: the runs its last sweep asked for)")
     plot = commands.add_parser("plot", help="write the PNG plots of a results folder")
-    plot.add_argument("results", type=Path)
+    plot.add_argument("results", type=Path, help="a folder written by `kvprune sweep`")
+    plot.add_argument("--all", **everything)
     plot.set_defaults(run=_plot)
     report = commands.add_parser("report", help="write summary.csv and report.md of a results folder")
-    report.add_argument("results", type=Path)
+    report.add_argument("results", type=Path, help="a folder written by `kvprune sweep`")
+    report.add_argument("--all", **everything)
     report.set_defaults(run=_report)
     bench = commands.add_parser("bench", help=DESCRIPTION, description=DESCRIPTION)
     add_bench_arguments(bench)
@@ -124,7 +160,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.run(args)
-    except (ValueError, FileNotFoundError) as error:  # bad input: say what and how to fix it, no traceback
+    except KeyboardInterrupt:
+        print(f"\nkvprune {args.command}: interrupted.", file=sys.stderr)
+        return 130
+    except (ValueError, OSError, FolderLockedError) as error:  # bad input, an unwritable folder: say what, no traceback
         if os.environ.get("KVPRUNE_DEBUG"):
             raise
         print(f"kvprune {args.command}: error: {error}", file=sys.stderr)

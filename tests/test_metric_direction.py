@@ -93,9 +93,10 @@ def test_task_averages_keep_directions_apart(tmp_path):
     accuracy_rows = asr_results(get_task("librispeech"), tmp_path / "data2")
     summary = summarize(pd.concat([results, accuracy_rows]), {wer_task.name: wer_task})
     averages = dict(task_averages(summary))
-    assert set(averages) == {"Task average, lower is better", "Task average, higher is better"}
+    assert set(averages) == {"Average over the task every method ran, lower is better",
+                             "Average over the task every method ran, higher is better"}
     for title, rows in averages.items():
         expected = summary[summary["higher_is_better"] == ("higher" in title)].set_index("method")["score"]
         assert dict(zip(rows["method"], rows["score"])) == expected.to_dict()
     one_way = summarize(accuracy_rows)
-    assert [title for title, _ in task_averages(one_way)] == ["Task average"]
+    assert [title for title, _ in task_averages(one_way)] == ["Average over the task every method ran"]

@@ -9,7 +9,8 @@ from kvprune.harness.sweep.store import ResultStore, read_results, read_rows, ru
 
 
 def _row(sample, method="fastv", ratio=0.5, error=None):
-    return dict(model="m", task="t", method=method, ratio=ratio, layer=2, sample_id=sample, prompt_hash="h", error=error)
+    return dict(model="m", task="t", method=method, ratio=ratio, layer=2, method_id="f1", sample_id=sample, input_hash="h",
+                settings_id="s", error=error)
 
 
 def test_rows_survive_a_cut_last_line_and_keys_skip_done_runs(tmp_path):
@@ -49,13 +50,14 @@ def test_reading_an_empty_folder_says_what_is_missing(tmp_path):
 @pytest.mark.parametrize(
     "text,expected",
     [("0.1..0.9", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]), ("0.1..0.9:0.2", [0.1, 0.3, 0.5, 0.7, 0.9]),
+     ("0.9..0.1", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]), ("0.7..0.3:0.2", [0.3, 0.5, 0.7]),
      ("0,0.5,0.9", [0.0, 0.5, 0.9]), ("0.5", [0.5]), (["0.1..0.2", 0.7], [0.1, 0.2, 0.7])],
 )
 def test_ratio_specifications(text, expected):
     assert parse_ratios(text) == expected
 
 
-@pytest.mark.parametrize("text,message", [("0.5..1.0", "ratio=1.0"), ("fast", "cannot read ratios"), ("0.9..0.1", "no ratio"), ("0..0.5:0", "cannot read")])
+@pytest.mark.parametrize("text,message", [("0.5..1.0", "ratio=1.0"), ("fast", "cannot read ratios"), (",", "name no ratio: write a range"), ("0..0.5:0", "cannot read")])
 def test_bad_ratio_specifications_say_how_to_write_them(text, message):
     with pytest.raises(ValueError, match=message):
         parse_ratios(text)

@@ -30,8 +30,8 @@ from kvprune.press import PRESSES
 
 TASKS = ["gtzan", "had"]
 # what a rerun must reproduce exactly; timings and timestamps differ run to run
-COMPARED = ["model", "task", "method", "ratio", "layer", "sample_id", "prompt_hash", "output", "parsed", "reference", "correct",
-            "audio_tokens", "kept_tokens", "error"]
+COMPARED = ["model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id", "output",
+            "parsed", "reference", "correct", "audio_tokens", "kept_tokens", "error"]
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +120,8 @@ def test_outputs_are_written_and_readable(uninterrupted):
     assert len(list(uninterrupted.glob("*.png"))) == 2
     report = (uninterrupted / "report.md").read_text()
     for task in TASKS:
-        assert f"### {task} (f1_macro)" in report
-    assert "### Task average" in report
+        assert f"#### {task} (f1_macro)" in report
+    assert "#### Average over the 2 tasks every method ran" in report
 
 
 def test_plot_and_report_commands(uninterrupted, capsys):
@@ -152,7 +152,7 @@ def test_a_bad_audio_file_is_recorded_and_the_sweep_goes_on(tmp_path):
     out = tmp_path / "out"
     args = sweep_args(root, out)
     args[args.index("--tasks") + 1] = "had"
-    assert main(args) == 0
+    assert main(args) == 1, "runs failed: the exit status says so"
     rows = read_rows(out)
     failed = [r for r in rows if r["error"]]
     assert failed and all(r["sample_id"] == f"real/{broken.name}" for r in failed)
@@ -168,6 +168,8 @@ def test_a_bad_audio_file_is_recorded_and_the_sweep_goes_on(tmp_path):
         (("--methods", "fastv,h2o"), "unknown press 'h2o'"),
         (("--ratios", "0.5..1.2"), "ratio=1.0"),
         (("--model", "/nonexistent/model"), "/nonexistent/model"),
+        (("--methods", ""), "no method given: pass --methods"),
+        (("--methods", " , "), "no method given"),
     ],
 )
 def test_user_errors_name_the_problem(data_root, tmp_path, capsys, change, message):

@@ -3,7 +3,9 @@
 Tasks are built-in names or paths of task YAML files (``tasks.task.get_task``).
 Methods are method specs (``kvprune.specs``): ``fastv``, ``dart:budget=reference``, ``frame+knorm:ratio=0.3``.
 ``layer`` (``--layer``), when given, is the layer of every press that does not set its own; when not,
-each press acts where it does by default.
+each press acts where it does by default. ``long_audio`` is the policy for clips longer than a model
+takes (``harness.long_audio``): one for every task (``split``), or per task name with a ``default``
+(``{default: split, librispeech: truncate}``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import yaml
 from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
+from ..long_audio import DEFAULT_POLICY, POLICIES
 from ..options import add_shared_options
 from .ratios import parse_ratios
 
@@ -46,6 +49,8 @@ class SweepConfig:
     max_new_tokens: int | None = None
     retry_errors: bool = False
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
+    long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
+    overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
 
     @classmethod
     def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
@@ -61,6 +66,11 @@ class SweepConfig:
             raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
         if not self.tasks:
             raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
+        if not self.methods:
+            raise SweepConfigError(
+                "no method given: pass --methods, e.g. fastv,frame (see `kvprune presses`); the unpruned baseline runs "
+                "with every method."
+            )
         if self.data_root is None:
             raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
         if not Path(self.data_root).is_dir():
@@ -77,32 +87,65 @@ class SweepConfig:
             raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
+        policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
+        for policy in policies:
+            if policy not in POLICIES:
+                raise SweepConfigError(f"long-audio policy {policy!r} is invalid: choose {', '.join(POLICIES)}.")
+
+    def long_audio_policy(self, task: str) -> str:
+        """The long-audio policy of one task."""
+        if isinstance(self.long_audio, dict):
+            return self.long_audio.get(task, self.long_audio.get("default", DEFAULT_POLICY))
+        return self.long_audio
 
 
 # -- command line ------------------------------------------------------------------------------------
+SWEEP_EPILOG = """\
+With no option at all, the embedded demo model runs on its synthetic suite (no download).
+
+A results folder holds one configuration. Every run is identified by what determines its outputs
+(the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --long-audio, each
+task's config, the method's full spec with its layer, the ratio, the prompt and the audio files'
+content): rerunning the same command resumes a folder; new methods, ratios, tasks or samples extend
+it; other settings are refused (use another --out, or --overwrite). One sweep writes to a folder at a
+time. Exit status: 0 all runs succeeded, 1 some runs failed (each is recorded with its error and
+counts as a wrong answer), 2 the configuration is wrong (nothing ran), 130 interrupted (rerun the
+same command to resume)."""
+
+
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvprune sweep``'s options; those left out (None) keep the YAML's or the default value."""
+    parser.epilog = SWEEP_EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add = parser.add_argument
     add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it")
-    add("--model", help="Hugging Face id or local directory (comma-separated for several)")
-    add("--tasks", help="comma-separated task names (see `kvprune tasks`) or task YAML files (paths ending in .yaml)")
-    add("--limit", type=int, help="at most N samples per task")
-    add("--data-root", type=Path, help="folder holding each task's data in its native layout")
-    add("--device-map", help="accelerate device map, e.g. auto, to split a model over GPUs")
-    add("--trust-remote-code", action="store_true", help="needed for models shipping their own code (Aero-1)")
-    add("--max-new-tokens", type=int, help="override each task's generation length")
-    add("--retry-errors", action="store_true", help="rerun samples recorded with an error")
-    add("--no-plots", action="store_true")
+    add("--model", help="Hugging Face id or local directory (comma-separated for several); default: demo, the embedded demo model")
+    add("--tasks", help="comma-separated task names (see `kvprune tasks`) or task YAML files (paths ending in .yaml); "
+        "default with the demo model: its four tasks")
+    add("--limit", type=int, help="at most N samples per task, a fixed subset (default: all)")
+    add("--data-root", type=Path, help="folder holding each task's data in its native layout (default with the demo model: its suite)")
+    add("--device-map", help="accelerate device map, e.g. auto, to split a model over GPUs (default: none, the whole model on --device)")
+    add("--trust-remote-code", action="store_true", help="run code shipped with the model (Aero-1 needs it); default: off")
+    add("--max-new-tokens", type=int, help="tokens to generate per answer (default: each task's own)")
+    add("--long-audio", choices=POLICIES, help="clips longer than the model takes as one audio item: split them into "
+        "several clips, truncate them (the report warns), or record an error (default: split)")
+    add("--retry-errors", action="store_true", help="rerun the runs recorded with an error (default: keep them)")
+    add("--overwrite", action="store_true", help="discard the results already in --out instead of refusing a folder "
+        "made with other settings (default: off)")
+    add("--no-plots", action="store_true", help="write summary.csv and report.md but no figures (default: figures too)")
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
              quiet=False, stock_encoder=False),
         notes=dict(
-            methods="default: every token-dropping press",
-            ratios="default 0.1..0.9",
-            out="results folder; rerunning the same command resumes it",
-            dtype="default: auto, the checkpoint's",
-            attn_implementation="default: sdpa",
+            methods="default: every token-dropping press (fastv, random, frame, dart); cache presses run only when named",
+            ratios="fractions of audio tokens removed, in [0, 1); sorted, repeats dropped; default 0.1..0.9",
+            out="results folder; rerunning the same command resumes it (default: kvprune-results, the demo's kvprune-results/demo)",
+            device="ignored with --device-map",
+            dtype="default: auto, the dtype the checkpoint was saved in",
+            attn_implementation="sdpa (default), eager or flash_attention_2; pruning works under all three",
+            quiet="no progress bars (default: progress bars)",
+            stock_encoder="default: the fast encoder",
         ),
     )
 
@@ -115,6 +158,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         device_map=args.device_map, attn_implementation=args.attn_implementation,
         trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
         retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None,
+        long_audio=args.long_audio, overwrite=args.overwrite or None,
     )
 
 
@@ -131,7 +175,7 @@ def _normalise(name: str, value):
     if name == "methods":
         return list({method.label: method for method in parse_methods(value)}.values())  # once each
     if name == "ratios":
-        return parse_ratios(value)
+        return sorted(set(parse_ratios(value)))
     if name in ("data_root", "out"):
         return Path(value).expanduser()
     return value

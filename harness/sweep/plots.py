@@ -1,7 +1,17 @@
-"""Accuracy against pruning ratio and against prefill latency, per task and averaged over tasks."""
+"""Accuracy against pruning ratio and against prefill latency, per task and averaged over tasks.
+
+Every method stays visible when methods tie: each has its own colour, marker and line style, and
+its points are shifted sideways by a hair in the score-vs-ratio figure. Each method's line starts
+at ratio 0 from the unpruned score. Each figure has one legend, for all of its panels (its labels
+are also stored in the PNG's ``Legend`` text field, for tools and tests). Panels say how many
+samples each point averages; the task average covers only the tasks every method ran. In the
+score-vs-prefill figure each point is labelled with its ratio, horizontal bars span the middle half
+of the per-sample prefill times, and the figure says so when the timings are within noise.
+"""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -12,8 +22,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
-from .summary import direction, task_averages  # noqa: E402
 from .config import BASELINE  # noqa: E402
+from .headline import noise_share, ratio_text  # noqa: E402
+from .summary import direction, task_averages  # noqa: E402
+
+MARKERS = "osD^vPX*<>"
+LINESTYLES = ("-", "--", "-.", ":")
+OFFSET = 0.008  # sideways shift between methods in the score-vs-ratio figure, in ratio units
+UNPRUNED = "unpruned"
+
 
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(str(text)).name or str(text)).strip("_")
@@ -25,65 +42,123 @@ def plot_summary(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
     paths = []
     for model, frame in summary.groupby("model"):
         panels = _panels(frame)
-        paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_ratio.png", _score_vs_ratio))
-        paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_prefill.png", _score_vs_prefill))
+        styles = _styles(frame)
+        noisy = noise_share(frame) >= 0.5
+        paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_ratio.png", _score_vs_ratio, styles))
+        note = "timings are within noise: prefill differences here are not measurable" if noisy else None
+        paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_prefill.png", _score_vs_prefill, styles, note))
     return paths
 
 
+def _styles(frame: pd.DataFrame) -> dict[str, dict]:
+    """Colour, marker, line style and sideways offset of each method, the same in every panel."""
+    methods = sorted(m for m in frame["method"].unique() if m != BASELINE)
+    middle = (len(methods) - 1) / 2
+    return {
+        method: dict(color=plt.get_cmap("tab10")(i % 10), marker=MARKERS[i % len(MARKERS)],
+                     linestyle=LINESTYLES[i % len(LINESTYLES)], offset=(i - middle) * OFFSET)
+        for i, method in enumerate(methods)
+    }
+
+
 def _panels(frame: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """(title, y label, rows) per task, then the average over tasks (one per metric direction)."""
-    panels = [
-        (task, f"{rows['metric'].iloc[0]} ({direction(rows['higher_is_better'].iloc[0])})", rows)
-        for task, rows in frame.groupby("task")
-    ]
+    """(title, y label, rows) per task, then the average over the tasks every method ran (one per
+    metric direction)."""
+    panels = []
+    for task, rows in frame.groupby("task"):
+        samples = rows["samples"].max()
+        ylabel = f"{rows['metric'].iloc[0]} ({direction(rows['higher_is_better'].iloc[0])})"
+        panels.append((f"{task} ({samples:.0f} samples per point)", ylabel, rows))
     if len(panels) > 1:
-        panels += [(title, "mean primary score", rows) for title, rows in task_averages(frame)]
+        for title, rows in task_averages(frame):
+            if rows["tasks"].max() > 1:
+                panels.append((_wrap(title), "mean primary score", rows))
     return panels
 
 
-def _figure(panels, model, path: Path, draw) -> Path:
+def _wrap(title: str, width: int = 48) -> str:
+    words, lines = title.split(), [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + len(word) + 1 > width:
+            lines.append("")
+        lines[-1] = f"{lines[-1]} {word}".strip()
+    return "\n".join(lines)
+
+
+def _figure(panels, model, path: Path, draw, styles: dict, note: str | None = None) -> Path:
     columns = min(3, len(panels))
     rows = math.ceil(len(panels) / columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.8 * rows), squeeze=False)
-    methods = sorted({m for _, _, f in panels for m in f["method"] if m != BASELINE})
-    colors = {m: plt.get_cmap("tab10")(i) for i, m in enumerate(methods)}
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.9 * rows), squeeze=False)
     for ax, (title, ylabel, frame) in zip(axes.flat, panels):
-        draw(ax, frame, colors)
-        ax.set_title(title)
+        draw(ax, frame, styles)
+        ax.set_title(title, fontsize=10)
         ax.set_ylabel(ylabel)
         ax.set_ylim(min(0.0, frame["score"].min() - 2), max(102.0, frame["score"].max() + 2))  # the whole 0-100 scale
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.remove()
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
-    fig.suptitle(Path(str(model)).name)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
-    fig.savefig(path, dpi=110)
+    legend = _legend_entries(fig)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), frameon=False)
+    fig.suptitle(Path(str(model)).name + (f"\n{note}" if note else ""))
+    fig.tight_layout(rect=(0, 0.06 + 0.03 * (len(legend) > 6), 1, 0.94 if note else 0.96))
+    fig.savefig(path, dpi=110, metadata={"Legend": json.dumps(list(legend))})
     plt.close(fig)
     return path
 
 
-def _score_vs_ratio(ax, frame: pd.DataFrame, colors) -> None:
+def _legend_entries(fig) -> dict:
+    """One entry per label over all panels: a method run on one task only still gets one."""
+    entries = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    return entries
+
+
+def _score_vs_ratio(ax, frame: pd.DataFrame, styles) -> None:
+    baseline = frame[frame["method"] == BASELINE]
+    start = baseline["score"].iloc[0] if len(baseline) else None
     for method, rows in frame[frame["method"] != BASELINE].groupby("method"):
         rows = rows.sort_values("ratio")
-        ax.plot(rows["ratio"], rows["score"], marker="o", color=colors[method], label=method)
-    baseline = frame[frame["method"] == BASELINE]
-    if len(baseline):
-        ax.axhline(baseline["score"].iloc[0], color="black", linestyle="--", label="unpruned")
+        ratios, scores = list(rows["ratio"]), list(rows["score"])
+        if start is not None and ratios[0] > 0:  # ratio 0 is the unpruned run
+            ratios, scores = [0.0, *ratios], [start, *scores]
+        style = styles[method]
+        ax.plot([r + style["offset"] for r in ratios], scores, color=style["color"], marker=style["marker"],
+                linestyle=style["linestyle"], markersize=5, linewidth=1.4, alpha=0.9, label=method)
+    if start is not None:
+        ax.axhline(start, color="black", linestyle=":", linewidth=1, label=UNPRUNED)
     ax.set_xlabel("pruning ratio (fraction of audio tokens removed)")
 
 
-def _score_vs_prefill(ax, frame: pd.DataFrame, colors) -> None:
+def _score_vs_prefill(ax, frame: pd.DataFrame, styles) -> None:
     for method, rows in frame[frame["method"] != BASELINE].groupby("method"):
+        style = styles[method]
         rows = rows.sort_values("ratio")
-        ax.plot(rows["prefill_ms_median"], rows["score"], marker="o", linewidth=0.8, color=colors[method], label=method)
+        x, y = rows["prefill_ms_median"], rows["score"]
+        spread = _spread(rows)
+        ax.errorbar(x, y, xerr=spread, fmt=style["marker"], color=style["color"], markersize=5, elinewidth=0.8,
+                    capsize=2, alpha=0.9, label=method)
+        for px, py, ratio in zip(x, y, rows["ratio"]):
+            if pd.notna(px) and pd.notna(py):
+                ax.annotate(ratio_text(ratio), (px, py), textcoords="offset points", xytext=(4, 3), fontsize=7,
+                            color=style["color"])
     baseline = frame[frame["method"] == BASELINE]
     if len(baseline):
-        ax.scatter(baseline["prefill_ms_median"], baseline["score"], marker="*", s=160, color="black", zorder=3, label="unpruned")
+        ax.errorbar(baseline["prefill_ms_median"], baseline["score"], xerr=_spread(baseline), fmt="*", markersize=12,
+                    color="black", elinewidth=0.8, capsize=2, zorder=3, label=UNPRUNED)
     front = pareto_front(frame)
-    ax.step(front["prefill_ms_median"], front["score"], where="post", color="grey", linewidth=2, alpha=0.6, label="Pareto front")
-    ax.set_xlabel("prefill (ms, median)")
+    ax.step(front["prefill_ms_median"], front["score"], where="post", color="grey", linewidth=2, alpha=0.5, label="Pareto front")
+    ax.set_xlabel("prefill ms (median; bars: middle half of the samples)")
+
+
+def _spread(rows: pd.DataFrame):
+    """Horizontal error bars: from the first to the third quartile of the per-sample prefill times."""
+    if "prefill_ms_q25" not in rows or rows["prefill_ms_q25"].isna().all():
+        return None
+    low = (rows["prefill_ms_median"] - rows["prefill_ms_q25"]).clip(lower=0).fillna(0)
+    high = (rows["prefill_ms_q75"] - rows["prefill_ms_median"]).clip(lower=0).fillna(0)
+    return [list(low), list(high)]
 
 
 def pareto_front(frame: pd.DataFrame) -> pd.DataFrame:

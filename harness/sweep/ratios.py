@@ -1,4 +1,5 @@
-"""Ratio lists as users write them: ``0.1..0.9`` (step 0.1), ``0.1..0.9:0.2``, or ``0,0.5,0.9``."""
+"""Ratio lists as users write them: ``0.1..0.9`` (step 0.1), ``0.1..0.9:0.2``, or ``0,0.5,0.9``.
+A range may run downwards (``0.9..0.1`` is the same ratios); the sweep sorts them and drops repeats."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def parse_ratios(text: str | float | list) -> list[float]:
     try:
         if ".." in text:
             bounds, _, step = text.partition(":")
-            start, stop = (float(x) for x in bounds.split(".."))
+            start, stop = sorted(float(x) for x in bounds.split(".."))
             step = float(step) if step else 0.1
             if step <= 0:
                 raise ValueError
@@ -28,5 +29,5 @@ def parse_ratios(text: str | float | list) -> list[float]:
             f"cannot read ratios {text!r}: write a range '0.1..0.9' (step 0.1), '0.1..0.9:0.2', or a list '0,0.5,0.9'."
         ) from None
     if not ratios:
-        raise ValueError(f"ratios {text!r} name no ratio.")
+        raise ValueError(f"ratios {text!r} name no ratio: write a range '0.1..0.9', or a list '0,0.5,0.9'.")
     return [validate_ratio(r) for r in ratios]

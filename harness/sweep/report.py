@@ -1,43 +1,82 @@
-"""The outputs of a sweep folder: ``summary.csv``, the plots, and ``report.md`` (where it ran, then
-per model the task average and per task every method x ratio against the unpruned baseline)."""
+"""The outputs of a sweep folder: ``summary.csv``, the plots, and ``report.md``.
+
+``report.md`` opens with what went wrong, if anything (runs that failed, audio that was cut), then
+the headline (per task, the unpruned score and each method's score and prefill speedup at each
+ratio), a word on whether the timings mean anything, where it ran, and per model the figures, the
+task average and one table per task. Columns have plain names and every number of a kind has one
+format (``headline``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
 
 from .config import BASELINE
+from .headline import NOISE_NOTE, headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .plots import plot_summary, slug
-from .store import read_runs
-from .summary import direction, summarize_folder, task_averages
+from .store import read_runs, recorded_tasks
+from .summary import direction, failures, folder_results, summarize, task_averages
 
 
-def write_outputs(out_dir: Path, plots: bool = True) -> list[Path]:
+def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -> list[Path]:
     """Write ``summary.csv``, the plots (unless ``plots`` is False) and ``report.md`` from the results
-    in ``out_dir``; returns the paths of the results and of what was written."""
-    summary = summarize_folder(out_dir)
+    in ``out_dir`` (the runs its last sweep asked for, or ``everything``); returns the paths of the
+    results and of what was written."""
+    results = folder_results(out_dir, everything)
+    summary = summarize(results, recorded_tasks(out_dir))
     summary_path = out_dir / "summary.csv"
     summary.to_csv(summary_path, index=False)
-    written = [out_dir / "results.jsonl", summary_path]
+    written = sorted(out_dir.glob("results*.jsonl")) + [summary_path]
     if plots:
         written += plot_summary(summary, out_dir)
-    written.append(write_report(summary, out_dir))
+    written.append(write_report(summary, out_dir, results))
     return [p for p in written if p.exists()]
 
 
-def _table(frame: pd.DataFrame, columns: dict[str, str]) -> str:
-    """A markdown table of ``frame`` with columns renamed; numbers rounded for reading."""
-    shown = frame[list(columns)].rename(columns=columns)
-    header = "| " + " | ".join(shown.columns) + " |\n|" + "---|" * len(shown.columns) + "\n"
-    lines = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in shown.itertuples(index=False)]
+def _number(digits: int) -> Callable:
+    return lambda value: "—" if pd.isna(value) else f"{value:.{digits}f}"
+
+
+def _signed(value) -> str:
+    return "—" if pd.isna(value) else f"{value:+.1f}"
+
+
+def _percent(value) -> str:
+    return "—" if pd.isna(value) else f"{100 * value:.0f}%"
+
+
+def _count(value) -> str:
+    return "—" if pd.isna(value) else f"{value:.0f}"
+
+
+#: column -> (title, format) of the per-task tables and of the task averages
+TASK_COLUMNS = {
+    "method": ("method", str), "ratio": ("ratio", ratio_text), "score": ("score", score_text),
+    "score_change": ("change vs unpruned", _signed), "kept_tokens": ("audio tokens kept (mean)", _count),
+    "prefill_ms_median": ("prefill ms (median)", _number(1)), "prefill_speedup": ("prefill speedup", None),
+    "decode_ms_per_token_median": ("decode ms per token (median)", _number(1)),
+    "kv_saved": ("KV cache saved after prefill", _percent), "errors": ("failed runs", _count), "samples": ("samples", _count),
+}
+AVERAGE_COLUMNS = {
+    "method": ("method", str), "ratio": ("ratio", ratio_text), "score": ("mean score", score_text),
+    "tasks": ("tasks", _count), "prefill_speedup": ("mean prefill speedup", None),
+}
+
+
+def _table(frame: pd.DataFrame, columns: dict) -> str:
+    """A markdown table of ``frame``'s ``columns`` under their titles, each in its format (speedups
+    marked when within the timing noise)."""
+    header = "| " + " | ".join(title for title, _ in columns.values()) + " |\n|" + "---|" * len(columns) + "\n"
+    lines = []
+    for row in frame.to_dict("records"):
+        cells = [
+            speedup_text(row.get(name), row.get("prefill_within_noise")) if form is None else form(row.get(name))
+            for name, (_, form) in columns.items()
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     return header + "\n".join(lines) + "\n"
-
-
-def _cell(value) -> str:
-    if isinstance(value, float):
-        return "—" if pd.isna(value) else f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
-    return "—" if value is None else str(value)
 
 
 def _provenance(out_dir: Path) -> str:
@@ -49,33 +88,69 @@ def _provenance(out_dir: Path) -> str:
         + ", ".join(f"{k} {v}" for k, v in r["versions"].items())
         for r in runs
     ]
-    return "Runs (each start or resume of a model):\n\n" + "\n".join(lines) + "\n"
+    return "## Where it ran\n\nEach start or resume of a model:\n\n" + "\n".join(lines) + "\n"
 
 
-TASK_COLUMNS = {
-    "method": "method", "ratio": "ratio", "score": "score", "score_change": "Δ score", "kept_tokens": "audio tokens kept",
-    "prefill_ms_median": "prefill ms", "prefill_speedup": "prefill ×", "decode_ms_per_token_median": "decode ms/token",
-    "kv_saved": "KV saved", "errors": "errors", "samples": "samples",
-}
-AVERAGE_COLUMNS = {"method": "method", "ratio": "ratio", "score": "mean score", "tasks": "tasks", "prefill_speedup": "mean prefill ×"}
+def failure_banner(results: pd.DataFrame) -> str:
+    """A warning block listing failed runs by kind, or nothing when every run succeeded."""
+    failed, total, kinds = failures(results)
+    if not failed:
+        return ""
+    listed = "\n".join(f"> - {count} × {example}" for count, example in kinds)
+    return (f"> **Warning: {failed} of {total} runs failed.** Each counts as a wrong answer in the scores below. "
+            "The `error` field of results.jsonl has every message; rerunning the sweep with `--retry-errors` reruns them.\n>\n"
+            f"{listed}\n")
 
 
-def write_report(summary: pd.DataFrame, out_dir: Path) -> Path:
+def long_audio_banner(results: pd.DataFrame) -> str:
+    """A note on the samples whose audio was split or truncated to fit the model."""
+    if "long_audio" not in results:
+        return ""
+    notes = results.drop_duplicates(subset=["model", "task", "sample_id"])["long_audio"].dropna()
+    if notes.empty:
+        return ""
+    cut = notes.str.contains("truncated|kept about").sum()
+    lines = [f"> **Long audio: {len(notes)} sample(s) did not fit the model as one clip.**"]
+    if cut:
+        lines.append(f"> {cut} of them were truncated: the model heard only part of their audio "
+                     "(`audio_seconds_received` in results.jsonl).")
+    for note, count in notes.value_counts().head(5).items():
+        lines.append(f"> - {count} × {note}")
+    return "\n".join(lines) + "\n"
+
+
+def timing_note(summary: pd.DataFrame) -> str:
+    share = noise_share(summary)
+    if pd.isna(share):
+        return ""
+    if share >= 0.5:
+        return (f"**Timings are noise-level here**: {share:.0%} of the pruned runs' prefill speedups are within the "
+                "timing noise (marked ~). Scores are what this sweep measures; for speed, time real model shapes on a "
+                "GPU with `kvprune bench`.\n")
+    return f"Speedups marked ~ ({share:.0%} of the pruned runs) are within the timing noise. {NOISE_NOTE}.\n"
+
+
+def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None) -> Path:
     """Write ``report.md`` next to the results; returns its path."""
-    parts = [f"# kvprune sweep: {out_dir.name}\n", _provenance(out_dir),
-             "Scores are each task's primary metric (0-100); Δ is against the unpruned baseline; timings are medians "
-             "over samples that ran, the warm-up excluded; prefill × is the baseline's prefill time over this run's.\n"]
+    parts = [f"# kvprune sweep: {out_dir.name}\n"]
+    if results is not None:
+        parts += [banner for banner in (failure_banner(results), long_audio_banner(results)) if banner]
+    parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), _provenance(out_dir),
+              "## Details\n\nScores are each task's primary metric (0-100); the change is against the unpruned run of "
+              "the same task; timings are medians over the runs that succeeded, the first run (a warm-up) left out; "
+              "the prefill speedup is the unpruned run's median prefill time over this run's; the KV cache saved is "
+              "measured right after prefill.\n"]
     for model, frame in summary.groupby("model"):
-        parts.append(f"## {model}\n")
+        parts.append(f"### {model}\n")
         parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n")
         if frame["task"].nunique() > 1:
             for title, rows in task_averages(frame):
-                parts.append(f"### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
+                parts.append(f"#### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
         for task, rows in frame.groupby("task"):
             metric = rows["metric"].iloc[0] + ("" if rows["higher_is_better"].iloc[0] else f", {direction(False)}")
-            parts.append(f"### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
+            parts.append(f"#### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
     path = out_dir / "report.md"
-    path.write_text("\n".join(parts))
+    path.write_text("\n".join(p for p in parts if p))
     return path
 
 

@@ -1,11 +1,18 @@
 """The sweep runner: every model x task x (baseline + method x ratio), one sample at a time.
 
-Samples are the outer loop: a sample's audio is loaded and its prompt built once, then the unpruned
-baseline and every method x ratio run on the same inputs, back to back. Each run is one ``generate``
-call, timed by ``timing.timed_generate``, and its result line is appended immediately. A run whose
-key is already in the results folder is skipped, so rerunning an interrupted command resumes it.
-A failure (unreadable audio, out of memory, a bug in one press) becomes an error line and the
-sweep goes on. Under ``accelerate launch`` each process takes every N-th sample. Models run with
+Before anything runs, a start locks its folder (``lock``: one writer per folder), works out its plan
+(``identity``: what every run's results depend on), refuses a folder whose results were made with
+other settings, and checks every method at every ratio against each model (a layer out of range is
+an error before the first sample, not one per sample). A start that fails leaves the folder as it
+found it.
+
+Samples are the outer loop: a sample's audio is loaded, fitted to what the model takes (the task's
+long-audio policy: ``harness.long_audio``) and its prompt built once, then the unpruned baseline and
+every method x ratio run on the same inputs, back to back. Each run is one ``generate`` call, timed
+by ``timing.timed_generate``, and its result line is appended immediately. A run whose identity is
+already in the results folder is skipped, so rerunning an interrupted command resumes it. A failure
+(unreadable audio, out of memory, a bug in one press) becomes an error line and the sweep goes on.
+Under ``accelerate launch`` each process takes every N-th sample. Models run with
 ``kvprune.fast_audio_encoder`` unless the config says ``encoder: stock``. Each model loaded appends
 a line to ``runs.jsonl``: where it ran, the versions, the encoder path and what it changed, and
 each task's resolved config.
@@ -13,8 +20,7 @@ each task's resolved config.
 
 from __future__ import annotations
 
-import hashlib
-import json
+import os
 import platform
 from contextlib import ExitStack, nullcontext
 from dataclasses import asdict, dataclass, replace
@@ -22,20 +28,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 import transformers
 from tqdm.auto import tqdm
 
 import kvprune
 from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
-from kvprune.models.loading import LoadedModel, load_model
+from kvprune.engine import validate_press
+from kvprune.models.loading import LoadedModel, family_of_checkpoint, load_model
 from kvprune.press import Press
 
 from ..audio import duration_seconds, load_audio
 from ..demo import DEMO, DEMO_MODEL_DIR
+from ..long_audio import fit_clips, received_seconds, whole_clips
 from ..tasks.task import Sample, Task, get_task
 from ..timing import timed_generate
-from .config import BASELINE, SweepConfig
-from .store import ResultStore, append_run, run_key
+from .config import BASELINE, SweepConfig, SweepConfigError
+from .identity import AudioDigests, SweepPlan, digest, input_hash, model_fingerprint, read_plan, write_plan
+from .lock import FolderLock
+from .store import ResultStore, append_run, clear_outputs, results_files, run_key
 
 
 def _distributed() -> tuple[int, int, str | None]:
@@ -57,6 +68,8 @@ class PlannedRun:
     method: str  # the method's canonical label, or BASELINE
     ratio: float
     press: Press | None
+    spec: str | None = None  # the method's full spec: every parameter of every press, layer included
+    method_id: str = BASELINE  # a digest of ``spec``: what results are grouped and resumed by
 
     @property
     def layer(self) -> int | None:
@@ -65,9 +78,11 @@ class PlannedRun:
 
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
     """The unpruned baseline once, then every method at every ratio."""
-    return [PlannedRun(BASELINE, 0.0, None)] + [
-        PlannedRun(m.label, r, m.build(r, config.layer)) for m in config.methods for r in config.ratios
-    ]
+    runs = [PlannedRun(BASELINE, 0.0, None)]
+    for method in config.methods:
+        spec = repr(method.build(0.0, config.layer))  # the ratio is the sweep's, apart
+        runs += [PlannedRun(method.label, r, method.build(r, config.layer), spec, digest(spec)) for r in config.ratios]
+    return runs
 
 
 def load_tasks(names: list[str]) -> list[Task]:
@@ -84,9 +99,77 @@ def load_tasks(names: list[str]) -> list[Task]:
     return tasks
 
 
-def prompt_hash(model: str, prompt: str, sample: Sample) -> str:
-    text = json.dumps([model, prompt, [p.name for p in sample.audio]], ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _model_path(model_name: str) -> str:
+    """Where a model named on the command line is (``demo``: the embedded demo model's folder)."""
+    return str(DEMO_MODEL_DIR) if model_name == DEMO else model_name
+
+
+def _skeleton(path: str, config: SweepConfig) -> nn.Module | None:
+    """The model's modules built on the meta device from its config (no weights read), for checking
+    presses against it; None when it cannot be built so (the loaded model is checked instead)."""
+    family, model_type = family_of_checkpoint(path, config.trust_remote_code)
+    try:
+        model_config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=config.trust_remote_code)
+        class_name = family.model_types[model_type]
+        with torch.device("meta"):
+            if class_name:
+                return getattr(transformers, class_name)._from_config(model_config, attn_implementation=config.attn_implementation)
+            return transformers.AutoModelForCausalLM.from_config(model_config, trust_remote_code=config.trust_remote_code)
+    except Exception:  # e.g. remote code that computes on its weights at init
+        return None
+
+
+def _make_folder(out: Path) -> bool:
+    """Create the results folder if needed (True if it was created); an error that says so if it
+    cannot be written."""
+    existed = out.is_dir()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".kvprune-write-test.{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise SweepConfigError(
+            f"cannot write results to {out} ({error.strerror or error}): give a folder you can write to with --out."
+        ) from None
+    return not existed
+
+
+def _remove_if_empty(out: Path, created: bool) -> None:
+    """Leave no trace of a start that failed: remove the folder it created, if nothing is in it."""
+    if created:
+        try:
+            out.rmdir()
+        except OSError:
+            pass
+
+
+def _barrier() -> None:
+    """Wait for every process of an ``accelerate launch`` (a no-op in a single process)."""
+    try:
+        from accelerate import PartialState
+    except ImportError:
+        return
+    PartialState().wait_for_everyone()
+
+
+@dataclass
+class SweepOutcome:
+    """What one ``kvprune sweep`` process did: its folder and rank, and the rows it wrote."""
+
+    out: Path
+    rank: int
+    world_size: int
+    written: int
+    notes: list[str]
+
+
+class SweepInterrupted(Exception):
+    """Ctrl-C (or SIGINT) stopped the sweep; everything written so far is kept."""
+
+    def __init__(self, written: int, out: Path):
+        super().__init__(f"interrupted after {written} new result rows in {out}")
+        self.written, self.out = written, out
 
 
 class SweepRunner:
@@ -96,16 +179,139 @@ class SweepRunner:
         self.rank, self.world_size, device = _distributed()
         self.device = config.device or device
         self.tasks = load_tasks(config.tasks)
-        self.store = ResultStore(config.out, self.rank, self.world_size)
         self.runs = runs_of(config)
+        self.store: ResultStore | None = None
+        self.plan: SweepPlan | None = None
+        self._samples: dict[str, list[Sample]] = {}  # per task, this process's share
+        self._inputs: dict[tuple[str, str], tuple[str, str]] = {}  # (task, sample id) -> (prompt, input hash)
+        self._digests: AudioDigests | None = None
+        self.notes: list[str] = []  # what the user should know about this start (printed by the CLI)
+        self._plan_written = False
 
-    def run(self) -> Path:
+    def run(self) -> SweepOutcome:
+        """Lock the folder, check the configuration against it and against each model, then run what
+        is not done yet. A start that fails before its first write leaves the folder as it found it."""
+        out = self.config.out
+        created = _make_folder(out)
+        lock = FolderLock(out, self.rank, self.world_size)
         try:
+            lock.acquire()
+        except BaseException:
+            _remove_if_empty(out, created)
+            raise
+        try:
+            if lock.taken_over:
+                self.notes.append(f"took over the lock left by a sweep that no longer runs (pid {lock.taken_over.get('pid')}, "
+                                  f"started {lock.taken_over.get('started')}); its results so far are kept.")
+            self._digests = AudioDigests(out)
+            self.plan = self._build_plan(self._digests)
+            self._check_methods(self.config.models)
+            self._check_recorded(self.plan)
+            _barrier()
+            self.store = ResultStore(out, self.rank, self.world_size)
             for model_name in self.config.models:
                 self._run_model(model_name)
+            self._write_plan()
+        except KeyboardInterrupt:
+            raise SweepInterrupted(self.store.written if self.store else 0, out) from None
         finally:
-            self.store.close()
-        return self.config.out
+            if self.store is not None:
+                self.store.close()
+            lock.release()
+            if not self._plan_written:
+                _remove_if_empty(out, created)
+        _barrier()  # every process has finished before the outputs are written
+        return SweepOutcome(out, self.rank, self.world_size, self.store.written, self.notes)
+
+    # -- identity ---------------------------------------------------------------------------------
+    def _build_plan(self, digests: AudioDigests) -> SweepPlan:
+        """Everything this configuration asks for, with what its results depend on."""
+        c = self.config
+        fingerprints = {name: model_fingerprint(_model_path(name), c.trust_remote_code) for name in c.models}
+        settings = dict(
+            dtype=c.dtype, attn_implementation=c.attn_implementation, max_new_tokens=c.max_new_tokens,
+            protocol=getattr(c, "protocol", None), long_audio=c.long_audio,
+        )
+        methods = {
+            run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer)
+            for run in self.runs if run.press is not None
+        }
+        settings_ids, samples, self._inputs = {}, {}, {}
+        for task in self.tasks:
+            task_settings = dict(
+                settings, task=task.config, long_audio=c.long_audio_policy(task.name),
+                generation=dict(max_new_tokens=c.max_new_tokens or task.max_new_tokens, do_sample=False),
+            )
+            for name in c.models:
+                settings_ids.setdefault(name, {})[task.name] = digest(dict(task_settings, model=fingerprints[name]))
+            loaded = task.load(c.data_root, limit=c.limit)
+            samples[task.name] = {}
+            for sample in loaded:
+                prompt = task.render(sample)
+                hashed = input_hash(prompt, [digests(path) for path in sample.audio])
+                samples[task.name][sample.id] = hashed
+                self._inputs[task.name, sample.id] = (prompt, hashed)
+            self._samples[task.name] = loaded[self.rank :: self.world_size]
+        return SweepPlan(
+            settings=settings, models=fingerprints, tasks={t.name: t.config for t in self.tasks}, methods=methods,
+            runs=[(run.method_id, run.ratio) for run in self.runs], settings_ids=settings_ids, samples=samples,
+        )
+
+    def _check_recorded(self, plan: SweepPlan) -> None:
+        """Refuse to mix results of other settings into the folder (or clear it, with --overwrite)."""
+        out = self.config.out
+        recorded = read_plan(out)
+        has_results = bool(results_files(out))
+        if self.config.overwrite:
+            if self.rank == 0 and (has_results or recorded):
+                removed = clear_outputs(out)
+                self.notes.append(f"--overwrite: removed {len(removed)} files of the earlier results in {out}.")
+            return
+        if recorded is None:
+            if has_results:
+                raise SweepConfigError(
+                    f"{out} holds results without a record of the configuration that made them (plan.json; written "
+                    "by kvprune since runs were identified by everything that determines their outputs), so they "
+                    f"cannot be checked against this one. Give another --out, or rerun with --overwrite to discard them."
+                )
+            return
+        differences = plan.differences(recorded)
+        if differences:
+            raise SweepConfigError(
+                f"{out} holds results made with other settings, which this sweep would mix with its own:\n  - "
+                + "\n  - ".join(differences)
+                + "\nGive another --out for this configuration, or rerun with --overwrite to discard the earlier results."
+            )
+        changed = plan.changed_samples(recorded)
+        if changed:
+            self.notes.append(f"{changed} sample(s) changed since the last sweep in this folder (audio or prompt): "
+                              "they run again; their earlier results are no longer summarised.")
+
+    def _write_plan(self) -> None:
+        """Record what this configuration asks for (once, before its first result)."""
+        if self._plan_written:
+            return
+        if self.rank == 0:
+            write_plan(self.config.out, self.plan)
+        self._digests.save()
+        self._plan_written = True
+
+    def _check_methods(self, model_names: list[str]) -> None:
+        """Every method at every ratio against each model's skeleton (its modules on the meta device:
+        no weights are read), so that a bad layer or parameter stops the sweep before anything runs."""
+        for name in model_names:
+            skeleton = _skeleton(_model_path(name), self.config)
+            if skeleton is not None:
+                self._check_presses(skeleton, name)
+
+    def _check_presses(self, model: nn.Module, model_name: str) -> None:
+        for run in self.runs:
+            if run.press is None:
+                continue
+            try:
+                validate_press(model, run.press)
+            except (ValueError, NotImplementedError) as error:
+                raise SweepConfigError(f"method {run.method} (ratio {run.ratio:g}) cannot run on {model_name}: {error}") from None
 
     # -- per model / task ------------------------------------------------------------------------
     def _run_model(self, model_name: str) -> None:
@@ -115,6 +321,8 @@ class SweepRunner:
         if not plan:
             return
         loaded = self._load(model_name)
+        self._check_presses(loaded.model, model_name)
+        self._write_plan()
         with ExitStack() as model_lifetime:  # the fast encoder's handle lives as long as the model runs
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
@@ -122,51 +330,47 @@ class SweepRunner:
             warm = False
             for task, work in plan:
                 bar = tqdm(total=sum(len(w[3]) for w in work), desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress)
-                for sample, prompt, digest, todo in work:
-                    self._run_sample(loaded, task, sample, prompt, digest, todo, warmup=not warm, bar=bar)
+                for sample, prompt, digest_, todo in work:
+                    self._run_sample(loaded, task, sample, prompt, digest_, todo, warmup=not warm, bar=bar)
                     warm = True
                 bar.close()
 
     def _work(self, model_name: str, task: Task, done: set[tuple]) -> list[tuple]:
-        """(sample, prompt, prompt hash, runs not done yet) for each sample of ``task`` with runs left."""
+        """(sample, prompt, input hash, runs not done yet) for each of this process's samples of ``task``."""
         work = []
-        for sample in self._samples(task):
-            prompt = task.render(sample)
-            digest = prompt_hash(model_name, prompt, sample)
-            todo = [r for r in self.runs if self._key(model_name, task, r, sample, digest) not in done]
+        for sample in self._samples[task.name]:
+            prompt, hashed = self._inputs[task.name, sample.id]
+            todo = [r for r in self.runs if self._key(model_name, task, r, sample, hashed) not in done]
             if todo:
-                work.append((sample, prompt, digest, todo))
+                work.append((sample, prompt, hashed, todo))
         return work
-
-    def _samples(self, task: Task) -> list[Sample]:
-        samples = task.load(self.config.data_root, limit=self.config.limit)
-        return samples[self.rank :: self.world_size]
 
     def _load(self, model_name: str) -> LoadedModel:
         """The model, under the name the user gave (``demo``: the embedded demo model's folder)."""
         c = self.config
         loaded = load_model(
-            DEMO_MODEL_DIR if model_name == DEMO else model_name, dtype=c.dtype, device=self.device,
+            _model_path(model_name), dtype=c.dtype, device=self.device,
             device_map=c.device_map, attn_implementation=c.attn_implementation, trust_remote_code=c.trust_remote_code,
         )
         return replace(loaded, name=model_name)
 
-    def _key(self, model_name, task, run: PlannedRun, sample, digest) -> tuple:
+    def _key(self, model_name, task, run: PlannedRun, sample, hashed) -> tuple:
         return run_key(dict(
             model=model_name, task=task.name, method=run.method, ratio=run.ratio, layer=run.layer,
-            sample_id=sample.id, prompt_hash=digest,
+            method_id=run.method_id, sample_id=sample.id, input_hash=hashed,
+            settings_id=self.plan.settings_ids[model_name][task.name],
         ))
 
     # -- per sample ------------------------------------------------------------------------------
-    def _run_sample(self, loaded, task, sample, prompt, digest, todo, warmup, bar) -> None:
+    def _run_sample(self, loaded, task, sample, prompt, hashed, todo, warmup, bar) -> None:
         base = dict(
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
-            item=sample.item, prompt_hash=digest, reference=sample.answer, warmup=warmup,
+            item=sample.item, input_hash=hashed, settings_id=self.plan.settings_ids[loaded.name][task.name],
+            reference=sample.answer, warmup=warmup,
         )
         try:
-            waves = [load_audio(path) for path in sample.audio]
-            inputs = loaded.build_inputs(waves, prompt)
-            base.update(audio_seconds=duration_seconds(waves), audio_tokens=loaded.audio_tokens(inputs["input_ids"]))
+            base.update(self._prepare(loaded, task, sample, prompt))
+            inputs = base.pop("inputs")
         except Exception as error:  # one bad sample must not stop the sweep
             for run in todo:
                 self._record(task, sample, base, run, error=error)
@@ -180,6 +384,26 @@ class SweepRunner:
                 outcome = dict(error=error)
             self._record(task, sample, base, run, **outcome)
             bar.update()
+
+    def _prepare(self, loaded: LoadedModel, task: Task, sample: Sample, prompt: str) -> dict:
+        """The model inputs of a sample, its audio fitted to what the model takes (the task's
+        long-audio policy), with how much audio the model received."""
+        policy = self.config.long_audio_policy(task.name)
+        waves = [load_audio(path) for path in sample.audio]
+        fitted = fit_clips(waves, loaded.family.max_clip_seconds, policy, loaded.family.display_name)
+        config = loaded.family.entry(loaded.model).config
+        with whole_clips(loaded.processor, loaded.family, config, fitted.waves):
+            inputs = loaded.build_inputs(fitted.waves, prompt)
+        tokens = loaded.audio_tokens(inputs["input_ids"])
+        received = received_seconds(loaded.family, config, fitted.waves, tokens, truncate_ok=policy == "truncate")
+        note = fitted.note
+        sent = duration_seconds(fitted.waves)
+        if received < sent:
+            note = "; ".join(filter(None, [note, f"the processor kept about {received:.1f} of {sent:.1f} s"]))
+        return dict(
+            inputs=inputs, audio_seconds=duration_seconds(waves), audio_seconds_received=round(received, 3),
+            audio_clips=len(fitted.waves), long_audio=note, audio_tokens=tokens,
+        )
 
     def _generate(self, loaded: LoadedModel, task: Task, inputs: dict, press: Press | None) -> dict:
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
@@ -205,6 +429,7 @@ class SweepRunner:
             method=run.method,
             ratio=run.ratio,
             layer=run.layer,
+            method_id=run.method_id,
             output=output,
             parsed=parsed,
             **task.score(parsed, sample),
@@ -228,6 +453,9 @@ class SweepRunner:
             encoder_unchanged=list(encoder.unchanged) if encoder else [],
             config=vars(self.config),
             tasks={task.name: task.config for task in self.tasks},
+            settings=self.plan.settings,
+            model_fingerprint=self.plan.models[loaded.name],
+            methods=self.plan.methods,
             device=_device_name(self.device),
             rank=self.rank,
             world_size=self.world_size,
@@ -246,5 +474,5 @@ def _free_device_memory(error: Exception) -> None:
         torch.cuda.empty_cache()
 
 
-def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
+def run_sweep(config: SweepConfig, progress: bool = True) -> SweepOutcome:
     return SweepRunner(config, progress=progress).run()

@@ -3,25 +3,52 @@ one line per model run (each start or resume), saying where it ran and with whic
 
 A result line is written and flushed the moment its sample is done, so an interrupted sweep loses at
 most the sample in flight; a rerun reads the lines back and skips every run whose key is present.
-Each process of a multi-GPU sweep appends to its own file (``results.rank<N>.jsonl``). The task
-configs recorded in ``runs.jsonl`` let a summary read results whose task was since renamed or edited.
+A line cut short by a kill is dropped when the file is next appended to; any other unreadable line
+is skipped with a warning that names the file and the line, and the rest is read. Each process of a
+multi-GPU sweep appends to its own file (``results.rank<N>.jsonl``). The task configs recorded in
+``runs.jsonl`` let a summary read results whose task was since renamed or edited.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pandas as pd
 
 from ..tasks.task import Task, task_from_config
+from .identity import DIGESTS_FILE, PLAN_FILE
 
 RUNS_FILE = "runs.jsonl"
-KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "sample_id", "prompt_hash")
+#: a run's identity (see ``identity``): the readable fields and the digests of everything else
+KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id")
+#: what ``--overwrite`` removes: the files a sweep writes (other files in the folder stay)
+OUTPUT_PATTERNS = ("results*.jsonl", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv", "report.md",
+                   "*_score_vs_ratio.png", "*_score_vs_prefill.png")
+
+
+class ResultsFileWarning(UserWarning):
+    """A line of a results or runs file could not be read; the rest was."""
+
+
+class SweepOutputError(OSError):
+    """A results file could not be written (full disk, permissions); says which."""
 
 
 def run_key(row: dict) -> tuple:
-    return tuple(round(row[k], 6) if k == "ratio" else row[k] for k in KEY_FIELDS)
+    return tuple(round(row[k], 6) if k == "ratio" else row.get(k) for k in KEY_FIELDS)
+
+
+def unique_runs(rows: list[dict]) -> list[dict]:
+    """One row per run: where a run was recorded twice (an error, then its retry), the last
+    successful one, else the last."""
+    chosen: dict[tuple, dict] = {}
+    for row in rows:
+        key = run_key(row)
+        if key not in chosen or not row.get("error") or chosen[key].get("error"):
+            chosen[key] = row
+    return list(chosen.values())
 
 
 def results_files(out_dir: Path) -> list[Path]:
@@ -29,14 +56,24 @@ def results_files(out_dir: Path) -> list[Path]:
 
 
 def _json_lines(path: Path) -> list[dict]:
-    """Every complete line of a JSON-lines file; a line cut short by a kill is ignored."""
+    """Every readable line of a JSON-lines file; each unreadable one is skipped with a warning
+    naming the file and the line (a last line cut short by a kill is expected after a crash)."""
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
                 continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                cut = "" if line.endswith("\n") else " (cut short: a sweep killed while writing it?)"
+                warnings.warn(f"{path}, line {number}: not a JSON object{cut} ({error.msg}); skipped, the other lines are read."
+                              " Rerunning the sweep redoes a skipped result.", ResultsFileWarning, stacklevel=2)
+                continue
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                warnings.warn(f"{path}, line {number}: not a JSON object; skipped.", ResultsFileWarning, stacklevel=2)
     return rows
 
 
@@ -48,8 +85,21 @@ def read_rows(out_dir: Path) -> list[dict]:
 def append_run(out_dir: Path, info: dict) -> None:
     """Append one model run's line to ``runs.jsonl`` (paths and method specs written as text)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / RUNS_FILE, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(info, default=str) + "\n")
+    path = out_dir / RUNS_FILE
+    _drop_cut_line(path)
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(info, default=str) + "\n")
+    except OSError as error:
+        raise SweepOutputError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+def clear_outputs(out_dir: Path) -> list[Path]:
+    """Remove what sweeps wrote in ``out_dir`` (``--overwrite``); returns what was removed."""
+    removed = [path for pattern in OUTPUT_PATTERNS for path in sorted(Path(out_dir).glob(pattern))]
+    for path in removed:
+        path.unlink()
+    return removed
 
 
 def read_runs(out_dir: Path | str) -> list[dict]:
@@ -81,29 +131,49 @@ class ResultStore:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.path = out_dir / ("results.jsonl" if world_size == 1 else f"results.rank{rank}.jsonl")
+        self.written = 0  # lines appended by this store
         self._handle = None
 
     def done_keys(self, retry_errors: bool = False) -> set[tuple]:
         return {run_key(r) for r in read_rows(self.out_dir) if not (retry_errors and r.get("error"))}
 
     def append(self, row: dict) -> None:
-        if self._handle is None:
-            self._terminate_cut_line()
-            self._handle = open(self.path, "a", encoding="utf-8")
-        self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        self._handle.flush()
+        try:
+            if self._handle is None:
+                _drop_cut_line(self.path)
+                self._handle = open(self.path, "a", encoding="utf-8")
+            self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            self._handle.flush()
+        except OSError as error:
+            raise SweepOutputError(
+                f"cannot write {self.path} ({error.strerror or error}); the {self.written} rows written before are kept: "
+                "free the space or fix the permissions, then rerun the same command to resume."
+            ) from None
+        self.written += 1
 
     def close(self) -> None:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
 
-    def _terminate_cut_line(self) -> None:
-        """A kill mid-write leaves a partial last line; start the next one on a fresh line."""
-        if self.path.exists() and self.path.stat().st_size:
-            with open(self.path, "rb") as handle:
-                handle.seek(-1, 2)
-                last = handle.read(1)
-            if last != b"\n":
-                with open(self.path, "a", encoding="utf-8") as handle:
-                    handle.write("\n")
+
+def _drop_cut_line(path: Path) -> None:
+    """A kill mid-write leaves a partial last line, which can never be read: remove it, so that the
+    next line starts on its own and the file holds only whole lines."""
+    if not path.exists() or not path.stat().st_size:
+        return
+    with open(path, "rb+") as handle:
+        end = handle.seek(0, 2)
+        position = end
+        while position > 0:  # back from the end, a block at a time, to the last newline
+            start = max(0, position - 65536)
+            handle.seek(start)
+            block = handle.read(position - start)
+            if position == end and block.endswith(b"\n"):
+                return
+            newline = block.rfind(b"\n")
+            if newline >= 0:
+                handle.truncate(start + newline + 1)
+                return
+            position = start
+        handle.truncate(0)

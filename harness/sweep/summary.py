@@ -1,9 +1,17 @@
 """One row per model x task x method x ratio: the task's metrics and the timing statistics.
 
+Rows are grouped by every field of a run's identity (``identity``): model, task, method label, its
+layer and full spec (``method_id``), the settings (``settings_id``) and the ratio, so results of two
+layers or two configurations are never blended; a label shared by two specs is shown with what
+tells them apart (``fastv (layer 3)``). A folder is summarised as its last sweep asked for
+(``plan.json``): exactly its models, tasks, methods, ratios and samples.
+
 Metrics use every sample, failed ones included (an error is an unanswered question), and are those
 of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
 summarises after its task was renamed or edited. Timings use only samples that ran and were not the
-warm-up. Speedups and KV savings compare medians with the unpruned baseline of the same model and task.
+warm-up. Speedups and KV savings compare medians with the unpruned baseline of the same model and
+task; the spread of the per-sample speedups (each sample against its own baseline run) says whether
+a speedup stands out of the timing noise.
 """
 
 from __future__ import annotations
@@ -15,31 +23,48 @@ import pandas as pd
 
 from ..tasks.task import Task, get_task
 from .config import BASELINE
-from .store import read_results, recorded_tasks
+from .identity import read_plan
+from .store import read_rows, recorded_tasks, unique_runs
 
-GROUP = ["model", "task", "method", "ratio"]
+GROUP = ["model", "task", "method", "layer", "method_id", "settings_id", "ratio"]
 MS = 1000.0
 MIB = 2**20
+MIN_PAIRS = 3  # timed samples a speedup needs before it can stand out of the noise
 
 
-def summarize_folder(out_dir: Path | str) -> pd.DataFrame:
-    """The summary table of a sweep folder, with the tasks as it recorded them."""
-    return summarize(read_results(out_dir), recorded_tasks(out_dir))
+def summarize_folder(out_dir: Path | str, everything: bool = False) -> pd.DataFrame:
+    """The summary table of a sweep folder, with the tasks as it recorded them: the runs its last
+    sweep asked for, or (``everything``) every run it holds, grouped by identity."""
+    return summarize(folder_results(out_dir, everything), recorded_tasks(out_dir))
+
+
+def folder_results(out_dir: Path | str, everything: bool = False) -> pd.DataFrame:
+    """The results a summary of ``out_dir`` reads: one row per run (a retried error replaced by its
+    retry), restricted to the folder's plan unless ``everything``."""
+    rows = unique_runs(read_rows(Path(out_dir)))
+    plan = None if everything else read_plan(out_dir)
+    if plan is not None:
+        rows = plan.select(rows)
+    if not rows:
+        what = "results*.jsonl written by `kvprune sweep`" if plan is None else "results of the runs plan.json asks for"
+        raise FileNotFoundError(f"no results in {out_dir}: expected {what} (`kvprune report --all` summarises every result)")
+    return pd.DataFrame(rows)
 
 
 def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> pd.DataFrame:
     """The summary table of a results table (as ``read_results`` returns it). ``tasks``: the tasks
     by name as they ran (``recorded_tasks``); a name missing there is looked up with ``get_task``."""
     tasks = tasks or {}
+    results = results.reindex(columns=list(dict.fromkeys([*results.columns, *GROUP])))  # older folders lack some
     rows = []
-    for (model, task_name, method, ratio), group in results.groupby(GROUP, sort=True, dropna=False):
+    for (model, task_name, method, layer, method_id, settings_id, ratio), group in results.groupby(GROUP, sort=True, dropna=False):
         task = tasks[task_name] if task_name in tasks else get_task(task_name)
         metrics = task.summarize(group.to_dict("records"))
         timed = _timed(group)
         per_token = timed["decode_s"] / (timed["new_tokens"] - 1).where(timed["new_tokens"] > 1)
         rows.append(dict(
-            model=model, task=task_name, method=method, ratio=ratio,
-            layer=group["layer"].dropna().iloc[0] if group["layer"].notna().any() else None,
+            model=model, task=task_name, method=method, ratio=ratio, layer=None if pd.isna(layer) else int(layer),
+            method_id=method_id, settings_id=settings_id,
             samples=len(group), errors=int(group["error"].notna().sum()),
             metric=task.primary_metric, higher_is_better=task.higher_is_better, score=metrics[task.primary_metric],
             **metrics,
@@ -58,7 +83,9 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             kv_cache_mib_median=timed["kv_cache_bytes"].median() / MIB,
         ))
     summary = pd.DataFrame(rows)
-    return _against_baseline(summary)
+    summary = _against_baseline(summary)
+    summary = summary.merge(timing_spread(results), on=["model", "task", "method_id", "settings_id", "ratio"], how="left")
+    return distinguish_labels(summary)
 
 
 def _timed(group: pd.DataFrame) -> pd.DataFrame:
@@ -70,8 +97,8 @@ def _timed(group: pd.DataFrame) -> pd.DataFrame:
 
 def _against_baseline(summary: pd.DataFrame) -> pd.DataFrame:
     compared = ["score", "prefill_ms_median", "decode_ms_per_token_median", "kv_cache_mib_median"]
-    baseline = summary.loc[summary["method"] == BASELINE, ["model", "task", *compared]]
-    merged = summary.merge(baseline, on=["model", "task"], how="left", suffixes=("", "_baseline"))
+    baseline = summary.loc[summary["method"] == BASELINE, ["model", "task", "settings_id", *compared]]
+    merged = summary.merge(baseline, on=["model", "task", "settings_id"], how="left", suffixes=("", "_baseline"))
     merged["prefill_speedup"] = merged["prefill_ms_median_baseline"] / merged["prefill_ms_median"]
     merged["decode_speedup"] = merged["decode_ms_per_token_median_baseline"] / merged["decode_ms_per_token_median"]
     merged["kv_saved"] = 1.0 - merged["kv_cache_mib_median"] / merged["kv_cache_mib_median_baseline"]
@@ -79,24 +106,103 @@ def _against_baseline(summary: pd.DataFrame) -> pd.DataFrame:
     return merged.drop(columns=[f"{c}_baseline" for c in compared])
 
 
+def timing_spread(results: pd.DataFrame) -> pd.DataFrame:
+    """Per model x task x method x ratio, the quartiles of the per-sample prefill times and of the
+    per-sample prefill speedups (each sample's unpruned prefill over its own pruned one, timed back
+    to back), and whether the speedups straddle 1: then the difference is within the timing noise
+    (``prefill_within_noise``)."""
+    keys = ["model", "task", "method_id", "settings_id", "ratio"]
+    columns = [*keys, "prefill_ms_q25", "prefill_ms_q75", "prefill_speedup_q25", "prefill_speedup_q75", "prefill_within_noise"]
+    if "prefill_s" not in results:
+        return pd.DataFrame(columns=columns)
+    timed = results.loc[results["error"].isna() & ~results["warmup"].astype(bool)].copy()
+    timed["prefill_s"] = pd.to_numeric(timed["prefill_s"], errors="coerce")
+    if timed.empty:
+        return pd.DataFrame(columns=columns)
+    prefill = timed.groupby(keys, dropna=False)["prefill_s"]
+    spread = (prefill.quantile(0.25) * MS).rename("prefill_ms_q25").to_frame()
+    spread["prefill_ms_q75"] = prefill.quantile(0.75) * MS
+    sample = ["model", "task", "settings_id", "sample_id"]
+    baseline = timed.loc[timed["method"] == BASELINE, [*sample, "prefill_s"]].rename(columns={"prefill_s": "baseline_s"})
+    paired = timed.merge(baseline, on=sample, how="inner")
+    speedups = (paired["baseline_s"] / paired["prefill_s"]).groupby([paired[k] for k in keys], dropna=False)
+    spread["prefill_speedup_q25"] = speedups.quantile(0.25)
+    spread["prefill_speedup_q75"] = speedups.quantile(0.75)
+    straddles = (spread["prefill_speedup_q25"] <= 1.0) & (spread["prefill_speedup_q75"] >= 1.0)
+    spread["prefill_within_noise"] = straddles | (speedups.count() < MIN_PAIRS)  # too few samples to tell
+    spread = spread.reset_index()[columns].astype({"prefill_within_noise": object})
+    spread.loc[spread["method_id"] == BASELINE, columns[-3:]] = None  # the baseline against itself says nothing
+    return spread
+
+
+def distinguish_labels(summary: pd.DataFrame) -> pd.DataFrame:
+    """Where one method label stands for several full specs (``--layer 2``, then ``--layer 3``),
+    show each with its layer (or, when the layers agree, its spec digest), so they never look like
+    one method."""
+    methods = summary.loc[summary["method"] != BASELINE]
+    shared = methods.groupby("method")["method_id"].nunique()
+    shared = set(shared[shared > 1].index)
+    if not shared:
+        return summary
+    summary = summary.copy()
+    for label in shared:
+        rows = summary["method"] == label
+        specs = summary.loc[rows, ["layer", "method_id"]].drop_duplicates()
+        by_layer = specs["layer"].nunique(dropna=False) == len(specs)  # each layer one spec: the layer tells them apart
+        summary.loc[rows, "method"] = [
+            f"{label} (layer {layer})" if by_layer else f"{label} ({method_id[:8]})"
+            for layer, method_id in zip(summary.loc[rows, "layer"], summary.loc[rows, "method_id"])
+        ]
+    return summary
+
+
+def failures(results: pd.DataFrame) -> tuple[int, int, list[tuple[int, str]]]:
+    """(failed runs, all runs, and per kind of error, most frequent first: how many and one message)."""
+    errors = results["error"].dropna() if "error" in results else pd.Series(dtype=object)
+    kinds = []
+    for _, messages in errors.groupby(errors.str.split(":").str[0], sort=False):
+        example = messages.iloc[0]
+        kinds.append((len(messages), example if len(example) <= 200 else example[:199] + "…"))
+    return len(errors), len(results), sorted(kinds, key=lambda kind: -kind[0])
+
+
 def task_average(summary: pd.DataFrame) -> pd.DataFrame:
-    """Mean primary score and prefill speedup over the tasks each model x method x ratio ran on;
-    tasks whose primary metrics go opposite ways (accuracy, WER) are averaged apart."""
+    """Mean primary score and prefill speedup per model x method x ratio over the same tasks for
+    every method: those every method of the model ran (``common_tasks``), so that no method's
+    average leaves out a hard task another's includes. Tasks whose primary metrics go opposite ways
+    (accuracy, WER) are averaged apart."""
+    summary = summary[[task in common_tasks(summary, model, higher)
+                       for model, task, higher in zip(summary["model"], summary["task"], summary["higher_is_better"])]]
     grouped = summary.groupby(["model", "method", "ratio", "higher_is_better"], sort=True)
     average = grouped.agg(score=("score", "mean"), tasks=("task", "nunique"), prefill_ms_median=("prefill_ms_median", "mean"),
-                          prefill_speedup=("prefill_speedup", "mean"))
+                          prefill_speedup=("prefill_speedup", "mean"), samples=("samples", "sum"))
     return average.reset_index()
 
 
+def common_tasks(summary: pd.DataFrame, model: str, higher_is_better: bool) -> set[str]:
+    """The tasks (of one model and metric direction) that every method ran, the baseline included."""
+    rows = summary[(summary["model"] == model) & (summary["higher_is_better"] == higher_is_better)]
+    per_method = [set(group["task"]) for _, group in rows.groupby("method")]
+    return set.intersection(*per_method) if per_method else set()
+
+
 def task_averages(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """``task_average`` split by metric direction, each with its title ("Task average", with its
-    direction when the tasks' primary metrics go both ways)."""
+    """``task_average`` split by metric direction (of one model's summary), each with its title:
+    how many tasks it averages, and those it leaves out because not every method ran them."""
     average = task_average(summary)
     mixed = average["higher_is_better"].nunique() > 1
-    return [
-        (f"Task average, {direction(higher)}" if mixed else "Task average", rows)
-        for higher, rows in average.groupby("higher_is_better", sort=False)
-    ]
+    titled = []
+    for higher, rows in average.groupby("higher_is_better", sort=False):
+        model = rows["model"].iloc[0]
+        common = common_tasks(summary, model, higher)
+        all_tasks = set(summary.loc[(summary["model"] == model) & (summary["higher_is_better"] == higher), "task"])
+        tasks = "the task" if len(common) == 1 else f"the {len(common)} tasks"
+        title = f"Average over {tasks} every method ran" + (f", {direction(higher)}" if mixed else "")
+        left_out = sorted(all_tasks - common)
+        if left_out:
+            title += f" ({', '.join(left_out)} left out: not every method ran {'it' if len(left_out) == 1 else 'them'})"
+        titled.append((title, rows))
+    return titled
 
 
 def direction(higher_is_better: bool) -> str:

@@ -1,0 +1,194 @@
+"""What a run's results depend on, so that a results folder never passes one configuration's
+results off as another's.
+
+A run (one sample under one method at one ratio) is identified by
+
+* ``settings_id``, per model x task: the model's fingerprint (a Hugging Face id and the revision its
+  files come from, or a digest of a local folder's files), the weights' dtype, the attention
+  backend, the generation settings (new tokens, greedy), the protocol, the long-audio policy and the
+  task's resolved config;
+* ``method_id``: the method's full spec, every parameter of every press (its layer included), not
+  just the label it is shown under;
+* ``sample_id`` and ``input_hash``: the prompt's text and each audio file's content (a digest,
+  cached by path, size and modification time in ``audio-digests.json``);
+* the ratio.
+
+A sweep writes its ``SweepPlan`` (all of the above for everything the configuration asks for) to
+``plan.json`` when it starts. The next start in the same folder compares its plan with it: settings
+that differ are refused (``differences``), while new methods, ratios, tasks or samples extend the
+folder, and samples whose audio or prompt changed simply run again. Summaries read the plan and
+summarise exactly the runs it asks for (``SweepPlan.select``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import transformers
+
+PLAN_FILE = "plan.json"
+DIGESTS_FILE = "audio-digests.json"
+HASHED_FILE_BYTES = 64 * 2**20  # local model files up to this size are digested by content
+_CHUNK = 2**20
+
+
+def digest(value) -> str:
+    """A short stable digest of a JSON-able value."""
+    text = json.dumps(value, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    hasher = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(_CHUNK), b""):
+            hasher.update(block)
+    return hasher.hexdigest()
+
+
+def model_fingerprint(path: str, trust_remote_code: bool = False) -> str:
+    """What a model's outputs depend on besides the settings: for a local folder, a digest of its
+    files (weights, configs, tokenizer, processor, chat template; files over 64 MiB by size and
+    modification time, the others by content); for a Hugging Face id, the id and the revision
+    (commit) its files come from."""
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        files = []
+        for file in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")):
+            stat = file.stat()
+            content = file_digest(file) if stat.st_size <= HASHED_FILE_BYTES else f"{stat.st_size}:{stat.st_mtime_ns}"
+            files.append((str(file.relative_to(folder)), content))
+        return f"local:{digest(files)}"
+    config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    revision = getattr(config, "_commit_hash", None) or f"config {digest(config.to_dict())}"
+    return f"hub:{path}@{revision}"
+
+
+class AudioDigests:
+    """Content digests of audio files, remembered by (path, size, modification time) in the results
+    folder, so that a resumed sweep reads each file once more only if it changed."""
+
+    def __init__(self, out_dir: Path):
+        self.path = Path(out_dir) / DIGESTS_FILE
+        try:
+            self._known = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            self._known = {}
+        self._changed = False
+
+    def __call__(self, file: Path) -> str:
+        file = Path(file).resolve()
+        try:
+            stat = file.stat()
+        except OSError:
+            return "missing"  # the run records the error when it tries to read it
+        key = f"{file}|{stat.st_size}|{stat.st_mtime_ns}"
+        if key not in self._known:
+            self._known[key] = file_digest(file)
+            self._changed = True
+        return self._known[key]
+
+    def save(self) -> None:
+        if self._changed:
+            _write_json(self.path, self._known)
+            self._changed = False
+
+
+def input_hash(prompt: str, audio_digests: list[str]) -> str:
+    """The prompt's text and the content of its audio files, in order."""
+    return digest([prompt, audio_digests])
+
+
+@dataclass
+class SweepPlan:
+    """Everything a sweep configuration asks for, with what the results depend on."""
+
+    #: folder-wide settings that change outputs (a difference is refused)
+    settings: dict
+    models: dict[str, str]  # model name -> fingerprint
+    tasks: dict[str, dict]  # task name -> its resolved config
+    methods: dict[str, dict]  # method_id -> {label, spec, layer}
+    runs: list[tuple[str, float]]  # (method_id, ratio), the baseline included
+    settings_ids: dict[str, dict[str, str]]  # model -> task -> settings_id
+    samples: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> sample_id -> input_hash
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, values: dict) -> "SweepPlan":
+        values = dict(values)
+        values["runs"] = [(m, float(r)) for m, r in values["runs"]]
+        return cls(**values)
+
+    def select(self, rows: list[dict]) -> list[dict]:
+        """The rows of the runs this plan asks for: its models, tasks, methods x ratios and samples,
+        with the settings and inputs it has now."""
+        runs = {(m, round(r, 6)) for m, r in self.runs}
+        kept = []
+        for row in rows:
+            model, task = row.get("model"), row.get("task")
+            if (row.get("method_id"), round(float(row.get("ratio", -1)), 6)) not in runs:
+                continue
+            if self.settings_ids.get(model, {}).get(task) != row.get("settings_id"):
+                continue
+            if self.samples.get(task, {}).get(row.get("sample_id")) != row.get("input_hash"):
+                continue
+            kept.append(row)
+        return kept
+
+    def differences(self, recorded: "SweepPlan") -> list[str]:
+        """The settings of ``recorded`` (an earlier start in the same folder) that this plan changes:
+        folder-wide settings, and the models and tasks both name. Each says what it was and is."""
+        found = [
+            f"{name}: {_shown(recorded.settings.get(name))} before, {_shown(value)} now"
+            for name, value in self.settings.items() if recorded.settings.get(name) != value
+        ]
+        for model in sorted(set(self.models) & set(recorded.models)):
+            if self.models[model] != recorded.models[model]:
+                found.append(f"model {model}: its files or revision changed ({recorded.models[model]} before, {self.models[model]} now)")
+        for task in sorted(set(self.tasks) & set(recorded.tasks)):
+            before, now = recorded.tasks[task], self.tasks[task]
+            changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+            if changed:
+                found.append(f"task {task}: its config changed ({', '.join(changed)})")
+        return found
+
+    def changed_samples(self, recorded: "SweepPlan") -> int:
+        """Samples both plans hold whose prompt or audio changed since ``recorded``: they run again."""
+        return sum(
+            1 for task, samples in self.samples.items() for sample_id, hashed in samples.items()
+            if recorded.samples.get(task, {}).get(sample_id, hashed) != hashed
+        )
+
+
+def _shown(value) -> str:
+    return "unset" if value is None else str(value)
+
+
+def read_plan(out_dir: Path | str) -> SweepPlan | None:
+    path = Path(out_dir) / PLAN_FILE
+    if not path.exists():
+        return None
+    try:
+        return SweepPlan.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"{path} is unreadable ({error}); it records what the folder's sweep asked for: rerun the sweep with "
+            "--overwrite, or summarise every result with `kvprune report --all`."
+        ) from None
+
+
+def write_plan(out_dir: Path, plan: SweepPlan) -> None:
+    _write_json(Path(out_dir) / PLAN_FILE, plan.to_json())
+
+
+def _write_json(path: Path, value) -> None:
+    """Write ``value`` whole or not at all (a temporary file, then a rename)."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(value, indent=1, default=str), encoding="utf-8")
+    os.replace(temporary, path)
