@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .audio import SAMPLING_RATE
+from .audio import SAMPLING_RATE, duration_seconds
 
 POLICIES = ("split", "truncate", "error")
 DEFAULT_POLICY = "split"
@@ -106,5 +106,26 @@ def received_seconds(family, config, waves: list[np.ndarray], audio_tokens: int,
     raise LongAudioError(
         f"the processor gave {audio_tokens} audio tokens for {sent:.1f} s of audio, where {family.display_name} "
         f"makes {expected}: it cut the audio to about {received:.1f} s. Set the long-audio policy to 'truncate' "
-        "to accept that, or 'split' with a shorter clip length."
+        "to accept that."
+    )
+
+
+def model_inputs(loaded, waves: list[np.ndarray], prompt: str, policy: str) -> dict:
+    """A prompt's model inputs (``inputs``) with ``waves`` fitted to what ``loaded`` (a
+    ``LoadedModel``) takes under ``policy``, and what a result row records about its audio: the
+    seconds of the files, the seconds the model received, the clips it got, what was done to fit
+    them (``long_audio``; None: nothing) and the audio tokens."""
+    family = loaded.family
+    fitted = fit_clips(waves, family.max_clip_seconds, policy, family.display_name)
+    config = family.entry(loaded.model).config
+    with whole_clips(loaded.processor, family, config, fitted.waves):
+        inputs = loaded.build_inputs(fitted.waves, prompt)
+    tokens = loaded.audio_tokens(inputs["input_ids"])
+    received = received_seconds(family, config, fitted.waves, tokens, truncate_ok=policy == "truncate")
+    sent, note = duration_seconds(fitted.waves), fitted.note
+    if received < sent:
+        note = "; ".join(filter(None, [note, f"the processor kept about {received:.1f} of {sent:.1f} s"]))
+    return dict(
+        inputs=inputs, audio_seconds=duration_seconds(waves), audio_seconds_received=round(received, 3),
+        audio_clips=len(fitted.waves), long_audio=note, audio_tokens=tokens,
     )

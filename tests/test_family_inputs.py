@@ -9,43 +9,17 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
-from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast, Qwen2AudioProcessor, WhisperFeatureExtractor
 
 from kvprune import FastVPress
-from kvprune.models import AERO, QWEN2_AUDIO, VOXTRAL, tiny
+from kvprune.models import AERO, QWEN2_AUDIO, VOXTRAL
 from kvprune.models.loading import ModelLoadError, load_model
 from kvprune.models.prompting import SAMPLING_RATE, split_chunks, wav_bytes
-
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<unk>"]
-WORDS = "system user assistant You are a helpful . Audio 1 2 : What is heard ? A B C D".split()
-MELS = tiny.MELS
-
-
-def _tokenizer() -> PreTrainedTokenizerFast:
-    vocab = {token: i for i, token in enumerate(SPECIAL + sorted(set(WORDS)))}
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(), pre_tokenizers.Punctuation()])
-    core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL])
-    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<|endoftext|>", eos_token="<|im_end|>")
-
+from tiny_checkpoints import MELS, qwen2_audio_checkpoint
 
 @pytest.fixture(scope="module")
 def qwen2_audio_dir(tmp_path_factory):
     """A tiny Qwen2-Audio checkpoint with its real processor class, written by save_pretrained."""
-    tokenizer = _tokenizer()
-    processor = Qwen2AudioProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=MELS), tokenizer=tokenizer)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL}
-    config = QWEN2_AUDIO.tiny_config(
-        audio_config=dict(max_source_positions=1500),  # the processor's 30 s chunks of 3000 frames
-        text_config=dict(vocab_size=len(tokenizer), pad_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"]),
-        audio_token_index=ids["<|AUDIO|>"],
-    )
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("qwen2_audio")
-    QWEN2_AUDIO.build(config).save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return qwen2_audio_checkpoint(tmp_path_factory.mktemp("qwen2_audio"))
 
 
 def _wave(seconds: float, seed: int = 0) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Accuracy against pruning ratio and against prefill latency, per task and averaged over tasks.
 
-Every method stays visible when methods tie: each has its own colour, marker and line style, and
-its points are shifted sideways by a hair in the score-vs-ratio figure. Each method's line starts
+Every method stays visible when methods tie: each has its own colour, marker and line style, lines
+drawn first are wider (a tied later line shows inside an earlier one), and in the score-vs-ratio
+figure each method's points are shifted sideways by a hair. Each method's line starts
 at ratio 0 from the unpruned score. Each figure has one legend, for all of its panels (its labels
 are also stored in the PNG's ``Legend`` text field, for tools and tests). Panels say how many
 samples each point averages; the task average covers only the tasks every method ran. In the
@@ -51,12 +52,14 @@ def plot_summary(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
 
 
 def _styles(frame: pd.DataFrame) -> dict[str, dict]:
-    """Colour, marker, line style and sideways offset of each method, the same in every panel."""
+    """Colour, marker, line style, width and sideways offset of each method, the same in every
+    panel; methods are drawn in this order, the first widest."""
     methods = sorted(m for m in frame["method"].unique() if m != BASELINE)
-    middle = (len(methods) - 1) / 2
+    middle, last = (len(methods) - 1) / 2, max(len(methods) - 1, 1)
     return {
         method: dict(color=plt.get_cmap("tab10")(i % 10), marker=MARKERS[i % len(MARKERS)],
-                     linestyle=LINESTYLES[i % len(LINESTYLES)], offset=(i - middle) * OFFSET)
+                     linestyle=LINESTYLES[i % len(LINESTYLES)], offset=(i - middle) * OFFSET,
+                     width=1.2 + 2.0 * (last - i) / last, size=4 + 4 * (last - i) / last)
         for i, method in enumerate(methods)
     }
 
@@ -97,7 +100,7 @@ def _figure(panels, model, path: Path, draw, styles: dict, note: str | None = No
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.remove()
-    legend = _legend_entries(fig)
+    legend = _legend_entries(fig, order=list(styles))
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), frameon=False)
     fig.suptitle(Path(str(model)).name + (f"\n{note}" if note else ""))
     fig.tight_layout(rect=(0, 0.06 + 0.03 * (len(legend) > 6), 1, 0.94 if note else 0.96))
@@ -106,13 +109,15 @@ def _figure(panels, model, path: Path, draw, styles: dict, note: str | None = No
     return path
 
 
-def _legend_entries(fig) -> dict:
-    """One entry per label over all panels: a method run on one task only still gets one."""
+def _legend_entries(fig, order: list[str]) -> dict:
+    """One entry per label over all panels (a method run on one task only still gets one): the
+    methods in ``order``, then the rest (unpruned, the Pareto front)."""
     entries = {}
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
-    return entries
+    rank = {label: i for i, label in enumerate(order)}
+    return dict(sorted(entries.items(), key=lambda entry: rank.get(entry[0], len(rank))))
 
 
 def _score_vs_ratio(ax, frame: pd.DataFrame, styles) -> None:
@@ -125,7 +130,7 @@ def _score_vs_ratio(ax, frame: pd.DataFrame, styles) -> None:
             ratios, scores = [0.0, *ratios], [start, *scores]
         style = styles[method]
         ax.plot([r + style["offset"] for r in ratios], scores, color=style["color"], marker=style["marker"],
-                linestyle=style["linestyle"], markersize=5, linewidth=1.4, alpha=0.9, label=method)
+                linestyle=style["linestyle"], markersize=style["size"], linewidth=style["width"], label=method)
     if start is not None:
         ax.axhline(start, color="black", linestyle=":", linewidth=1, label=UNPRUNED)
     ax.set_xlabel("pruning ratio (fraction of audio tokens removed)")
@@ -137,8 +142,8 @@ def _score_vs_prefill(ax, frame: pd.DataFrame, styles) -> None:
         rows = rows.sort_values("ratio")
         x, y = rows["prefill_ms_median"], rows["score"]
         spread = _spread(rows)
-        ax.errorbar(x, y, xerr=spread, fmt=style["marker"], color=style["color"], markersize=5, elinewidth=0.8,
-                    capsize=2, alpha=0.9, label=method)
+        ax.errorbar(x, y, xerr=spread, fmt=style["marker"], color=style["color"], markersize=style["size"], elinewidth=0.8,
+                    capsize=2, label=method)
         for px, py, ratio in zip(x, y, rows["ratio"]):
             if pd.notna(px) and pd.notna(py):
                 ax.annotate(ratio_text(ratio), (px, py), textcoords="offset points", xytext=(4, 3), fontsize=7,

@@ -38,9 +38,9 @@ from kvprune.engine import validate_press
 from kvprune.models.loading import LoadedModel, family_of_checkpoint, load_model
 from kvprune.press import Press
 
-from ..audio import duration_seconds, load_audio
+from ..audio import load_audio
 from ..demo import DEMO, DEMO_MODEL_DIR
-from ..long_audio import fit_clips, received_seconds, whole_clips
+from ..long_audio import model_inputs
 from ..tasks.task import Sample, Task, get_task
 from ..timing import timed_generate
 from .config import BASELINE, SweepConfig, SweepConfigError
@@ -388,22 +388,8 @@ class SweepRunner:
     def _prepare(self, loaded: LoadedModel, task: Task, sample: Sample, prompt: str) -> dict:
         """The model inputs of a sample, its audio fitted to what the model takes (the task's
         long-audio policy), with how much audio the model received."""
-        policy = self.config.long_audio_policy(task.name)
         waves = [load_audio(path) for path in sample.audio]
-        fitted = fit_clips(waves, loaded.family.max_clip_seconds, policy, loaded.family.display_name)
-        config = loaded.family.entry(loaded.model).config
-        with whole_clips(loaded.processor, loaded.family, config, fitted.waves):
-            inputs = loaded.build_inputs(fitted.waves, prompt)
-        tokens = loaded.audio_tokens(inputs["input_ids"])
-        received = received_seconds(loaded.family, config, fitted.waves, tokens, truncate_ok=policy == "truncate")
-        note = fitted.note
-        sent = duration_seconds(fitted.waves)
-        if received < sent:
-            note = "; ".join(filter(None, [note, f"the processor kept about {received:.1f} of {sent:.1f} s"]))
-        return dict(
-            inputs=inputs, audio_seconds=duration_seconds(waves), audio_seconds_received=round(received, 3),
-            audio_clips=len(fitted.waves), long_audio=note, audio_tokens=tokens,
-        )
+        return model_inputs(loaded, waves, prompt, self.config.long_audio_policy(task.name))
 
     def _generate(self, loaded: LoadedModel, task: Task, inputs: dict, press: Press | None) -> dict:
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)

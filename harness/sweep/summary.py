@@ -29,6 +29,7 @@ from .store import read_rows, recorded_tasks, unique_runs
 GROUP = ["model", "task", "method", "layer", "method_id", "settings_id", "ratio"]
 MS = 1000.0
 MIB = 2**20
+AUDIO_FIELDS = ["audio_seconds", "audio_tokens", "kept_tokens"]
 MIN_PAIRS = 3  # timed samples a speedup needs before it can stand out of the noise
 
 
@@ -55,7 +56,8 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     """The summary table of a results table (as ``read_results`` returns it). ``tasks``: the tasks
     by name as they ran (``recorded_tasks``); a name missing there is looked up with ``get_task``."""
     tasks = tasks or {}
-    results = results.reindex(columns=list(dict.fromkeys([*results.columns, *GROUP])))  # older folders lack some
+    # older folders lack some identity fields; a sample whose audio failed to load has no audio fields
+    results = results.reindex(columns=list(dict.fromkeys([*results.columns, *GROUP, *AUDIO_FIELDS])))
     rows = []
     for (model, task_name, method, layer, method_id, settings_id, ratio), group in results.groupby(GROUP, sort=True, dropna=False):
         task = tasks[task_name] if task_name in tasks else get_task(task_name)
@@ -150,7 +152,7 @@ def distinguish_labels(summary: pd.DataFrame) -> pd.DataFrame:
         specs = summary.loc[rows, ["layer", "method_id"]].drop_duplicates()
         by_layer = specs["layer"].nunique(dropna=False) == len(specs)  # each layer one spec: the layer tells them apart
         summary.loc[rows, "method"] = [
-            f"{label} (layer {layer})" if by_layer else f"{label} ({method_id[:8]})"
+            f"{label} (layer {layer:.0f})" if by_layer else f"{label} ({method_id[:8]})"
             for layer, method_id in zip(summary.loc[rows, "layer"], summary.loc[rows, "method_id"])
         ]
     return summary
@@ -160,7 +162,9 @@ def failures(results: pd.DataFrame) -> tuple[int, int, list[tuple[int, str]]]:
     """(failed runs, all runs, and per kind of error, most frequent first: how many and one message)."""
     errors = results["error"].dropna() if "error" in results else pd.Series(dtype=object)
     kinds = []
-    for _, messages in errors.groupby(errors.str.split(":").str[0], sort=False):
+    # one kind per message once file paths and numbers are blanked out: the same failure on other samples
+    shape = errors.str.replace(r"\S*[/\\]\S*", "<path>", regex=True).str.replace(r"\d+(\.\d+)?", "<n>", regex=True)
+    for _, messages in errors.groupby(shape, sort=False):
         example = messages.iloc[0]
         kinds.append((len(messages), example if len(example) <= 200 else example[:199] + "…"))
     return len(errors), len(results), sorted(kinds, key=lambda kind: -kind[0])
