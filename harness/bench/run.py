@@ -23,6 +23,7 @@ from kvprune.ratios import keep_count
 
 from .config import BenchConfig
 from .measure import Meter, RequestTiming, layers_run, logits_rows, median_timing
+from .memory import check_fits
 from .presets import PRESETS, Preset, Prompt, check_weights
 from .report import GIB, IDEAL, UNPRUNED, bench_frame, write_report
 from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms, press_scoring_ms
@@ -68,6 +69,7 @@ def run_presets(config: BenchConfig) -> pd.DataFrame:
     run = _Run(config)
     meta = _environment(config, run)
     try:
+        check_fits(config, run.device, run.dtype)
         for name in config.presets:
             _bench_preset(run, PRESETS.get(name))
             if config.out is not None:

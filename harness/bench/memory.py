@@ -1,0 +1,85 @@
+"""Whether a bench preset fits the device, worked out before anything is built.
+
+A 7B preset on a CPU used to be killed by the kernel after a minute and a half, with no message.
+``check_fits`` refuses it up front with an estimate of what it needs: the weights (the model built on
+the meta device, where nothing is allocated, counted in the bench dtype), the KV cache of the longest
+prompt, and the prefill's transient activations (hidden states, MLP intermediates, one layer's keys
+and values and the audio encoder's output), with a 20% margin for the allocator and the framework.
+It is an estimate, not a measurement: a preset close to the limit may still fail, as a row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psutil
+import torch
+
+from .presets import PRESETS, TEXT_AFTER, TEXT_BEFORE, Preset
+
+GIB = 2**30
+MARGIN = 1.2
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes one preset needs at one audio length."""
+
+    weights: int
+    kv_cache: int
+    activations: int
+
+    @property
+    def total(self) -> int:
+        return int(MARGIN * (self.weights + self.kv_cache + self.activations))
+
+    def describe(self) -> str:
+        return (f"about {self.total / GIB:.1f} GiB: weights {self.weights / GIB:.1f}, KV cache {self.kv_cache / GIB:.1f}, "
+                f"activations {self.activations / GIB:.1f}, plus {MARGIN - 1:.0%}")
+
+
+def estimate(preset: Preset, seconds: float, dtype: torch.dtype, decode_tokens: int = 0) -> MemoryEstimate:
+    """What ``preset`` needs for one prompt of ``seconds`` of audio in ``dtype``."""
+    with torch.device("meta"):
+        model = preset.family.build(preset.config(), dtype=dtype)
+    size = torch.tensor([], dtype=dtype).element_size()
+    weights = sum(p.numel() for p in model.parameters()) * size
+    config, audio = model.config, preset.family.audio_format
+    audio_tokens = audio.tokens(config, audio.frames(config, seconds))
+    tokens = TEXT_BEFORE + TEXT_AFTER + len(audio.placeholders(config, 0, audio_tokens)) + decode_tokens  # markers too
+    text = preset.family.decoder(model).config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    per_token_layer = 2 * text.num_key_value_heads * head_dim * size  # keys and values
+    kv_cache = text.num_hidden_layers * tokens * per_token_layer
+    activations = tokens * size * (4 * text.hidden_size + 3 * text.intermediate_size + text.vocab_size // 8) \
+        + tokens * per_token_layer
+    return MemoryEstimate(weights, kv_cache, activations)
+
+
+def available_bytes(device: torch.device) -> int | None:
+    """Memory free for the bench on ``device`` now (None: unknown)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        return psutil.virtual_memory().available
+    return None
+
+
+def check_fits(config, device: torch.device, dtype: torch.dtype) -> None:
+    """Refuse a bench whose largest preset x audio length cannot fit ``device``, naming the estimate."""
+    available = available_bytes(device)
+    if available is None:
+        return
+    longest = max(config.audio_seconds)
+    for name in config.presets:
+        try:
+            needed = estimate(PRESETS.get(name), longest, dtype, config.decode_tokens)
+        except Exception:  # a preset that cannot even be laid out fails when it is built, as a row
+            continue
+        if needed.total > available:
+            raise ValueError(
+                f"preset {name} at {longest:g} s of audio needs {needed.describe()} ({dtype}), but {device} has "
+                f"{available / GIB:.1f} GiB free: it would not fit (on a CPU the system would kill it). Run it on a "
+                "GPU with enough memory (--device cuda), or take a smaller preset (tiny-* run on a CPU) or shorter "
+                "--audio-seconds."
+            )
