@@ -51,3 +51,22 @@ def test_both_commands_refuse_the_same_bad_options(argv, capsys):
     for command in ("sweep", "bench"):
         with pytest.raises(SystemExit):
             parser.parse_args([command, *argv])
+
+
+def test_sweep_help_explains_every_option_with_its_default_and_the_exit_status():
+    parser = build_parser()
+    sweep = parser._subparsers._group_actions[0].choices["sweep"]
+    for action in sweep._actions:
+        if action.dest == "help":
+            continue
+        assert action.help and "default" in action.help, f"--{action.dest} says nothing of its default"
+    methods = next(action for action in sweep._actions if action.dest == "methods")
+    assert "default: every registered token-dropping press (built in: fastv, random, frame, dart)" in methods.help
+    from kvprune.harness.sweep.config import SweepConfig
+    from kvprune.press import list_presses
+
+    assert [m.label for m in SweepConfig().methods] == list_presses(kind="token"), "the help says what the default is"
+    epilog = sweep.epilog
+    for code in ("0 all runs succeeded", "1 some runs failed", "2 the configuration is wrong", "130 interrupted"):
+        assert code in epilog
+    assert "--overwrite" in epilog and "One sweep writes to a folder at a time" in epilog

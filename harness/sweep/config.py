@@ -118,7 +118,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = SWEEP_EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add = parser.add_argument
-    add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it")
+    add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it (default: none)")
     add("--model", help="Hugging Face id or local directory (comma-separated for several); default: demo, the embedded demo model")
     add("--tasks", help="comma-separated task names (see `kvprune tasks`) or task YAML files (paths ending in .yaml); "
         "default with the demo model: its four tasks")
@@ -138,13 +138,14 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
              quiet=False, stock_encoder=False),
         notes=dict(
-            methods="default: every token-dropping press (fastv, random, frame, dart); cache presses run only when named",
+            methods="default: every registered token-dropping press (built in: fastv, random, frame, dart); cache presses "
+            "run only when named",
             ratios="fractions of audio tokens removed, in [0, 1); sorted, repeats dropped; default 0.1..0.9",
-            out="results folder; rerunning the same command resumes it (default: kvprune-results, the demo's kvprune-results/demo)",
+            out="rerunning the same command resumes it (default: kvprune-results; the demo's: kvprune-results/demo)",
             device="ignored with --device-map",
             dtype="default: auto, the dtype the checkpoint was saved in",
-            attn_implementation="sdpa (default), eager or flash_attention_2; pruning works under all three",
-            quiet="no progress bars (default: progress bars)",
+            attn_implementation="default: sdpa; pruning works under all three",
+            quiet="default: progress bars",
             stock_encoder="default: the fast encoder",
         ),
     )
