@@ -270,3 +270,11 @@ def test_runs_jsonl_records_the_identity_of_each_start(data_root, tmp_path):
     assert run["model_fingerprint"].startswith("local:")
     (method,) = run["methods"].values()
     assert method["label"] == "fastv" and method["layer"] == 3 and method["spec"] == "FastVPress(ratio=0.0, layer=3)"
+
+
+def test_ratio_lists_are_sorted_without_repeats_and_ranges_may_run_down(data_root):
+    from kvprune.harness.sweep.config import SweepConfig
+
+    build = lambda ratios: SweepConfig.build(models="demo", tasks="had", methods="frame", data_root=data_root, ratios=ratios).ratios
+    assert build("0.5,0.5,0.3") == [0.3, 0.5]
+    assert build("0.9..0.7") == build("0.7..0.9") == [0.7, 0.8, 0.9]

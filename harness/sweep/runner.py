@@ -203,9 +203,9 @@ class SweepRunner:
             if lock.taken_over:
                 self.notes.append(f"took over the lock left by a sweep that no longer runs (pid {lock.taken_over.get('pid')}, "
                                   f"started {lock.taken_over.get('started')}); its results so far are kept.")
+            self._check_methods(self.config.models)
             self._digests = AudioDigests(out)
             self.plan = self._build_plan(self._digests)
-            self._check_methods(self.config.models)
             self._check_recorded(self.plan)
             _barrier()
             self.store = ResultStore(out, self.rank, self.world_size)
