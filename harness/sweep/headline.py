@@ -59,7 +59,7 @@ def headline_text(summary: pd.DataFrame) -> str:
         name = f"{model} / {task}" if models else task
         lines.append(_title(name, rows, baseline))
         label_width = max([len("prefill") + 2, *(len(m) for m in rows["method"])]) + 1
-        width = max(7, *(len(speedup_text(v, True)) + 1 for v in rows["prefill_speedup"]))
+        width = max([7, *(len(speedup_text(v, True)) + 1 for v in rows["prefill_speedup"])])
         lines.append(f"  {'ratio':<{label_width}}{'':9}" + "".join(f"{ratio_text(r):>{width}}" for r in ratios))
         for method, group in rows.groupby("method", sort=True):
             at = {r: row for r, row in zip(group["ratio"], group.to_dict("records"))}
