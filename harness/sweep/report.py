@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from .config import BASELINE
-from .headline import NOISE_NOTE, headline_markdown, noise_share, ratio_text, score_text, speedup_text
+from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .plots import plot_summary, slug
 from .store import read_runs, recorded_tasks
 from .summary import direction, failures, folder_results, summarize, task_averages
@@ -127,7 +127,7 @@ def timing_note(summary: pd.DataFrame) -> str:
         return (f"**Timings are noise-level here**: {share:.0%} of the pruned runs' prefill speedups are within the "
                 "timing noise (marked ~). Scores are what this sweep measures; for speed, time real model shapes on a "
                 "GPU with `kvprune bench`.\n")
-    return f"Speedups marked ~ ({share:.0%} of the pruned runs) are within the timing noise. {NOISE_NOTE}.\n"
+    return f"{share:.0%} of the pruned runs' prefill speedups are within the timing noise (marked ~).\n"
 
 
 def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None) -> Path:
