@@ -15,7 +15,7 @@ from kvprune.harness.cli import main
 from kvprune.harness.demo import DEMO_MODEL_DIR
 from kvprune.harness.long_audio import LongAudioError, fit_clips, model_inputs, received_seconds
 from kvprune.harness.sweep.store import read_rows
-from kvprune.models import QWEN2_5_OMNI, QWEN2_AUDIO
+from kvprune.models import QWEN2_5_OMNI
 from kvprune.models.loading import load_model
 from kvprune.ratios import keep_count
 from tiny_checkpoints import qwen2_audio_checkpoint
