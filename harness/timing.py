@@ -74,12 +74,14 @@ def timed_generate(generator: nn.Module, inputs: dict, **generate_kwargs) -> tup
     clock = Clock(device)
     marks: dict = {}
 
-    def after_forward(module, args, output):
-        if "prefill_end" not in marks:
-            marks["prefill_end"] = clock.mark()
-            marks["kv_bytes"] = kv_cache_bytes(output_cache(output))
+    def after_prefill(module, args, output):
+        marks["prefill_end"] = clock.mark()
+        marks["kv_bytes"] = kv_cache_bytes(output_cache(output))
+        # gone before the first decoding step: generate may compile those calls (static cache), and a
+        # hook that records CUDA events must not be traced into the compiled graph
+        handle.remove()
 
-    handle = generator.register_forward_hook(after_forward)
+    handle = generator.register_forward_hook(after_prefill)
     clock.sync()
     if clock.cuda:
         torch.cuda.reset_peak_memory_stats(device)
