@@ -113,7 +113,9 @@ def _slot_columns(slots: SlotMap, prompt_len: int, room: int) -> SlotMap:
 def is_static(cache) -> bool:
     """Whether ``cache`` is a static cache (stock or adopted): layers of fixed length once filled."""
     layers = getattr(cache, "layers", None)
-    return bool(layers) and isinstance(layers[0], StaticLayer)
+    # len(), not bool(): torch 2.11's dynamo cannot trace bool() of a list, and this runs in every
+    # compiled decoding step (a graph break there costs a recompile per layer)
+    return layers is not None and len(layers) > 0 and isinstance(layers[0], StaticLayer)
 
 
 def is_frozen(cache) -> bool:
