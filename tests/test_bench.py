@@ -19,7 +19,7 @@ from kvprune import DARTPress, FastVPress
 from kvprune.ratios import keep_count
 from kvprune.models import list_families
 
-PRESETS = [family.tiny_preset for family in list_families()]
+PRESETS = [family.tiny_preset for family in list_families() if family.available]
 SECONDS = [1.0, 2.5]
 METHODS = ["fastv", "random", "frame", "dart"]
 RATIOS = [0.0, 0.5]

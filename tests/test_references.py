@@ -16,13 +16,16 @@ ROWS = [
     [("text", 6), ("audio", 12), ("text", 2)],
 ]
 # where each family keeps its final norm (written out here, not taken from kvprune);
-# transformers < 5.2x keeps the Omni thinker's text model at .model, later ones at .model.language_model
+# transformers < 5.2x keeps the Omni thinkers' text model at .model, later ones at .model.language_model
 FINAL_NORM = {
     "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
     "phi4_multimodal": lambda m: m.model.norm,
     "voxtral": lambda m: m.model.language_model.norm,
     "aero": lambda m: m.language_model.model.norm,
     "qwen2_audio": lambda m: m.model.language_model.norm,
+    "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
+    "audioflamingo3": lambda m: m.model.language_model.norm,
+    "granite_speech": lambda m: m.model.language_model.norm,
 }
 DECODER_LAYERS = {
     "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
@@ -30,6 +33,9 @@ DECODER_LAYERS = {
     "voxtral": lambda m: m.model.language_model.layers,
     "aero": lambda m: m.language_model.model.layers,
     "qwen2_audio": lambda m: m.model.language_model.layers,
+    "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
+    "audioflamingo3": lambda m: m.model.language_model.layers,
+    "granite_speech": lambda m: m.model.language_model.layers,
 }
 
 

@@ -41,7 +41,9 @@ class TinyModel:
 
     def build(self, attn_implementation: str = "sdpa") -> nn.Module:
         torch.manual_seed(0)
-        return self.family.build(config_for_tests(self.family), attn_implementation=attn_implementation).eval()
+        model = self.family.build(config_for_tests(self.family), attn_implementation=attn_implementation).eval()
+        _spread_key_norms(model)
+        return model
 
     def placeholders(self, n: int) -> list[int]:
         return self.audio.placeholders(self.config, AUDIO, n)
@@ -75,4 +77,15 @@ class TinyModel:
         return dict(input_ids=input_ids, attention_mask=attention_mask, **features)
 
 
-FAMILIES = {family.name: TinyModel(family) for family in list_families()}
+def _spread_key_norms(model: nn.Module) -> None:
+    """Draw the scales of the keys' RMS norms (Qwen3-Omni, Gemma-3n) away from their initial ones:
+    with unit scales every key has the same norm, and KNorm would choose among ties."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".k_norm." in name:
+                parameter.copy_(torch.rand(parameter.shape, generator=generator) + 0.5)
+
+
+#: the families whose classes the installed transformers has (older releases lack some)
+FAMILIES = {family.name: TinyModel(family) for family in list_families() if family.available}

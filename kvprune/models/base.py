@@ -9,6 +9,7 @@ asks the family. The tests, ``kvprune bench`` and the demo build their models fr
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -68,6 +69,29 @@ class ModelFamily:
     #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
     load_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""
+    #: the oldest transformers release whose classes and module layout this declaration matches
+    min_transformers: str = "5.17"
+    #: what the family's processor and encoder do with audio longer than one chunk, in words
+    long_audio: str = "whole"
+    #: the longest clip in seconds the family takes as one audio item (None: no limit), so that callers
+    #: can split or refuse longer audio instead of having it truncated silently
+    max_clip_seconds: float | None = None
+    #: fixed audio tokens per clip, whatever its length (None: ``llm_tokens_per_second`` applies)
+    tokens_per_clip: int | None = None
+
+    @property
+    def available(self) -> bool:
+        """Whether the installed transformers has this family's classes (older ones lack some)."""
+        if _version(transformers.__version__) < _version(self.min_transformers):
+            return False
+        return not isinstance(self.model_class, str) or hasattr(transformers, self.model_class)
+
+    @property
+    def token_rate(self) -> str:
+        """The audio token rate as people read it: per second, or per clip for fixed-size families."""
+        if self.tokens_per_clip is not None:
+            return f"{self.tokens_per_clip} per clip"
+        return f"{self.llm_tokens_per_second:g}/s"
 
     @property
     def architectures(self) -> tuple[str, ...]:
@@ -123,6 +147,11 @@ class ModelFamily:
             f"{self.display_name}: {names} is not set, so the audio placeholder token is unknown. "
             f"Set it from the processor, e.g. `model.config.{self.audio_token_attrs[0]} = processor.audio_token_id`."
         )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a version string; pre-release suffixes ('5.25.0.dev0') are ignored."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def _merged(base: dict, overrides: dict) -> dict:

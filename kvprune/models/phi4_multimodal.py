@@ -70,5 +70,6 @@ PHI4_MULTIMODAL = register_family(
         bench_note="without the speech LoRA adapter real checkpoints run with (that adds compute)",
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
         build_inputs=chat_template_inputs,
+        long_audio="whole (its feature extractor neither chunks nor truncates)",
     )
 )

@@ -145,5 +145,7 @@ QWEN2_5_OMNI = register_family(
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},
         notes="Audio placeholders are framed by audio start/end tokens, which are never pruned.",
+        long_audio="whole, windowed inside the encoder; the checkpoints' feature extractor truncates at 300 s",
+        max_clip_seconds=300.0,
     )
 )
