@@ -9,7 +9,7 @@ import torch
 from helpers import model
 from kvprune.harness.bench_presets import PRESETS, get_preset
 from kvprune.models import QWEN2_5_OMNI, VOXTRAL
-from tiny_models import FAMILIES
+from tiny_models import AUDIO, FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)  # the families the installed transformers has
 TEST_OVERRIDES = {"initializer_range", "text_config.initializer_range"}  # what tiny_models.config_for_tests sets
@@ -48,7 +48,12 @@ def test_every_shape_gives_its_familys_token_rate(preset_name):
     """Two minutes is a whole number of chunks for every config here, real and tiny."""
     preset = get_preset(preset_name)
     config, audio = preset.config(), preset.family.audio_format
-    assert audio.tokens(config, audio.frames(config, 120.0)) == 120 * preset.family.llm_tokens_per_second
+    tokens = audio.tokens(config, audio.frames(config, 120.0))
+    if audio.fixed_tokens(config) is not None:  # Gemma-3n: every clip the same, 30 s at most
+        assert tokens == audio.fixed_tokens(config)
+        assert preset.name.startswith("tiny") or tokens == preset.family.tokens_per_clip
+    else:
+        assert tokens == 120 * preset.family.llm_tokens_per_second
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -62,11 +67,11 @@ def test_format_token_count_is_what_the_tiny_encoder_gives(name, seconds):
     features = tiny.audio.features(tiny.config, [frames], torch.Generator().manual_seed(0))
 
     def forward(count: int):
-        ids = torch.tensor([[11, 12, *tiny.placeholders(count), 13]])
+        ids = torch.tensor([[11, 12, *tiny.audio.placeholders(tiny.config, AUDIO, count), 13]])
         with torch.no_grad():
             return m(input_ids=ids, attention_mask=torch.ones_like(ids), **features)
 
-    assert forward(n).logits.shape[1] == len(tiny.placeholders(n)) + 3
+    assert forward(n).logits.shape[1] == len(tiny.audio.placeholders(tiny.config, AUDIO, n)) + 3
     with pytest.raises((ValueError, RuntimeError)):
         forward(n + 1)
 
@@ -75,7 +80,8 @@ def test_format_token_count_is_what_the_tiny_encoder_gives(name, seconds):
 def test_frames_for_gives_a_clip_of_exactly_the_asked_tokens(name):
     tiny = FAMILIES[name]
     step = 4 if name == "voxtral" else 1  # Voxtral pads audio to whole chunks of 4 tokens here
-    for n in range(step, 70, step):
+    fixed = tiny.audio.fixed_tokens(tiny.config)  # Gemma-3n: every clip has the same count
+    for n in [fixed] if fixed else range(step, 70, step):
         assert tiny.audio.tokens(tiny.config, tiny.audio.frames_for(tiny.config, n)) == n
 
 

@@ -26,6 +26,7 @@ FINAL_NORM = {
     "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
     "audioflamingo3": lambda m: m.model.language_model.norm,
     "granite_speech": lambda m: m.model.language_model.norm,
+    "gemma3n": lambda m: m.model.language_model.norm,
 }
 DECODER_LAYERS = {
     "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
@@ -36,7 +37,16 @@ DECODER_LAYERS = {
     "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
     "audioflamingo3": lambda m: m.model.language_model.layers,
     "granite_speech": lambda m: m.model.language_model.layers,
+    "gemma3n": lambda m: m.model.language_model.layers,
 }
+# a layer's output: a tuple, a tensor, or Gemma-3n's AltUp streams (n, B, S, D) whose first is the main one
+MAIN_STREAM = {"gemma3n": lambda output: output[0]}
+
+
+def _main_stream(family, output):
+    if family in MAIN_STREAM:
+        return MAIN_STREAM[family](output)
+    return output[0] if isinstance(output, tuple) else output
 
 
 def _clips(input_ids_row: torch.Tensor) -> list[list[int]]:
@@ -106,7 +116,7 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
     inputs = FAMILIES[family].inputs(rows)
     captured = {}
     hook = DECODER_LAYERS[family](m)[K - 1].register_forward_hook(
-        lambda module, args, output: captured.setdefault("hidden", output[0] if isinstance(output, tuple) else output)
+        lambda module, args, output: captured.update(hidden=_main_stream(family, output))  # returns None: output kept
     )
     try:
         with torch.no_grad():

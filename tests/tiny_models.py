@@ -1,7 +1,8 @@
 """Tiny random models of every supported family, from the families' own tiny configs, and inputs.
 
 A prompt is described per batch row as segments: ``("text", k)`` for k text tokens or
-``("audio", n)`` for one clip of n audio tokens. ``TinyModel.inputs`` turns such rows into the
+``("audio", n)`` for one clip of n audio tokens (of the family's fixed count where every clip has
+the same, as in Gemma-3n: ``TinyModel.tokens``). ``TinyModel.inputs`` turns such rows into the
 left-padded ``input_ids`` and the family's audio features (its ``AudioFormat``), sized so that the
 audio encoder yields exactly n embeddings per clip.
 """
@@ -45,12 +46,20 @@ class TinyModel:
         _spread_key_norms(model)
         return model
 
+    def tokens(self, n: int) -> int:
+        """The audio tokens of a clip asked to have n: n, or the family's fixed count per clip."""
+        return self.audio.fixed_tokens(self.config) or n
+
     def placeholders(self, n: int) -> list[int]:
-        return self.audio.placeholders(self.config, AUDIO, n)
+        return self.audio.placeholders(self.config, AUDIO, self.tokens(n))
+
+    def audio_tokens(self, row) -> int:
+        """Audio tokens of one row of segments."""
+        return sum(self.tokens(n) for kind, n in row if kind == "audio")
 
     def feature_rows(self, n: int) -> int:
         """Rows on the features' batch axis that one clip of n audio tokens takes."""
-        return len(self.audio.pieces(self.config, self.audio.frames_for(self.config, n)))
+        return len(self.audio.pieces(self.config, self.audio.frames_for(self.config, self.tokens(n))))
 
     def text_ids(self, rows, seed: int = 0) -> list[list[int]]:
         generator = torch.Generator().manual_seed(seed)
@@ -71,7 +80,7 @@ class TinyModel:
         for b, r in enumerate(ids):
             input_ids[b, width - len(r) :] = torch.tensor(r)
             attention_mask[b, width - len(r) :] = 1
-        clips = [self.audio.frames_for(self.config, n) for row in rows for kind, n in row if kind == "audio"]
+        clips = [self.audio.frames_for(self.config, self.tokens(n)) for row in rows for kind, n in row if kind == "audio"]
         generator = torch.Generator().manual_seed(seed + 1)
         features = self.audio.features(self.config, clips, generator) if clips else {}
         return dict(input_ids=input_ids, attention_mask=attention_mask, **features)

@@ -16,11 +16,13 @@ from .qwen2_audio import QWEN2_AUDIO
 from .qwen3_omni import QWEN3_OMNI
 from .audioflamingo3 import AUDIO_FLAMINGO_3
 from .granite_speech import GRANITE_SPEECH
+from .gemma3n import GEMMA3N
 
 __all__ = [
     "AERO",
     "AUDIO_FLAMINGO_3",
     "FAMILIES",
+    "GEMMA3N",
     "GRANITE_SPEECH",
     "PHI4_MULTIMODAL",
     "QWEN2_5_OMNI",

@@ -17,6 +17,7 @@ import torch.nn as nn
 import transformers
 
 from .audio_format import AudioFormat
+from .layer_io import LayerIO
 
 from ..registry import Registry
 
@@ -69,6 +70,10 @@ class ModelFamily:
     #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
     load_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: str = ""
+    #: ``builder(config, **kwargs)`` where ``model_class._from_config`` does not fit (Gemma-3n: no timm vision tower)
+    builder: Callable[..., nn.Module] | None = None
+    #: how its decoder layers take and pass on the token sequence, where that is unusual
+    layer_io: LayerIO = field(default_factory=LayerIO)
     #: the oldest transformers release whose classes and module layout this declaration matches
     min_transformers: str = "5.17"
     #: what the family's processor and encoder do with audio longer than one chunk, in words
@@ -125,6 +130,8 @@ class ModelFamily:
     def build(self, config, **kwargs) -> nn.Module:
         """A model of this family with random weights from ``config``, nothing downloaded; ``kwargs``
         (``dtype``, ``attn_implementation``) go to ``_from_config``."""
+        if self.builder is not None:
+            return self.builder(config, **kwargs)
         return self._model_class()._from_config(config, **kwargs)
 
     def _model_class(self) -> type:
