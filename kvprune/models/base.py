@@ -69,6 +69,9 @@ class ModelFamily:
     load_processor: Callable[..., Any] | None = None
     #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
     load_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: adapter name -> the checkpoint subfolder of a LoRA adapter that ``load_model`` loads (peft) and
+    #: activates when the checkpoint carries it (Phi-4-multimodal's ``speech-lora``)
+    adapters: dict[str, str] = field(default_factory=dict)
     notes: str = ""
     #: ``builder(config, **kwargs)`` where ``model_class._from_config`` does not fit (Gemma-3n: no timm vision tower)
     builder: Callable[..., nn.Module] | None = None

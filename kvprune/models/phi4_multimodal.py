@@ -1,15 +1,39 @@
-"""Phi-4-multimodal. Real checkpoints also need their speech LoRA adapter (peft), which is the
-caller's to load; audio goes in whole."""
+"""Phi-4-multimodal. Its checkpoints keep a speech LoRA adapter in ``speech-lora/``, trained with
+the audio path: ``load_model`` loads and activates it (peft, the ``lora`` extra). Its LoRA layers
+wrap the projections inside the decoder layers kvprune hooks, so pruning works the same with it.
+Audio goes in whole."""
 
 from dataclasses import dataclass
 
 import torch
-from transformers import Phi4MultimodalConfig
+from transformers import AutoProcessor, Phi4MultimodalConfig, Phi4MultimodalProcessor
+from transformers.utils import is_torchvision_available
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .base import ModelFamily, register_family
 from .prompting import chat_template_inputs
+
+
+class AudioOnlyPhi4Processor(Phi4MultimodalProcessor):
+    """``Phi4MultimodalProcessor`` with only its audio feature extractor and tokenizer.
+
+    The stock processor insists on its image processor, which needs torchvision, which kvprune does
+    not depend on. This keeps the standard text and audio path (chat template, ``<|audio|>``
+    expansion, features) and reads the same saved files, ignoring their image part."""
+
+    def __init__(self, audio_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        self.image_token, self.image_token_id = tokenizer.image_token, tokenizer.image_token_id
+        self.audio_token, self.audio_token_id = tokenizer.audio_token, tokenizer.audio_token_id
+        # skip Phi4MultimodalProcessor.__init__, which passes an image processor up
+        super(Phi4MultimodalProcessor, self).__init__(audio_processor, tokenizer, chat_template=chat_template, **kwargs)
+
+
+def load_processor(name_or_path, trust_remote_code: bool = False):
+    """The checkpoint's processor; its audio-only form where torchvision is not installed."""
+    if is_torchvision_available():
+        return AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
+    return AudioOnlyPhi4Processor.from_pretrained(name_or_path)
 
 
 @dataclass(frozen=True)
@@ -68,8 +92,10 @@ PHI4_MULTIMODAL = register_family(
         tiny_preset="tiny-phi4",
         bench_shapes={"phi4-mm": Phi4MultimodalConfig},  # the default config is the released shape
         bench_note="without the speech LoRA adapter real checkpoints run with (that adds compute)",
+        adapters={"speech": "speech-lora"},
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
         build_inputs=chat_template_inputs,
+        load_processor=load_processor,
         long_audio="whole (its feature extractor neither chunks nor truncates)",
     )
 )
