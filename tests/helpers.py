@@ -31,11 +31,12 @@ def cache_of(output):
 def cache_lengths(cache, family: str | None = None) -> list[int]:
     """Cache entries each decoder layer attends to: its own, or for a layer that reuses another
     layer's cache (Gemma-3n's last layers; give the ``family``), that layer's."""
-    sources = {}
-    if family is not None:
-        fam = FAMILIES[family]
-        sources = fam.family.layer_io.kv_sources(fam.config.get_text_config())
-    return [cache.layers[sources.get(j, j)].keys.shape[2] for j in range(len(cache.layers))]
+    if family is None:
+        return [layer.keys.shape[2] for layer in cache.layers]
+    fam = FAMILIES[family]
+    sources = fam.family.layer_io.kv_sources(fam.config.get_text_config())
+    # transformers 5.2x gives sharing layers an empty cache layer, 5.17 none
+    return [cache.layers[sources.get(j, j)].keys.shape[2] for j in range(n_layers(family))]
 
 
 def n_layers(family: str) -> int:

@@ -22,7 +22,8 @@ def build_inputs(processor, waves, prompt):
             f"Audio Flamingo 3's processor takes one audio per prompt, not {len(waves)}; "
             "join the clips into one waveform or ask about them in separate prompts."
         )
-    return chat_template_inputs(processor, waves, prompt)
+    # its encoder takes whole 30 s windows: a shorter last window is padded, not cut to the longest
+    return chat_template_inputs(processor, waves, prompt, audio_padding="max_length")
 
 
 def _af3_7b() -> AudioFlamingo3Config:

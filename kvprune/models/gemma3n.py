@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
-from transformers import Gemma3nConfig
+from transformers import Gemma3nConfig, Gemma3nProcessor
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
+from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
 from .layer_io import LayerIO
 from .prompting import chat_template_inputs
@@ -34,6 +36,19 @@ from .prompting import chat_template_inputs
 CLIP_TOKENS = 188  # the processor's audio_seq_length and the config's audio_soft_tokens_per_image
 MAX_SECONDS = 30.0  # its feature extractor truncates audio at 480,000 samples
 FRAMES_PER_TOKEN = 16  # two stride-2 convolutions, then every 4th conformer frame
+
+
+class AudioOnlyGemma3nProcessor(AudioOnlyProcessor, Gemma3nProcessor):
+    """``Gemma3nProcessor`` with only its feature extractor and tokenizer (see ``audio_only``): each
+    audio item becomes begin-of-audio, ``audio_seq_length`` placeholders, end-of-audio."""
+
+    token_attributes = ("audio_token", "audio_token_id", "boa_token", "image_token", "image_token_id", "boi_token")
+    image_processor = SimpleNamespace(model_input_names=[])
+
+    def __init__(self, feature_extractor=None, tokenizer=None, chat_template=None, audio_seq_length=CLIP_TOKENS, **kwargs):
+        self.audio_seq_length = audio_seq_length
+        self.full_audio_sequence = f"\n\n{tokenizer.boa_token}{tokenizer.audio_token * audio_seq_length}{tokenizer.eoa_token}\n\n"
+        super().__init__(feature_extractor, tokenizer, chat_template=chat_template, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,7 @@ GEMMA3N = register_family(
         bench_note="every clip is 188 tokens (30 s at most), so its longest input is 30 s; built without its timm vision tower",
         model_types={"gemma3n": "Gemma3nForConditionalGeneration"},
         build_inputs=chat_template_inputs,
+        load_processor=processor_loader(AudioOnlyGemma3nProcessor),
         long_audio="one clip is at most 30 s (its feature extractor truncates); every clip becomes 188 tokens",
         max_clip_seconds=MAX_SECONDS,
         notes=(

@@ -3,24 +3,26 @@ the audio path: ``load_model`` loads and activates it (peft, the ``lora`` extra)
 wrap the projections inside the decoder layers kvprune hooks, so pruning works the same with it.
 Audio goes in whole."""
 
+import math
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoProcessor, Phi4MultimodalConfig, Phi4MultimodalProcessor
-from transformers.utils import is_torchvision_available
+from transformers import Phi4MultimodalConfig, Phi4MultimodalProcessor
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
+from .audio_only import processor_loader
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import SAMPLING_RATE, chat_template_inputs
+
+WINDOW, HOP = 400, 160  # its feature extractor's STFT, in samples
 
 
 class AudioOnlyPhi4Processor(Phi4MultimodalProcessor):
     """``Phi4MultimodalProcessor`` with only its audio feature extractor and tokenizer.
 
-    The stock processor insists on its image processor, which needs torchvision, which kvprune does
-    not depend on. This keeps the standard text and audio path (chat template, ``<|audio|>``
-    expansion, features) and reads the same saved files, ignoring their image part."""
+    Like the ``audio_only`` forms of the Omni processors (its audio part is named ``audio_processor``):
+    the stock one insists on an image processor, which needs torchvision."""
 
     def __init__(self, audio_processor=None, tokenizer=None, chat_template=None, **kwargs):
         self.image_token, self.image_token_id = tokenizer.image_token, tokenizer.image_token_id
@@ -29,21 +31,19 @@ class AudioOnlyPhi4Processor(Phi4MultimodalProcessor):
         super(Phi4MultimodalProcessor, self).__init__(audio_processor, tokenizer, chat_template=chat_template, **kwargs)
 
 
-def load_processor(name_or_path, trust_remote_code: bool = False):
-    """The checkpoint's processor; its audio-only form where torchvision is not installed."""
-    if is_torchvision_available():
-        return AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    return AudioOnlyPhi4Processor.from_pretrained(name_or_path)
-
-
 @dataclass(frozen=True)
 class Phi4Audio(AudioFormat):
-    """100 frames/s reduced 8x by the conformer (12.5 tokens/s); a clip's features are trimmed to a
-    whole number of tokens, whose count goes in as ``audio_embed_sizes``. As the processor does, a
-    padding mask comes only with several clips."""
+    """Its feature extractor's frames (400-sample windows every 160 samples, none partial: 98 per
+    second of 16 kHz audio), reduced 8x by the conformer, a partial group counting whole (12.5
+    tokens/s); a clip's features are padded to a whole number of tokens, whose count goes in as
+    ``audio_embed_sizes``. As the processor does, a padding mask comes only with several clips."""
+
+    def frames(self, config, seconds):
+        samples = round(seconds * SAMPLING_RATE)
+        return max(1, (samples - WINDOW) // HOP + 1)
 
     def piece_tokens(self, config, frames):
-        return max(1, round(frames / config.audio_config.time_reduction))
+        return math.ceil(frames / config.audio_config.time_reduction)
 
     def features(self, config, clip_frames, generator=None):
         audio = config.audio_config
@@ -95,7 +95,7 @@ PHI4_MULTIMODAL = register_family(
         adapters={"speech": "speech-lora"},
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
         build_inputs=chat_template_inputs,
-        load_processor=load_processor,
+        load_processor=processor_loader(AudioOnlyPhi4Processor),
         long_audio="whole (its feature extractor neither chunks nor truncates)",
     )
 )

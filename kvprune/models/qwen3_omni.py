@@ -9,12 +9,13 @@ them like text.
 
 from dataclasses import dataclass
 
-from transformers import Qwen3OmniMoeThinkerConfig
+from transformers import Qwen3OmniMoeProcessor, Qwen3OmniMoeThinkerConfig
 
 from . import tiny
+from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
 from .prompting import chat_template_inputs
-from .qwen2_5_omni import OmniAudio
+from .qwen2_5_omni import OMNI_TOKENS, OmniAudio
 
 TOKENS_PER_CHUNK = 13  # transformers hard-codes it for its 100-frame chunks (n_window=50)
 
@@ -24,6 +25,12 @@ def _conv_tokens(frames: int) -> int:
     for _ in range(3):
         frames = (frames - 1) // 2 + 1
     return frames
+
+
+class AudioOnlyQwen3OmniProcessor(AudioOnlyProcessor, Qwen3OmniMoeProcessor):
+    """``Qwen3OmniMoeProcessor`` with only its feature extractor and tokenizer (see ``audio_only``)."""
+
+    token_attributes = OMNI_TOKENS
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,7 @@ QWEN3_OMNI = register_family(
             "qwen3_omni_moe_thinker": "Qwen3OmniMoeThinkerForConditionalGeneration",
         },
         build_inputs=chat_template_inputs,
+        load_processor=processor_loader(AudioOnlyQwen3OmniProcessor),
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen3OmniMoeForConditionalGeneration": {"enable_audio_output": False}},
         long_audio="whole (no truncation); the encoder convolves 1 s chunks and attends within 8 s windows",
