@@ -3,12 +3,14 @@ from it, and what its AudioFormat promises is what its model's encoder does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from helpers import model
 from kvprune.harness.bench_presets import PRESETS, get_preset
-from kvprune.models import QWEN2_5_OMNI, VOXTRAL
+from kvprune.models import QWEN2_5_OMNI, VOXTRAL, list_families
 from tiny_models import AUDIO, FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)  # the families the installed transformers has
@@ -88,3 +90,15 @@ def test_frames_for_gives_a_clip_of_exactly_the_asked_tokens(name):
 def test_voxtral_refuses_a_clip_between_whole_chunks():
     with pytest.raises(ValueError, match="cannot make a clip of 6 audio tokens.*nearest clips give 4 or 8"):
         VOXTRAL.audio_format.frames_for(FAMILIES["voxtral"].config, 6)
+
+
+def test_every_family_lists_what_the_readme_table_shows():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for family in list_families():
+        listing = family.listing()
+        assert list(listing) == ["family", "classes", "decoder layers", "audio tokens", "long audio", "longest clip", "transformers"]
+        assert all(listing.values()), listing
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {family.display_name}"))
+        assert f"`{listing['decoder layers']}`" in row and listing["audio tokens"] in row, row
+        assert all(f"`{name}`" in row for name in family.architectures), row
+        assert row.rstrip(" |").endswith(family.min_transformers), row

@@ -73,6 +73,11 @@ def checkpoint(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def loaded(checkpoint):
+    return load_model(checkpoint, device="cpu", dtype="float32")
+
+
 def _merged(loaded) -> torch.nn.Module:
     """The base model with each adapted projection's weight replaced by W + scale * B @ A, by hand."""
     merged = _base_model(loaded.processor)
@@ -91,8 +96,7 @@ def _inputs(loaded, seconds=(2.0,)):
     return loaded.build_inputs(waves, "What is heard ?")
 
 
-def test_the_speech_adapter_is_loaded_active_and_wraps_the_decoder_projections(checkpoint):
-    loaded = load_model(checkpoint, device="cpu", dtype="float32")
+def test_the_speech_adapter_is_loaded_active_and_wraps_the_decoder_projections(loaded):
     assert loaded.adapters == ("speech",)
     for layer in PHI4_MULTIMODAL.layers(loaded.model):
         for projection in (layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj):
@@ -106,8 +110,7 @@ def test_the_speech_adapter_is_loaded_active_and_wraps_the_decoder_projections(c
     assert not torch.allclose(logits, base, atol=1e-3), "the adapter changes the outputs"
 
 
-def test_pruning_with_the_adapter_active_equals_pruning_the_merged_model(checkpoint):
-    loaded = load_model(checkpoint, device="cpu", dtype="float32")
+def test_pruning_with_the_adapter_active_equals_pruning_the_merged_model(loaded):
     inputs = _inputs(loaded)
     merged = _merged(loaded)
     press = FastVPress(layer=2)
@@ -124,7 +127,7 @@ def test_pruning_with_the_adapter_active_equals_pruning_the_merged_model(checkpo
     torch.testing.assert_close(pruned, expected, rtol=1e-4, atol=1e-4)
 
 
-def test_a_checkpoint_without_an_adapter_loads_without_one(checkpoint, tmp_path):
+def test_a_checkpoint_without_an_adapter_loads_without_one(tmp_path):
     processor = phi4_processor()
     _base_model(processor).save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)

@@ -101,6 +101,18 @@ class ModelFamily:
             return f"{self.tokens_per_clip} per clip"
         return f"{self.llm_tokens_per_second:g}/s"
 
+    def listing(self) -> dict[str, str]:
+        """What ``kvprune families`` and the README table show of this family, as labelled text."""
+        return {
+            "family": self.display_name,
+            "classes": ", ".join(self.architectures),
+            "decoder layers": f"{self.decoder_paths[0]}.layers",
+            "audio tokens": self.token_rate,
+            "long audio": self.long_audio,
+            "longest clip": "any" if self.max_clip_seconds is None else f"{self.max_clip_seconds:g} s",
+            "transformers": f">= {self.min_transformers}",
+        }
+
     @property
     def architectures(self) -> tuple[str, ...]:
         return tuple(self.entry_paths)
