@@ -28,8 +28,19 @@ def cache_of(output):
     return cache if cache is not None else output.past_key_values
 
 
-def cache_lengths(cache) -> list[int]:
-    return [layer.keys.shape[2] for layer in cache.layers]
+def cache_lengths(cache, family: str | None = None) -> list[int]:
+    """Cache entries each decoder layer attends to: its own, or for a layer that reuses another
+    layer's cache (Gemma-3n's last layers; give the ``family``), that layer's."""
+    if family is None:
+        return [layer.keys.shape[2] for layer in cache.layers]
+    fam = FAMILIES[family]
+    sources = fam.family.layer_io.kv_sources(fam.config.get_text_config())
+    # transformers 5.2x gives sharing layers an empty cache layer, 5.17 none
+    return [cache.layers[sources.get(j, j)].keys.shape[2] for j in range(n_layers(family))]
+
+
+def n_layers(family: str) -> int:
+    return FAMILIES[family].config.get_text_config().num_hidden_layers
 
 
 def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
@@ -42,7 +53,7 @@ def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
                 position += n
             else:
                 ids = FAMILIES[family].placeholders(n)  # markers around the run, if the family has them
-                clips.append(torch.arange(position, position + n) + ids.index(AUDIO))
+                clips.append(torch.arange(position, position + FAMILIES[family].tokens(n)) + ids.index(AUDIO))
                 position += len(ids)
         out.append(clips)
     return out

@@ -125,5 +125,7 @@ AERO = register_family(
         ),
         model_types={"aero": ""},
         build_inputs=build_inputs,
+        long_audio="30 s chunks, one audio item each (its model card's recipe; kvprune's prompt builder cuts them)",
+        max_clip_seconds=30.0,
     )
 )

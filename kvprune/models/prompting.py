@@ -28,13 +28,16 @@ def user_turn(n_audio: int, prompt: str, audio_item: dict) -> list[dict]:
     return [{"role": "user", "content": content}]
 
 
-def chat_template_inputs(processor, waves, prompt, *, audio_item=None, audio_kwarg="audio"):
-    """Render the chat template as text, then let the processor expand placeholders and featurize."""
+def chat_template_inputs(processor, waves, prompt, *, audio_item=None, audio_kwarg="audio", audio_padding=None):
+    """Render the chat template as text, then let the processor expand placeholders and featurize.
+    ``audio_padding`` pads the audio features its own way (else the text's ``padding=True`` applies
+    to both)."""
     conversation = user_turn(len(waves), prompt, audio_item or {"type": "audio"})
     text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-    return processor(
-        text=text, **{audio_kwarg: waves}, sampling_rate=SAMPLING_RATE, return_tensors="pt", padding=True
+    padding = dict(padding=True) if audio_padding is None else dict(
+        text_kwargs=dict(padding=True), audio_kwargs=dict(padding=audio_padding)
     )
+    return processor(text=text, **{audio_kwarg: waves}, sampling_rate=SAMPLING_RATE, return_tensors="pt", **padding)
 
 
 def wav_bytes(wave: np.ndarray) -> bytes:

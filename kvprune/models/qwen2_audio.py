@@ -33,5 +33,7 @@ QWEN2_AUDIO = register_family(
         tiny_preset="tiny-qwen2-audio",
         model_types={"qwen2_audio": "Qwen2AudioForConditionalGeneration"},
         build_inputs=build_inputs,
+        long_audio="30 s chunks, one audio item each (its Whisper feature extractor truncates at 30 s; kvprune's prompt builder cuts them)",
+        max_clip_seconds=30.0,
     )
 )

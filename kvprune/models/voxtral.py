@@ -77,6 +77,7 @@ VOXTRAL = register_family(
         bench_shapes={"voxtral-mini-3b": _mini_3b},
         model_types={"voxtral": "VoxtralForConditionalGeneration"},
         build_inputs=build_inputs,
+        long_audio="30 s chunks stacked on the encoder's batch axis, one placeholder run per clip",
         notes="A bare VoxtralConfig has audio_token_id=None; real checkpoints and the processor say 24.",
     )
 )
