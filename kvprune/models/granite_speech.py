@@ -39,6 +39,11 @@ class GraniteAudio(AudioFormat):
         return dict(input_features=stacked, input_features_mask=padding_mask(sizes, max(sizes)))
 
 
+#: Granite-3.3's scalings, as in granite-speech-3.3-8b's text config: embeddings times 12, residual
+#: branches times 0.22, logits divided by 16; its attention scales logits by 1 / head_dim (attention_multiplier)
+MULTIPLIERS = dict(embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=16.0)
+
+
 def _granite_3_3_8b() -> GraniteSpeechConfig:
     """ibm-granite/granite-speech-3.3-8b: a 16-layer conformer, a 2-layer Q-Former, Granite-3.3-8B."""
     return GraniteSpeechConfig(
@@ -50,6 +55,7 @@ def _granite_3_3_8b() -> GraniteSpeechConfig:
         text_config=dict(
             model_type="granite", hidden_size=4096, num_hidden_layers=40, num_attention_heads=32,
             num_key_value_heads=8, intermediate_size=12800, vocab_size=49160, max_position_embeddings=131072,
+            attention_multiplier=1 / 128, **MULTIPLIERS,
         ),
         has_lora_adapter=False,  # the bench times the base model (see bench_note)
     )
@@ -64,7 +70,15 @@ TINY = dict(
         model_type="blip_2_qformer", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=32, encoder_hidden_size=32, cross_attention_frequency=1,
     ),
-    text_config=dict(model_type="granite", **tiny.TEXT),
+    # attention scaled by head_dim ** -0.5 as in the other families' tiny decoders (the checkpoints scale by
+    # 1 / head_dim). HF's default of 1.0 leaves the logits unscaled and so peaked that stock decoding on a
+    # static and on a dynamic cache differ by float32 rounding beyond any other family's. The other
+    # multipliers stay 1.0: with random weights, the checkpoints' (embeddings x 12, residual branches x 0.22)
+    # let each token's embedding choose the next token, and greedy decoding repeats one id.
+    text_config=dict(
+        model_type="granite", **tiny.TEXT,
+        attention_multiplier=(tiny.TEXT["hidden_size"] // tiny.TEXT["num_attention_heads"]) ** -0.5,
+    ),
     window_size=5,  # one token per window of 5 encoder frames: 10 tokens/s as the checkpoints, any count possible
     downsample_rate=5,
     audio_token_index=tiny.AUDIO_TOKEN,
