@@ -158,6 +158,7 @@ class PressSession:
         _check_cache_presses(self.compressors, self.attn_implementation)
         self.kv_groups = self.decoder_config.num_attention_heads // self.decoder_config.num_key_value_heads
         self.rotary = getattr(self.family.decoder(model), "rotary_emb", None)
+        self.layer_types = getattr(self.decoder_config, "layer_types", None) or ["full_attention"] * n_layers
         self.recorders = self._recorders()
         self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
         self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -429,6 +430,7 @@ class PressSession:
             if source is not None:  # it holds no cache: it attends to its source layer's, as compressed
                 call.layout.layers[layer_idx] = call.layout[source]
                 return None
+            args, kwargs = self._by_name(layer_idx, args, kwargs)  # its rotary embedding may be positional
             cache = find_cache(kwargs)
             if cache is None:
                 return None  # no cache to compress (use_cache=False)
@@ -453,7 +455,7 @@ class PressSession:
             query_slots=call.drop_slots if dropped else full,
             clip_entries=call.kept_counts if dropped else [[clip.length for clip in row] for row in call.clips],
             kv_groups=self.kv_groups, queries=queries, scaling=scaling, rope=kwargs.get("position_embeddings"),
-            rope_frequencies=getattr(self.rotary, "inv_freq", None),
+            rope_frequencies=_rope_frequencies(self.rotary, self.layer_types[layer_idx]),
         )
 
     def _compress(self, call: _Call, layer: LayerPrefill, press) -> None:
@@ -528,6 +530,15 @@ def _check_kv_sharing(k: int, sources: dict[int, int], name: str) -> None:
             f"layer={k} is invalid for {name}: its layers {min(sources)}.. attend to the keys and values of layers "
             f"{sorted(set(sources.values()))}, which must hold the same tokens; prune at layer {split[0]} or earlier."
         )
+
+
+def _rope_frequencies(rotary, layer_type: str) -> torch.Tensor | None:
+    """The inverse frequencies of the rotary embedding a layer of ``layer_type`` is given: the model's
+    one set (``inv_freq``), or its attention type's (Gemma-3n's sliding layers turn at another base:
+    ``sliding_attention_inv_freq``); None where the model exposes none. Read when used, as dynamic
+    RoPE variants replace them."""
+    shared = getattr(rotary, "inv_freq", None)
+    return shared if shared is not None else getattr(rotary, f"{layer_type}_inv_freq", None)
 
 
 def _smallest_window(config, first_layer: int) -> int | None:
