@@ -144,6 +144,9 @@ class PressSession:
         self.io = self.family.layer_io
         self.kv_sources = self.io.kv_sources(self.decoder_config)  # layers attending to another layer's cache
         n_layers = len(self.layers)
+        # the layers a cache press can compress: up to the last that holds a cache of its own (the sharing
+        # layers come last), so that depth-dependent budgets (PyramidKV) span the layers that use them
+        self.cache_layers = 1 + max(j for j in range(n_layers) if j not in self.kv_sources)
         for part in parts:
             if not 1 <= part.layer < n_layers:
                 raise ValueError(
@@ -460,7 +463,7 @@ class PressSession:
 
     def _compress(self, call: _Call, layer: LayerPrefill, press) -> None:
         """Keep each row's best candidates of one layer's cache (and everything else), in place."""
-        slots, candidates, kept = call.compression.compress(press, layer, len(self.layers))
+        slots, candidates, kept = call.compression.compress(press, layer, self.cache_layers)
         call.layout.layers[layer.index] = slots
         earlier = self.run.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
         self.run.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)

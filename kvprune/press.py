@@ -140,7 +140,8 @@ class CachePress(Press):
         raise NotImplementedError
 
     def keep(self, n: int, layer_idx: int, n_layers: int) -> int:
-        """Entries a budget group of ``n`` candidates keeps at layer ``layer_idx`` (of ``n_layers``):
+        """Entries a budget group of ``n`` candidates keeps at layer ``layer_idx`` of the ``n_layers``
+        that hold a cache of their own (Gemma-3n's last layers reuse earlier ones' and do not count):
         ``max(1, round(n * (1 - ratio)))`` at every layer (uniform budgets)."""
         return keep_count(n, self.ratio)
 

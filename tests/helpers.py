@@ -33,14 +33,24 @@ def cache_lengths(cache, family: str | None = None) -> list[int]:
     layer's cache (Gemma-3n's last layers; give the ``family``), that layer's."""
     if family is None:
         return [layer.keys.shape[2] for layer in cache.layers]
-    fam = FAMILIES[family]
-    sources = fam.family.layer_io.kv_sources(fam.config.get_text_config())
+    sources = kv_sources(family)
     # transformers 5.2x gives sharing layers an empty cache layer, 5.17 none
     return [cache.layers[sources.get(j, j)].keys.shape[2] for j in range(n_layers(family))]
 
 
 def n_layers(family: str) -> int:
     return FAMILIES[family].config.get_text_config().num_hidden_layers
+
+
+def kv_sources(family: str) -> dict[int, int]:
+    """Decoder layer -> the earlier layer whose cache it reuses (Gemma-3n's last layers; others: none)."""
+    fam = FAMILIES[family]
+    return fam.family.layer_io.kv_sources(fam.config.get_text_config())
+
+
+def cache_layers(family: str) -> int:
+    """Decoder layers that hold a cache of their own (they come first): the layers cache presses compress."""
+    return n_layers(family) - len(kv_sources(family))
 
 
 def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
