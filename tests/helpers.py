@@ -12,8 +12,10 @@ from kvprune.models import tiny
 from kvprune.press import TokenDropPress
 from tiny_models import AUDIO, FAMILIES, PAD
 
-# Never let a random model emit placeholder ids: some families re-merge audio when they see one.
-GREEDY = dict(do_sample=False, pad_token_id=PAD, suppress_tokens=list(tiny.SPECIAL_IDS))
+# Never let a random model emit placeholder ids: some families re-merge audio when they see one. Nor
+# end of sequence: a row generated alone would stop there while its batch goes on padding it, and every
+# comparison of decoding would cover fewer steps.
+GREEDY = dict(do_sample=False, pad_token_id=PAD, suppress_tokens=[*tiny.SPECIAL_IDS, tiny.TEXT["eos_token_id"]])
 ATTENTION = ["sdpa", "eager"]
 K = 2
 
