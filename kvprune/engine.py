@@ -134,6 +134,7 @@ class PressSession:
         self.compressors = [p for p in parts if p.kind == "cache"]
         self.dropper = droppers[0] if droppers else None
         self.run = PressRun(press)
+        self.prunes = any(part.ratio > 0 for part in parts)  # else the model runs as without the press
         self.family = resolve_family(model)
         self.entry = self.family.entry(model)
         self.layers = self.family.layers(model)
@@ -249,6 +250,8 @@ class PressSession:
             if n_new > 1 and static_cache.is_frozen(cache):  # a later turn, never compiled
                 static_cache.check_room(cache, n_new)
             return None
+        if self.prunes:
+            static_cache.check_prunable(cache, self.family.display_name, self.kv_sources)
         for recorder in self.recorders.values():
             recorder.clear()
         input_ids, mask = _prompt_ids(input_ids), kwargs.get("attention_mask")

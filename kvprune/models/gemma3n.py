@@ -10,7 +10,8 @@ attention type, so those must hold the same tokens: pruning starts at or before 
 layers, and a later press layer is refused. Cache presses compress the source layers, and the
 sharing layers read what is left. Layers of sliding-window type hold only the last window of
 tokens; the engine's bookkeeping is exact while prompt plus answer stay shorter than the window
-(512 tokens in the checkpoints) and refuses longer ones.
+(512 tokens in the checkpoints) and refuses longer ones. Both kinds of layer are why a pruning press
+refuses Gemma-3n's static cache (``cache_implementation="static"``): the dynamic cache prunes it exactly.
 
 Its vision tower is a timm model; the tiny config and the bench shapes are built without it (the
 audio path never calls it), so kvprune needs no timm. Loading a checkpoint builds it as usual.
@@ -196,7 +197,7 @@ GEMMA3N = register_family(
         max_clip_seconds=MAX_SECONDS,
         notes=(
             "Pruning starts at or before the layers whose KV the last layers reuse; prompt plus answer must stay "
-            "within the sliding window (512 tokens)."
+            "within the sliding window (512 tokens), on the dynamic cache (a static cache is refused)."
         ),
     )
 )
