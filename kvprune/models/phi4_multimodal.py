@@ -9,7 +9,7 @@ from transformers import Phi4MultimodalConfig
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import ChatFormat
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,6 @@ PHI4_MULTIMODAL = register_family(
         bench_shapes={"phi4-mm": Phi4MultimodalConfig},  # the default config is the released shape
         bench_note="without the speech LoRA adapter real checkpoints run with (that adds compute)",
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one audio item (its template's <|audio|>) per clip, in prompt order
     )
 )
