@@ -207,7 +207,7 @@ class JsonItems:
     def _choices_description(self) -> str:
         if self.choices_field:
             return f"{self.choices_field} (a list, or an object keyed A, B, ...)"
-        return f"{self.choice_fields[0]}..{self.choice_fields[-1]}"
+        return f"{self.choice_fields[0]}..{self.choice_fields[-1]}" if self.choice_fields else "no options"
 
     def _choices(self, item: dict, where: str) -> tuple[str, ...]:
         if not self.choices_field:
