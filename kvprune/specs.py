@@ -13,7 +13,8 @@ Values are converted by the press field's type (int, float, bool, str). ``build(
 keep_rule)`` makes the press: parts without their own ``ratio`` take the sweep's, parts without their
 own ``layer`` (``keep_rule``) take ``layer`` (``keep_rule``) when one is given, else their own default. The canonical ``label`` is what
 results, summaries and plots show: the parts in order, each with the parameters given explicitly
-that differ from the default (``ratio`` and ``layer`` whenever given: they pin what a sweep varies),
+that differ from the default (``ratio``, ``layer`` and ``keep_rule`` whenever given: they pin what a
+sweep sets),
 so ``dart:budget=equal`` is ``dart``.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 from .press import PRESSES, ComposedPress, Press
 
 #: fields that a sweep sets on every part that does not set them itself
-SWEPT = ("ratio", "layer")
+SWEPT = ("ratio", "layer", "keep_rule")
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _CONVERTERS = {int: int, float: float, str: str, bool: lambda text: _BOOLS[text.lower()]}  # from text
 _BY_NAME = {kind.__name__: kind for kind in _CONVERTERS}  # field types written as text (postponed annotations)
@@ -40,7 +41,7 @@ class MethodSpecError(ValueError):
 @dataclass(frozen=True)
 class PartSpec:
     """One press of a method: its registered name and, in field order, the parameters it sets:
-    ``ratio`` and ``layer`` when given, the others when they differ from the press's defaults."""
+    ``ratio``, ``layer`` and ``keep_rule`` when given, the others when they differ from the press's defaults."""
 
     press: str
     params: tuple[tuple[str, Any], ...] = ()
