@@ -6,6 +6,7 @@ keep rule in the kept counts; bad items recorded as their samples' errors while 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,6 +14,8 @@ import pytest
 import benchmark_fixtures
 import task_fixtures
 from kvprune.harness.cli import main
+from kvprune.harness.sweep.config import SweepConfig
+from kvprune.harness.sweep.runner import load_tasks, runs_of
 from kvprune.harness.sweep.store import read_rows
 from kvprune.harness.tasks.suites import expand_suites
 from kvprune.harness.tasks.task import get_task
@@ -121,3 +124,11 @@ def test_bad_items_are_their_samples_errors_and_the_sweep_goes_on(data_root, tmp
     assert "Expected layout: <data_root>/STAR-Bench/meta_info/foundation_perception.json" in failed[("starbench_pc", "pc_dir_1")]
     assert "mmau-test-mini.json item 1 (sample m-2) has no field 'answer'; add it to the item" in failed[("mmau", "m-2")]
     assert "s2.wav has 2 channel(s), but the task's channel policy foa_omni (acn order) needs 4" in failed[("staudioqa_a", "a3")]
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "bench_configs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_shipped_sweep_config_builds_with_its_tasks(path, tmp_path):
+    config = SweepConfig.build(path, data_root=tmp_path)
+    tasks = load_tasks(config.tasks, config.protocol)
+    assert tasks and runs_of(config)
+    assert len({task.benchmark for task in tasks}) == 1, "one benchmark suite per sweep"
