@@ -358,6 +358,8 @@ def test_a_good_user_yaml_loads(tmp_path):
     task = load_task_file(write_yaml(tmp_path))
     assert (task.name, task.primary_metric) == ("mini", "accuracy")
     assert task.render(Sample("x", (), "", ("yes", "no"), "A")).text == "Yes or no? A or B"
+    separated = load_task_file(write_yaml(tmp_path, prompt="{options}?", option_separator=" | "))
+    assert separated.render(Sample("x", (), "", ("yes", "no"), "A")).text == "A. yes | B. no?"
 
 
 @pytest.mark.parametrize("changes, problem", [

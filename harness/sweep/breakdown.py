@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..tasks.official_metrics import meta
+from ..tasks.metrics import row_meta
 from ..tasks.suites import Suite, list_suites
 from ..tasks.task import Task, get_task
 from .config import BASELINE
@@ -46,7 +46,7 @@ def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
         for field in task.breakdown_by:
             by_value: dict[str, list[dict]] = {}
             for record in records:
-                value = meta(record).get(field)
+                value = row_meta(record).get(field)
                 if value is not None:
                     by_value.setdefault(_text(value), []).append(record)
             for value, subset in sorted(by_value.items()):

@@ -119,6 +119,11 @@ def parsed_of(row: dict) -> str | None:
     return row["parsed"] if isinstance(row["parsed"], str) else None
 
 
+def row_meta(row: dict) -> dict:
+    """A row's item metadata (``{}`` for rows written before rows carried it)."""
+    return row.get("meta") if isinstance(row.get("meta"), dict) else {}
+
+
 def correct(parsed: str | None, sample: Sample) -> dict[str, float]:
     return {"correct": float(parsed == sample.answer)}
 

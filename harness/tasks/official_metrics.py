@@ -21,13 +21,9 @@ from collections.abc import Callable
 
 from ..benchmarks import audiomarathon, avibench, mmau, staudioqa, starbench
 from .metrics import Metric, correct, mean_correct, parsed_of, register_metric
+from .metrics import row_meta as meta
 
 NAN = float("nan")
-
-
-def meta(row: dict) -> dict:
-    """A row's item metadata (``{}`` for rows written before rows carried it)."""
-    return row.get("meta") if isinstance(row.get("meta"), dict) else {}
 
 
 # -- STAR-Bench ---------------------------------------------------------------------------------------

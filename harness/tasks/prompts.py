@@ -88,10 +88,6 @@ class RenderedPrompt:
         return waves, Prompt(tuple(segments), self.system)
 
 
-class _Fields(dict):
-    """Template fields; an unknown name raises KeyError naming it (the item lacks that field)."""
-
-
 @dataclass(frozen=True)
 class PromptSpec:
     """A task's prompt (module docstring), checked when the task file is read."""
@@ -109,7 +105,8 @@ class PromptSpec:
             segments = tuple(_segment(s, i) for i, s in enumerate(prompt))
         else:
             raise PromptConfigError("expected a text template or a list of segments ({text: ...} or {audio: ...})")
-        spec = cls(segments, system, *(v for v in (option_format, option_separator) if v is not None))
+        formats = {"option_format": option_format, "option_separator": option_separator}
+        spec = cls(segments, system, **{key: value for key, value in formats.items() if value is not None})
         spec._check()
         return spec
 
@@ -139,8 +136,8 @@ class PromptSpec:
         options = self.option_separator.join(
             self.option_format.format(letter=letter, text=text) for letter, text in zip(LETTERS, sample.choices)
         )
-        fields = _Fields(sample.meta)
-        fields.update(question=sample.question, options=options, letters=letters_phrase(len(sample.choices)))
+        fields = {**sample.meta, "question": sample.question, "options": options,
+                  "letters": letters_phrase(len(sample.choices))}
         segments: list[str | ClipRef] = []
         for segment in self.segments:
             if "text" in segment:
