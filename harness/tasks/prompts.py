@@ -36,7 +36,7 @@ from ..channels import MEAN, Channels
 if TYPE_CHECKING:
     import numpy as np
 
-    from .task import Sample
+    from .sample import Sample
 
 LETTERS = string.ascii_uppercase
 ALL_CLIPS = "clips"

@@ -24,7 +24,7 @@ from ..channels import MEAN, Channels
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
-from .prompts import LETTERS, PromptConfigError, PromptSpec, RenderedPrompt  # noqa: F401 (LETTERS: re-exported)
+from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
 from .protocols import OFFICIAL, PROTOCOLS
 from .sample import Sample, TaskDataError  # noqa: F401 (re-exported)
 

@@ -22,7 +22,7 @@ from kvprune.registry import Registry
 
 from ..benchmarks import starbench
 from .prompts import LETTERS
-from .task import Sample, TaskDataError
+from .sample import Sample, TaskDataError
 
 
 class Variant:
