@@ -35,11 +35,18 @@ def _families(args) -> int:
 
 
 def _tasks(args) -> int:
+    from .tasks.suites import list_suites
     from .tasks.task import get_task, list_tasks
 
+    print(f"{'task':20s} {'benchmark':14s} {'metric':28s} {'protocols':24s} data layout")
     for name in list_tasks():
         task = get_task(name)
-        print(f"{name:14s} {task.abbreviation:5s} {task.primary_metric:12s} {task.title}")
+        protocols = ", ".join([task.protocol, *task.protocols])
+        print(f"{name:20s} {task.benchmark:14s} {task.primary_metric:28s} {protocols:24s} {task.data_layout}")
+    print(f"\n{'suite':20s} {'benchmark':14s} {'aggregate':40s} tasks")
+    for suite in list_suites():
+        aggregate = f"{suite.aggregate_name}: {', '.join(suite.aggregate)}" if suite.aggregate else "—"
+        print(f"{suite.name:20s} {suite.benchmark:14s} {aggregate:40s} {', '.join(suite.tasks)}")
     return 0
 
 

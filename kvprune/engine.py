@@ -280,9 +280,10 @@ class PressSession:
 
     def _start_prefill(self, input_ids, attention_mask, cache) -> _Call | None:
         drop_ratio = self.dropper.ratio if self.dropper else 0.0
+        keep_rule = self.dropper.keep_rule if self.dropper else "round"
         host_ids = input_ids.cpu()  # before the encoder runs: no stall
         host_is_audio = host_ids == self.audio_token_id
-        clips = clips_of(host_is_audio, drop_ratio)
+        clips = clips_of(host_is_audio, drop_ratio, keep_rule)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
         self.run.start_prefill()

@@ -26,6 +26,17 @@ def test_listings(capsys):
     assert "sweep" in capsys.readouterr().out
 
 
+def test_the_task_listing_says_benchmark_metric_protocols_and_data_layout(capsys):
+    assert main(["tasks"]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert lines["gtzan"][1:] == ["AudioMarathon", "f1_macro", "kvprune,", "audiomarathon", "official"]
+    assert lines["starbench_pc"][1:] == ["STAR-Bench", "starbench_aa", "official", "official"]
+    assert lines["mmau"][1:] == ["MMAU", "string_match", "official", "official"]
+    assert lines["avibench_amic"][1:] == ["AVI-Bench", "amic_average", "official", "official"]
+    assert lines["staudioqa_c"][1:] == ["ST-AudioQA", "st_family_average", "provisional", "provisional"]
+    assert lines["starbench"][1:4] == ["STAR-Bench", "Final", "MA:"]  # the suite and its aggregate
+
+
 @pytest.mark.parametrize(
     "argv, dest, value",
     [

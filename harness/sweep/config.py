@@ -3,7 +3,8 @@
 Tasks are built-in names or paths of task YAML files (``tasks.task.get_task``).
 Methods are method specs (``kvprune.specs``): ``fastv``, ``dart:budget=reference``, ``frame+knorm:ratio=0.3``.
 ``layer`` (``--layer``), when given, is the layer of every press that does not set its own; when not,
-each press acts where it does by default.
+each press acts where it does by default. ``protocol`` (``--protocol``), when given, runs every task
+under that protocol (``tasks.protocols``; default: each task's own), its presses with its keep rule.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
 from ..options import add_shared_options
+from ..tasks.protocols import PROTOCOLS
 from .ratios import parse_ratios
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
@@ -46,6 +48,7 @@ class SweepConfig:
     max_new_tokens: int | None = None
     retry_errors: bool = False
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
+    protocol: str | None = None  # run every task under this protocol (None: each task's own)
 
     @classmethod
     def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
@@ -75,6 +78,8 @@ class SweepConfig:
             raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
         if self.encoder not in ENCODERS:
             raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise SweepConfigError(f"protocol={self.protocol!r} is unknown; the protocols are {', '.join(PROTOCOLS)}.")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
 
@@ -92,6 +97,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--trust-remote-code", action="store_true", help="needed for models shipping their own code (Aero-1)")
     add("--max-new-tokens", type=int, help="override each task's generation length")
     add("--retry-errors", action="store_true", help="rerun samples recorded with an error")
+    add("--protocol", choices=sorted(PROTOCOLS),
+        help="run every task under this protocol (audiomarathon: AudioMarathon's scripts' conventions, see "
+             "docs/protocols.md); default: each task's own")
     add("--no-plots", action="store_true")
     add_shared_options(
         parser,
@@ -115,6 +123,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         device_map=args.device_map, attn_implementation=args.attn_implementation,
         trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
         retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None,
+        protocol=args.protocol,
     )
 
 

@@ -1,5 +1,6 @@
-"""The outputs of a sweep folder: ``summary.csv``, the plots, and ``report.md`` (where it ran, then
-per model the task average and per task every method x ratio against the unpruned baseline)."""
+"""The outputs of a sweep folder: ``summary.csv``, ``breakdown.csv`` (when a task breaks its scores
+down or a suite aggregates them), the plots, and ``report.md`` (where it ran, then per model the task
+average, per task every method x ratio against the unpruned baseline, and the breakdowns)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from .config import BASELINE
+from .breakdown import breakdown_folder, report_sections
 from .plots import plot_summary, slug
-from .store import read_runs
+from .store import read_runs, recorded_tasks
 from .summary import direction, summarize_folder, task_averages
 
 
@@ -20,9 +22,13 @@ def write_outputs(out_dir: Path, plots: bool = True) -> list[Path]:
     summary_path = out_dir / "summary.csv"
     summary.to_csv(summary_path, index=False)
     written = [out_dir / "results.jsonl", summary_path]
+    breakdown = breakdown_folder(out_dir, summary)
+    if not breakdown.empty:
+        breakdown.to_csv(out_dir / "breakdown.csv", index=False)
+        written.append(out_dir / "breakdown.csv")
     if plots:
         written += plot_summary(summary, out_dir)
-    written.append(write_report(summary, out_dir))
+    written.append(write_report(summary, out_dir, breakdown))
     return [p for p in written if p.exists()]
 
 
@@ -60,8 +66,9 @@ TASK_COLUMNS = {
 AVERAGE_COLUMNS = {"method": "method", "ratio": "ratio", "score": "mean score", "tasks": "tasks", "prefill_speedup": "mean prefill ×"}
 
 
-def write_report(summary: pd.DataFrame, out_dir: Path) -> Path:
-    """Write ``report.md`` next to the results; returns its path."""
+def write_report(summary: pd.DataFrame, out_dir: Path, breakdown: pd.DataFrame | None = None) -> Path:
+    """Write ``report.md`` next to the results (with ``breakdown``, a ``breakdown_folder`` table, its
+    sections); returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n", _provenance(out_dir),
              "Scores are each task's primary metric (0-100); Δ is against the unpruned baseline; timings are medians "
              "over samples that ran, the warm-up excluded; prefill × is the baseline's prefill time over this run's.\n"]
@@ -74,6 +81,9 @@ def write_report(summary: pd.DataFrame, out_dir: Path) -> Path:
         for task, rows in frame.groupby("task"):
             metric = rows["metric"].iloc[0] + ("" if rows["higher_is_better"].iloc[0] else f", {direction(False)}")
             parts.append(f"### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
+        if breakdown is not None:
+            tasks = {name: task for name, task in recorded_tasks(out_dir).items() if name in set(frame["task"])}
+            parts += report_sections(breakdown, tasks, model)
     path = out_dir / "report.md"
     path.write_text("\n".join(parts))
     return path

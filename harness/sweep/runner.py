@@ -30,9 +30,11 @@ from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
 from kvprune.models.loading import LoadedModel, load_model
 from kvprune.press import Press
 
-from ..audio import duration_seconds, load_audio
+from ..audio import duration_seconds
 from ..demo import DEMO, DEMO_MODEL_DIR
-from ..tasks.task import Sample, Task, get_task
+from ..tasks.protocols import keep_rule
+from ..tasks.suites import expand_suites
+from ..tasks.task import Sample, Task, TaskDataError, get_task
 from ..timing import timed_generate
 from .config import BASELINE, SweepConfig
 from .store import ResultStore, append_run, run_key
@@ -64,15 +66,19 @@ class PlannedRun:
 
 
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
-    """The unpruned baseline once, then every method at every ratio."""
+    """The unpruned baseline once, then every method at every ratio (with the protocol's keep rule)."""
+    rule = keep_rule(config.protocol)
     return [PlannedRun(BASELINE, 0.0, None)] + [
-        PlannedRun(m.label, r, m.build(r, config.layer)) for m in config.methods for r in config.ratios
+        PlannedRun(m.label, r, m.build(r, config.layer, rule)) for m in config.methods for r in config.ratios
     ]
 
 
-def load_tasks(names: list[str]) -> list[Task]:
-    """The tasks of ``--tasks`` (names or YAML paths); two of one name would mix their results."""
+def load_tasks(names: list[str], protocol: str | None = None) -> list[Task]:
+    """The tasks of ``--tasks`` (names, suite names or YAML paths), under ``protocol`` when given;
+    two of one name would mix their results."""
+    names = expand_suites(names)
     tasks = [get_task(name) for name in names]
+    tasks = [task.under(protocol) for task in tasks] if protocol else tasks
     seen: dict[str, str] = {}
     for name, task in zip(names, tasks):
         if task.name in seen:
@@ -95,7 +101,7 @@ class SweepRunner:
         self.progress = progress
         self.rank, self.world_size, device = _distributed()
         self.device = config.device or device
-        self.tasks = load_tasks(config.tasks)
+        self.tasks = load_tasks(config.tasks, config.protocol)
         self.store = ResultStore(config.out, self.rank, self.world_size)
         self.runs = runs_of(config)
 
@@ -132,14 +138,14 @@ class SweepRunner:
         work = []
         for sample in self._samples(task):
             prompt = task.render(sample)
-            digest = prompt_hash(model_name, prompt, sample)
+            digest = prompt_hash(model_name, prompt.text, sample)
             todo = [r for r in self.runs if self._key(model_name, task, r, sample, digest) not in done]
             if todo:
                 work.append((sample, prompt, digest, todo))
         return work
 
     def _samples(self, task: Task) -> list[Sample]:
-        samples = task.load(self.config.data_root, limit=self.config.limit)
+        samples = task.load(self.config.data_root, limit=self.config.limit, strict=False)  # a bad item is its own error
         return samples[self.rank :: self.world_size]
 
     def _load(self, model_name: str) -> LoadedModel:
@@ -161,11 +167,14 @@ class SweepRunner:
     def _run_sample(self, loaded, task, sample, prompt, digest, todo, warmup, bar) -> None:
         base = dict(
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
-            item=sample.item, prompt_hash=digest, reference=sample.answer, warmup=warmup,
+            item=sample.item, prompt_hash=digest, reference=sample.answer, meta=sample.meta, position=sample.position,
+            warmup=warmup,
         )
         try:
-            waves = [load_audio(path) for path in sample.audio]
-            inputs = loaded.build_inputs(waves, prompt)
+            if sample.problem:
+                raise TaskDataError(sample.problem)
+            waves, model_prompt = prompt.load(task.channels)
+            inputs = loaded.build_inputs(waves, model_prompt)
             base.update(audio_seconds=duration_seconds(waves), audio_tokens=loaded.audio_tokens(inputs["input_ids"]))
         except Exception as error:  # one bad sample must not stop the sweep
             for run in todo:
@@ -200,6 +209,10 @@ class SweepRunner:
                 parsed = task.parse(output, sample)
             except Exception as parse_error:  # a parser bug on one output is that sample's error
                 error = parse_error
+        try:
+            scores = task.score(parsed, sample)
+        except Exception as score_error:  # so is a metric that cannot score this item
+            error, scores = error or score_error, {}
         row = dict(
             base,
             method=run.method,
@@ -207,7 +220,7 @@ class SweepRunner:
             layer=run.layer,
             output=output,
             parsed=parsed,
-            **task.score(parsed, sample),
+            **scores,
             kept_tokens=kept_tokens if kept_tokens is not None else base.get("audio_tokens"),
             error=None if error is None else f"{type(error).__name__}: {error}",
             time=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -11,9 +11,13 @@ from transformers import AudioFlamingo3Config
 from . import tiny
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import ChatFormat
 
 MAX_SECONDS = 600.0  # the processor's max_audio_len: 20 windows of 30 s
+
+
+# its encoder takes whole 30 s windows: a shorter last window is padded, not cut to the longest
+_CHAT = ChatFormat(audio_padding="max_length")
 
 
 def build_inputs(processor, waves, prompt):
@@ -22,8 +26,7 @@ def build_inputs(processor, waves, prompt):
             f"Audio Flamingo 3's processor takes one audio per prompt, not {len(waves)}; "
             "join the clips into one waveform or ask about them in separate prompts."
         )
-    # its encoder takes whole 30 s windows: a shorter last window is padded, not cut to the longest
-    return chat_template_inputs(processor, waves, prompt, audio_padding="max_length")
+    return _CHAT(processor, waves, prompt)
 
 
 def _af3_7b() -> AudioFlamingo3Config:

@@ -63,7 +63,9 @@ class ModelFamily:
     bench_note: str = ""
     #: ``config.model_type`` -> the class ``from_pretrained`` loads (``""``: AutoModelForCausalLM, remote code)
     model_types: dict[str, str] = field(default_factory=dict)
-    #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes them
+    #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes
+    #: them; ``prompt`` is text (every clip first) or a ``prompting.Prompt`` (ordered segments, system
+    #: turn). Usually a ``prompting.ChatFormat``, which says how one audio and one text item are written
     build_inputs: Callable[..., Any] | None = None
     #: ``load_processor(name_or_path, trust_remote_code)``; None: ``AutoProcessor.from_pretrained``
     load_processor: Callable[..., Any] | None = None

@@ -32,7 +32,7 @@ from .audio_format import AudioFormat, padding_mask
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
 from .layer_io import LayerIO
-from .prompting import chat_template_inputs
+from .prompting import ChatFormat
 
 CLIP_TOKENS = 188  # the processor's audio_seq_length and the config's audio_soft_tokens_per_image
 MAX_SECONDS = 30.0  # its feature extractor truncates audio at 480,000 samples
@@ -191,7 +191,7 @@ GEMMA3N = register_family(
         bench_shapes={"gemma-3n-e4b": _e4b},
         bench_note="every clip is 188 tokens (30 s at most), so its longest input is 30 s; built without its timm vision tower",
         model_types={"gemma3n": "Gemma3nForConditionalGeneration"},
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         load_processor=processor_loader(AudioOnlyGemma3nProcessor),
         long_audio="one clip is at most 30 s (its feature extractor truncates); every clip becomes 188 tokens",
         max_clip_seconds=MAX_SECONDS,

@@ -15,7 +15,7 @@ from transformers import GraniteSpeechConfig
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import ChatFormat
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ GRANITE_SPEECH = register_family(
         bench_shapes={"granite-speech-3.3-8b": _granite_3_3_8b},
         bench_note="without the speech LoRA adapter the checkpoints switch on for audio (that adds compute)",
         model_types={"granite_speech": "GraniteSpeechForConditionalGeneration"},
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         long_audio="whole (its feature extractor neither chunks nor truncates; the encoder attends in 4 s blocks)",
         notes="Real checkpoints carry a speech LoRA adapter (peft) that generate() enables when audio is given.",
     )

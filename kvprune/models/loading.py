@@ -15,6 +15,7 @@ import torch.nn as nn
 import transformers
 
 from .base import ModelFamily, UnsupportedModelError, list_families
+from .prompting import Prompt
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -33,7 +34,8 @@ class LoadedModel:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def build_inputs(self, waves, prompt: str):
+    def build_inputs(self, waves, prompt: str | Prompt):
+        """The model inputs of ``waves`` and a prompt (text after every clip, or ordered segments)."""
         inputs = self.family.build_inputs(self.processor, waves, prompt)
         dtype = next(self.model.parameters()).dtype
         return {k: _to(v, self.device, dtype) for k, v in inputs.items()}

@@ -13,7 +13,7 @@ from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .audio_only import processor_loader
 from .base import ModelFamily, register_family
-from .prompting import SAMPLING_RATE, chat_template_inputs
+from .prompting import SAMPLING_RATE, ChatFormat
 
 WINDOW, HOP = 400, 160  # its feature extractor's STFT, in samples
 
@@ -94,7 +94,7 @@ PHI4_MULTIMODAL = register_family(
         bench_note="without the speech LoRA adapter real checkpoints run with (that adds compute)",
         adapters={"speech": "speech-lora"},
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one audio item (its template's <|audio|>) per clip, in prompt order
         load_processor=processor_loader(AudioOnlyPhi4Processor),
         long_audio="whole (its feature extractor neither chunks nor truncates)",
     )

@@ -13,7 +13,7 @@ from . import tiny
 from .audio_format import AudioFormat, padding_mask, whisper_tokens
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import ChatFormat
 
 OMNI_TOKENS = (
     "image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token",
@@ -122,7 +122,7 @@ QWEN2_5_OMNI = register_family(
             "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration",
             "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
         },
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         load_processor=load_processor,
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},

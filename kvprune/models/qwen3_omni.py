@@ -14,7 +14,7 @@ from transformers import Qwen3OmniMoeProcessor, Qwen3OmniMoeThinkerConfig
 from . import tiny
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import ChatFormat
 from .qwen2_5_omni import OMNI_TOKENS, OmniAudio
 
 TOKENS_PER_CHUNK = 13  # transformers hard-codes it for its 100-frame chunks (n_window=50)
@@ -107,7 +107,7 @@ QWEN3_OMNI = register_family(
             "qwen3_omni_moe": "Qwen3OmniMoeForConditionalGeneration",
             "qwen3_omni_moe_thinker": "Qwen3OmniMoeThinkerForConditionalGeneration",
         },
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         load_processor=processor_loader(AudioOnlyQwen3OmniProcessor),
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen3OmniMoeForConditionalGeneration": {"enable_audio_output": False}},
