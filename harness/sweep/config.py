@@ -17,7 +17,7 @@ import yaml
 from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
-from ..options import add_shared_options
+from ..options import CACHES, add_shared_options
 from .ratios import parse_ratios
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
@@ -46,6 +46,7 @@ class SweepConfig:
     max_new_tokens: int | None = None
     retry_errors: bool = False
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
+    cache: str = "auto"  # decoding's KV cache: static (compiled on a GPU), dynamic, or auto (static on a GPU)
 
     @classmethod
     def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
@@ -75,6 +76,8 @@ class SweepConfig:
             raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
         if self.encoder not in ENCODERS:
             raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
+        if self.cache not in CACHES:
+            raise SweepConfigError(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
 
@@ -96,13 +99,15 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
-             quiet=False, stock_encoder=False),
+             quiet=False, stock_encoder=False, cache=None),
         notes=dict(
             methods="default: every token-dropping press",
             ratios="default 0.1..0.9",
             out="results folder; rerunning the same command resumes it",
             dtype="default: auto, the checkpoint's",
             attn_implementation="default: sdpa",
+            cache="default: auto; each result records the cache it ran on, and whether the call compiled "
+            "(compiling calls are left out of timing statistics, like the warm-up)",
         ),
     )
 
@@ -114,7 +119,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
         device_map=args.device_map, attn_implementation=args.attn_implementation,
         trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
-        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None,
+        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
     )
 
 
