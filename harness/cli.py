@@ -108,7 +108,7 @@ def _bench(args) -> int:
     config = BenchConfig.from_args(args)
     frame = run_bench(config)
     errors = frame["error"].notna()
-    print(f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md, prefill_vs_ratio.png in {config.out}")
+    print(f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md and a figure in {config.out}")
     return 1 if errors.any() else 0
 
 

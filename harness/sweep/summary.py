@@ -77,7 +77,7 @@ def _timed(group: pd.DataFrame) -> pd.DataFrame:
 
 def _flag(group: pd.DataFrame, column: str) -> pd.Series:
     """A boolean column of the results, False where it is missing (results of older versions)."""
-    return group[column].fillna(False).astype(bool) if column in group else pd.Series(False, index=group.index)
+    return group[column].eq(True) if column in group else pd.Series(False, index=group.index)
 
 
 def _kinds(group: pd.DataFrame) -> str | None:
