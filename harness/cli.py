@@ -137,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # the words as given, for the records
     if not hasattr(args, "run"):
         parser.print_help()
         return 0

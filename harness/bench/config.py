@@ -128,7 +128,7 @@ class BenchConfig:
             out=args.out,
             max_minutes=args.max_minutes,
             seed=args.seed,
-            command=_command(),
+            command=_command(getattr(args, "argv", None)),
             progress=not args.quiet,
         )
 
@@ -150,9 +150,10 @@ def _joined(numbers: list[float]) -> str:
     return ",".join(f"{n:g}" for n in numbers)
 
 
-def _command() -> str:
-    """This run as a ``kvprune bench`` command, however it was started (``kvprune`` or ``python -m``)."""
-    argv = sys.argv[1:]
+def _command(argv: list[str] | None = None) -> str:
+    """This run as a ``kvprune bench`` command, however it was started (``kvprune``, ``python -m`` or
+    ``main(argv)``): ``argv`` are the command line's words, ``sys.argv[1:]`` when not given."""
+    argv = sys.argv[1:] if argv is None else argv
     return shlex.join(["kvprune", "bench", *(argv[1:] if argv[:1] == ["bench"] else argv)])
 
 

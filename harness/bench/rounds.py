@@ -26,6 +26,7 @@ from kvprune.press import Press
 from .measure import RequestTiming
 
 GIB = 2.0**30
+SKIPPED = "skipped: --max-minutes reached"
 MAD_SIGMA = 1.4826  # median absolute deviation -> standard deviation, for normal noise
 
 
@@ -73,7 +74,7 @@ def run_rounds(requests: list[Request], rounds: int, warmup: int, run_one: Calla
             if outcome.error is not None:
                 continue
             if expired():
-                outcome.error = "skipped: --max-minutes reached"
+                outcome.error = SKIPPED
                 continue
             try:
                 timing, kept = run_one(request)

@@ -28,7 +28,7 @@ from .ideal import kept_prefix
 from .measure import Meter, Probes, takes_logits_to_keep
 from .presets import PRESETS, Preset, Prompt, check_weights
 from .report import GIB, bench_frame, write_report
-from .rounds import Request, disturbed, run_rounds, summary
+from .rounds import SKIPPED, Request, disturbed, run_rounds, summary
 from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms
 
 RECOMPILE_LIMIT = 64  # compiled decode steps per code object: one per cache shape (lengths x ratios x batch sizes)
@@ -70,7 +70,7 @@ def run_presets(config: BenchConfig) -> pd.DataFrame:
 def _bench_preset(run: _Run, preset: Preset) -> None:
     config = run.config
     base = dict(preset=preset.name)
-    model, failure = _build(run, preset)
+    model, failure = (None, SKIPPED) if run.expired() else _build(run, preset)
     if model is None:
         _free_memory()
         for seconds in config.audio_seconds:
