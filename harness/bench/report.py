@@ -18,7 +18,7 @@ from .presets import PRESETS  # noqa: E402
 
 UNPRUNED, IDEAL, STOCK = "none", "ideal", "stock"
 GROUP = ["preset", "audio_seconds"]
-GIB, MIB = 2.0**30, 2.0**20
+MIB = 2.0**20
 #: a press row is flagged when its LLM time is below its ideal's by more than twice their combined
 #: round-to-round spread and more than this fraction of the ideal
 BELOW_IDEAL_FLOOR = 0.01

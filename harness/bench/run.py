@@ -27,8 +27,8 @@ from .config import BenchConfig
 from .ideal import kept_prefix
 from .measure import Meter, Probes, takes_logits_to_keep
 from .presets import PRESETS, Preset, Prompt, check_weights
-from .report import GIB, bench_frame, write_report
-from .rounds import SKIPPED, Request, disturbed, run_rounds, summary
+from .report import bench_frame, write_report
+from .rounds import GIB, SKIPPED, Request, disturbed, run_rounds, summary
 from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms
 
 RECOMPILE_LIMIT = 64  # compiled decode steps per code object: one per cache shape (lengths x ratios x batch sizes)
@@ -82,7 +82,11 @@ def _bench_preset(run: _Run, preset: Preset) -> None:
         fast_path = bool(fast.changes)  # whether kvprune's encoder differs from the stock one on this model
     try:
         for seconds in config.audio_seconds:
-            _bench_length(run, model, preset, dict(base, audio_seconds=seconds), fast_path)
+            try:
+                _bench_length(run, model, preset, dict(base, audio_seconds=seconds), fast_path)
+            except Exception as error:  # e.g. a batch's inputs do not fit: the next length still runs
+                run.rows.append(dict(base, audio_seconds=seconds, method="none", kind="none", ratio=0.0,
+                                     error=f"audio length: {_failed(error)}"))
     finally:
         del model
         _free_memory()
@@ -122,10 +126,10 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict, fast_path: bool)
     dropped = disturbed(outcomes)
     rows = [dict(base, **_describe_request(request, run, fast_path), **summary(outcomes[request], dropped[request]))
             for request in requests]
-    if config.mode == "ratios" and config.k is not None:
+    if config.mode == "ratios" and config.k is not None and "error" not in rows[0]:
         rows[0].update(_scoring_costs(run, model, prompt))
     if config.mode == "compare":
-        identical = _encoder_identical(model, prompt) if fast_path else True
+        identical = _encoder_identical(run, model, prompt) if fast_path else True
         for row in rows:
             if row["method"] != "stock":
                 row["encoder_identical"] = identical
@@ -221,8 +225,19 @@ def _scoring_costs(run: _Run, model, prompt: Prompt) -> dict:
 
 
 @torch.no_grad()
-def _encoder_identical(model, prompt: Prompt) -> bool:
-    """Whether kvprune's audio encoder gives exactly the stock encoder's output on this prompt."""
+def _encoder_identical(run: _Run, model, prompt: Prompt) -> bool | None:
+    """Whether kvprune's audio encoder gives exactly the stock encoder's output on this prompt (None:
+    not checked, for lack of time or because the check failed)."""
+    if run.expired():
+        return None
+    try:
+        return _same_encoder_output(model, prompt)
+    except Exception:
+        _free_memory()
+        return None
+
+
+def _same_encoder_output(model, prompt: Prompt) -> bool:
     end = resolve_family(model).audio_encoder(model)[1]
     outputs = []
     handle = end.register_forward_hook(
@@ -268,7 +283,13 @@ def _largest_batches(run: _Run, model, preset: Preset, base: dict, requests, out
                 _free_memory()
                 return False
 
-        found[method, ratio] = (predicted, batching.largest_fitting(predicted, fits))
+        try:
+            found[method, ratio] = (predicted, batching.largest_fitting(predicted, fits))
+        except Exception as error:  # not a lack of memory: the search stops, the rows stay
+            found[method, ratio] = (predicted, math.nan)
+            for row in rows:
+                if (row["method"], row["ratio"]) == (method, ratio) and row.get("error") is None:
+                    row["error"] = f"largest batch: {_describe(error)}"
         _free_memory()
     for row in rows:
         predicted, largest = found.get((row["method"], row["ratio"]), (math.nan, math.nan))
