@@ -38,7 +38,7 @@ SHARED_OPTIONS: dict[str, dict] = {
     "cache": dict(
         choices=CACHES,
         help="KV cache of decoding: static (Hugging Face's static cache; on a GPU the decode step is compiled, "
-        "and the first call at each new length compiles), dynamic, or auto: static on a GPU, dynamic elsewhere",
+        "and a call at a new length may compile), dynamic, or auto: static on a GPU, dynamic elsewhere",
     ),
     "stock_encoder": dict(
         action="store_true",

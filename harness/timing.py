@@ -7,8 +7,8 @@ caught with a forward hook that then removes itself (so a compiled decode step n
 no second generate or second prefill is ever timed. On CUDA the boundaries are CUDA events and the
 device is synchronised once at the end; on CPU, a wall clock.
 
-With ``cache_implementation="static"`` on a GPU, ``generate`` compiles its decode step, and again for
-every new shape (another prompt length, another kept length under a press): such a call's time is
+With ``cache_implementation="static"`` on a GPU, ``generate`` compiles its decode step, and may again
+at a new shape (another prompt length, another kept length under a press): such a call's time is
 mostly compilation, so ``Timing.compiled`` says whether the call compiled anything.
 """
 

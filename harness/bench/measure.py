@@ -7,7 +7,7 @@ Two ways to run a request:
   sampling). On the dynamic cache each step is a plain call; on a static cache (a ``StaticCache``
   sized for the prompt and the forced tokens, given to the prefill) each step goes through the
   model's compiled call, the one ``generate`` compiles (``model.get_compiled_call``: torch.compile,
-  CUDA graphs), on a GPU; the first call at each new shape compiles, which the caller's warm-up
+  CUDA graphs), on a GPU; a call at a new shape may compile again, which the caller's warm-up
   rounds absorb and ``RequestTiming.compiled`` reports.
 * ``Meter.generate_request``: one whole ``generate`` call (``timing.timed_generate``), split at the
   end of its prefill: what a user of stock Hugging Face gets.
@@ -227,11 +227,12 @@ class Meter:
         kv = output_cache(output)
         kv_alloc, kv_held, kind = kv_cache_bytes(kv), kv_held_bytes(kv, prompt.seq_len), cache_kind(kv)
         del output
+        decoding = self.clock.mark()  # after the check above, which waits for the device
         for token in steps:
             kv = output_cache(step(input_ids=token, use_cache=True, **{name: kv}))
         end = self.clock.mark()
         self.sync()
-        prefill_ms, decode_ms = self.ms(start, prefilled), self.ms(prefilled, end)
+        prefill_ms, decode_ms = self.ms(start, prefilled), self.ms(decoding, end)
         return RequestTiming(
             prefill_ms=prefill_ms,
             **probes.spans(start),
