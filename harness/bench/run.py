@@ -325,7 +325,9 @@ def _recompile_room():
     per function would fall back to uncompiled code without a word after the 8th shape)."""
     import torch._dynamo
 
-    with torch._dynamo.config.patch(recompile_limit=max(RECOMPILE_LIMIT, torch._dynamo.config.recompile_limit)):
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # its older name
+    with config.patch(**{name: max(RECOMPILE_LIMIT, getattr(config, name))}):
         yield
 
 
