@@ -34,7 +34,6 @@ at layer 0 is refused.
 
 from __future__ import annotations
 
-import inspect
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +48,7 @@ from .compat import find_cache, output_cache
 from .compression import LayerPrefill, PrefillCompression
 from .masks import causal_mask, is_flash, restrict_mask
 from .models import resolve_family
+from .models.layer_io import by_name
 from .run import PressRun
 from .slots import CacheLayout, SlotMap, to_device
 
@@ -158,7 +158,6 @@ class PressSession:
         _check_kv_sharing(self.k, self.kv_sources, self.family.display_name)
         first_adjusted = min([self.k, *(p.layer for p in self.compressors)])
         self.window = _smallest_window(self.decoder_config, first_adjusted)
-        self._positional: dict[int, list[str]] = {}
         _check_cache_presses(self.compressors, self.attn_implementation)
         self.kv_groups = self.decoder_config.num_attention_heads // self.decoder_config.num_key_value_heads
         self.rotary = getattr(self.family.decoder(model), "rotary_emb", None)
@@ -331,7 +330,7 @@ class PressSession:
                     return None
                 kwargs["attention_mask"] = mask
                 return args, kwargs
-            args, kwargs = self._by_name(layer_idx, args, kwargs)
+            args, kwargs = by_name(self.layers[layer_idx], args, kwargs)
             if call.prefill:
                 if layer_idx == self.k and call.drop_pending:
                     self._drop(call)
@@ -342,15 +341,6 @@ class PressSession:
             return None if slots is None else self._continuation_arguments(call, slots, args, kwargs)
 
         return hook
-
-    def _by_name(self, layer_idx: int, args, kwargs):
-        """The layer's arguments with all but the hidden states by name (Gemma-3n passes its rotary
-        embeddings and per-layer inputs positionally)."""
-        if len(args) <= 1:
-            return args, kwargs
-        if layer_idx not in self._positional:
-            self._positional[layer_idx] = list(inspect.signature(self.layers[layer_idx].forward).parameters)
-        return args[:1], {**dict(zip(self._positional[layer_idx][1:], args[1:])), **kwargs}
 
     def _drop(self, call: _Call) -> None:
         """Ask the token-dropping press which audio tokens to keep; lay out the kept slots."""
@@ -437,7 +427,7 @@ class PressSession:
             if source is not None:  # it holds no cache: it attends to its source layer's, as compressed
                 call.layout.layers[layer_idx] = call.layout[source]
                 return None
-            args, kwargs = self._by_name(layer_idx, args, kwargs)  # its rotary embedding may be positional
+            args, kwargs = by_name(self.layers[layer_idx], args, kwargs)  # its rotary embedding may be positional
             cache = find_cache(kwargs)
             if cache is None:
                 return None  # no cache to compress (use_cache=False)

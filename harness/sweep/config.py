@@ -18,7 +18,7 @@ import yaml
 from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
-from ..options import add_shared_options
+from ..options import CACHES, add_shared_options
 from ..tasks.protocols import PROTOCOLS
 from .ratios import parse_ratios
 
@@ -49,6 +49,7 @@ class SweepConfig:
     retry_errors: bool = False
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
     protocol: str | None = None  # run every task under this protocol (None: each task's own)
+    cache: str = "auto"  # decoding's KV cache: static (compiled on a GPU), dynamic, or auto (static on a GPU)
 
     @classmethod
     def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
@@ -80,6 +81,8 @@ class SweepConfig:
             raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise SweepConfigError(f"protocol={self.protocol!r} is unknown; the protocols are {', '.join(PROTOCOLS)}.")
+        if self.cache not in CACHES:
+            raise SweepConfigError(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
 
@@ -104,13 +107,15 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
-             quiet=False, stock_encoder=False),
+             quiet=False, stock_encoder=False, cache=None),
         notes=dict(
             methods="default: every token-dropping press",
             ratios="default 0.1..0.9",
             out="results folder; rerunning the same command resumes it",
             dtype="default: auto, the checkpoint's",
             attn_implementation="default: sdpa",
+            cache="default: auto; each result records the cache it ran on, and whether the call compiled "
+            "(compiling calls are left out of timing statistics, like the warm-up)",
         ),
     )
 
@@ -122,7 +127,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
         device_map=args.device_map, attn_implementation=args.attn_implementation,
         trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
-        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None,
+        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
         protocol=args.protocol,
     )
 

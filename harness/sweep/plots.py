@@ -1,4 +1,5 @@
-"""Accuracy against pruning ratio and against prefill latency, per task and averaged over tasks."""
+"""Accuracy against pruning ratio and against prefill latency, per task and averaged over tasks; KV
+cache saved against pruning ratio, per method."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def plot_summary(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
         panels = _panels(frame)
         paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_ratio.png", _score_vs_ratio))
         paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_prefill.png", _score_vs_prefill))
+        paths.append(plot_kv_saved(frame, model, out_dir / f"{slug(model)}_kv_saved.png"))
     return paths
 
 
@@ -101,3 +103,23 @@ def pareto_front(frame: pd.DataFrame) -> pd.DataFrame:
             keep.append(index)
             best = better
     return points.loc[keep].drop(columns="_better")
+
+
+def plot_kv_saved(frame: pd.DataFrame, model, path: Path) -> Path:
+    """KV cache saved after the prefill (percent of the unpruned baseline's) against ratio, one line
+    per method, averaged over the tasks: where token dropping and cache presses pay in memory."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    pressed = frame[frame["method"] != BASELINE].dropna(subset=["kv_saved"])
+    for method, rows in pressed.groupby("method"):
+        saved = rows.groupby("ratio")["kv_saved"].mean() * 100
+        ax.plot(saved.index, saved.values, marker="o", label=method)
+    ax.set_xlabel("pruning ratio (fraction of audio tokens removed)")
+    ax.set_ylabel("KV cache saved after prefill (%)")
+    ax.set_title(f"{Path(str(model)).name}: KV cache saved (mean over tasks)")
+    ax.grid(alpha=0.3)
+    if len(pressed):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -61,7 +61,7 @@ def _provenance(out_dir: Path) -> str:
 TASK_COLUMNS = {
     "method": "method", "ratio": "ratio", "score": "score", "score_change": "Δ score", "kept_tokens": "audio tokens kept",
     "prefill_ms_median": "prefill ms", "prefill_speedup": "prefill ×", "decode_ms_per_token_median": "decode ms/token",
-    "kv_saved": "KV saved", "errors": "errors", "samples": "samples",
+    "kv_held_mib_median": "KV MiB", "kv_saved": "KV saved", "cache": "cache", "errors": "errors", "samples": "samples",
 }
 AVERAGE_COLUMNS = {"method": "method", "ratio": "ratio", "score": "mean score", "tasks": "tasks", "prefill_speedup": "mean prefill ×"}
 
@@ -71,10 +71,12 @@ def write_report(summary: pd.DataFrame, out_dir: Path, breakdown: pd.DataFrame |
     sections); returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n", _provenance(out_dir),
              "Scores are each task's primary metric (0-100); Δ is against the unpruned baseline; timings are medians "
-             "over samples that ran, the warm-up excluded; prefill × is the baseline's prefill time over this run's.\n"]
+             "over samples that ran, the warm-up and calls that compiled excluded; prefill × is the baseline's prefill time over "
+             "this run's; KV is the cache held after the prefill (a static cache's room for new tokens left out).\n"]
     for model, frame in summary.groupby("model"):
         parts.append(f"## {model}\n")
-        parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n")
+        parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n"
+                     f"![KV saved]({slug(model)}_kv_saved.png)\n")
         if frame["task"].nunique() > 1:
             for title, rows in task_averages(frame):
                 parts.append(f"### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))

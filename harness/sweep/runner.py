@@ -31,6 +31,7 @@ from kvprune.models.loading import LoadedModel, load_model
 from kvprune.press import Press
 
 from ..audio import duration_seconds
+from ..options import resolve_cache
 from ..demo import DEMO, DEMO_MODEL_DIR
 from ..tasks.protocols import keep_rule
 from ..tasks.suites import expand_suites
@@ -197,6 +198,8 @@ class SweepRunner:
             do_sample=False,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         )
+        if resolve_cache(self.config.cache, loaded.model.device) == "static":
+            generate_kwargs["cache_implementation"] = "static"  # generate compiles the decode step on a GPU
         with press(loaded.model) if press else nullcontext() as pressed:
             new_ids, timing = timed_generate(loaded.generator, inputs, **generate_kwargs)
         kept = sum(s.kept_tokens for s in pressed.stats) if pressed is not None else None

@@ -9,9 +9,12 @@ residual streams or reuse another layer's keys says so with a ``LayerIO`` of its
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from functools import lru_cache
 
 import torch
+import torch.nn as nn
 
 
 @dataclass(frozen=True)
@@ -30,3 +33,17 @@ class LayerIO:
     def kv_sources(self, config) -> dict[int, int]:
         """Decoder layer -> the earlier layer whose cached keys and values it attends to instead of its own."""
         return {}
+
+
+@lru_cache(maxsize=None)
+def _parameter_names(forward_type: type) -> tuple[str, ...]:
+    return tuple(inspect.signature(forward_type.forward).parameters)[1:]  # without self
+
+
+def by_name(layer: nn.Module, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A decoder layer's call arguments with all but the hidden states by name (Gemma-3n passes its
+    rotary embeddings and per-layer inputs positionally), so hooks find each argument by its name."""
+    if len(args) <= 1:
+        return args, kwargs
+    names = _parameter_names(type(layer))
+    return args[:1], {**dict(zip(names[1:], args[1:])), **kwargs}
