@@ -104,7 +104,9 @@ class Session:
             from kvprune.harness.cli import main
 
             return main(["bench", *argv])
-        process = subprocess.run([sys.executable, "-m", "kvprune.harness.cli", "bench", *argv],
+        # from outside the repository: ``-m`` puts the working folder first on sys.path, and the source
+        # tree's kvprune/ lacks kvprune.presses and kvprune.harness (installed from presses/ and harness/)
+        process = subprocess.run([sys.executable, "-m", "kvprune.harness.cli", "bench", *argv], cwd=tempfile.gettempdir(),
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.say(process.stdout.rstrip())
         return process.returncode
