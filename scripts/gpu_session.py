@@ -1,28 +1,32 @@
-"""kvprune's benchmarks in one GPU session: every pass the docs report, in one call of at most ~9 minutes.
+"""kvprune's benchmarks on one GPU: the passes the docs report, each device call at most ~9 minutes.
 
-    python3 scripts/gpu_session.py --out "$OUT"                  # one H100/H200, kvprune installed
-    python3 scripts/gpu_session.py --tiny --out /tmp/session     # the same passes, tiny presets, on a CPU
+    python3 scripts/gpu_session.py --out "$OUT" --passes targets,cache --minutes 8.5      # one H100/H200
+    python3 scripts/gpu_session.py --out "$OUT" --passes others,families,gemma --minutes 8.5
+    python3 scripts/gpu_session.py --tiny --out /tmp/session     # every pass, tiny presets, on a CPU
 
 Nothing is downloaded or installed: every model is built from its config with random weights. The
-passes run most important first, each a ``kvprune bench`` in its own process (a failure stays in its
+passes run in the order given, each a ``kvprune bench`` in its own process (a failure stays in its
 pass) that starts no request after its deadline (``--max-minutes``: the least of the pass's cap and
-what is left of ``--minutes``); what did not run is recorded as skipped rows.
+what is left of ``--minutes``); the rounds timed by then are what the medians use, and a request
+never timed is recorded as a skipped row.
 
 1. targets: ``--compare-stock`` at the Qwen2.5-Omni-7B shape with 5 min of audio: stock Hugging Face
    unpruned (dynamic cache, then its static-cache compile), kvprune unpruned (fast encoder,
    compiled static decoding), FastV at 0.5 and 0.9 (the same), the ideal; the targets as ratios.
-2. cache presses: every cache press and one composition at 0.5, 7B, 5 min: the press's own work in
+2. cache: every cache press and one composition at 0.5, 7B, 5 min: the press's own work in
    the prefill (and its share), KV bytes and decode time against unpruned (dynamic cache: no
    compiling per press).
 3. batch: 7B, 2 min, FastV at 0.5 and 0.9 against unpruned at batch 1, 4 and 16 (requests/s,
    tokens/s, peak memory) and the largest batch that fits (dynamic cache).
-4. other presets: ``--compare-stock`` at 5 min for aero-1-audio-1.5b, voxtral-mini-3b, phi4-mm and
-   qwen2.5-omni-3b, lighter (1 warm-up round, 3 timed, 16 tokens), in the time left; the rest
-   another session can run with ``--passes others --others ...``.
+4. others: ``--compare-stock`` at 5 min for aero-1-audio-1.5b, voxtral-mini-3b, phi4-mm and
+   qwen2.5-omni-3b, lighter (1 warm-up round, 3 timed, 16 tokens).
+5. families: the newer families' presets at 5 min (Audio Flamingo 3, Granite Speech, Qwen3-Omni),
+   FastV and frame against unpruned; 6. gemma: Gemma-3n E4B at 30 s, its longest clip.
 
-Writes at most 8 files to ``--out``: env.txt, log.txt, targets.md, targets.png, cache_presses.md,
-batch.md, other_presets.md and bench.csv (every row of every pass; ``mode`` and ``command`` tell the
-passes apart).
+Writes to ``--out``: env.txt, log.txt, one markdown table per pass that ran (targets.md with
+targets.png, cache_presses.md, batch.md, other_presets.md, new_families.md, gemma3n.md) and bench.csv
+(every row of every pass; ``mode`` and ``command`` tell the passes apart): at most 8 files for the
+passes of one device call as above.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from pathlib import Path
 
 MAIN, OTHERS = "qwen2.5-omni-7b", "aero-1-audio-1.5b,voxtral-mini-3b,phi4-mm,qwen2.5-omni-3b"
 TINY_SECONDS = {"300": "2", "120": "1"}
+NEW_FAMILIES = "audio-flamingo-3,granite-speech-3.3-8b,qwen3-omni-30b-a3b"  # at 5 min; Gemma-3n takes 30 s at most
 CACHE_METHODS = "knorm,random_kv,tova,snapkv,streaming_llm,expected_attention,pyramidkv,adakv,frame+knorm"
 
 
@@ -54,13 +59,17 @@ class Pass:
 def passes(others: str) -> list[Pass]:
     return [
         Pass("targets", f"--compare-stock --preset {MAIN} --audio-seconds 300 --methods fastv --ratios 0.5,0.9 "
-             "--warmup 2 --repeats 5 --decode-tokens 32", 2.8, 1.0, "targets.md", "targets.png"),
+             "--warmup 1 --repeats 4 --decode-tokens 32", 4.5, 1.0, "targets.md", "targets.png"),
         Pass("cache", f"--preset {MAIN} --audio-seconds 300 --methods {CACHE_METHODS} --ratios 0.5 --cache dynamic "
-             "--warmup 1 --repeats 3 --decode-tokens 16", 1.0, 0.5, "cache_presses.md"),
+             "--warmup 1 --repeats 3 --decode-tokens 16", 2.0, 0.5, "cache_presses.md"),
         Pass("batch", f"--preset {MAIN} --audio-seconds 120 --methods fastv --ratios 0.5,0.9 --batch-sizes 1,4,16 "
-             "--largest-batch --cache dynamic --warmup 1 --repeats 2 --decode-tokens 16", 1.3, 0.5, "batch.md"),
+             "--largest-batch --cache dynamic --warmup 1 --repeats 2 --decode-tokens 16", 1.5, 0.5, "batch.md"),
         Pass("others", f"--compare-stock --preset {others} --audio-seconds 300 --methods fastv --ratios 0.5,0.9 "
              "--warmup 1 --repeats 3 --decode-tokens 16", 10.0, 1.0, "other_presets.md"),
+        Pass("families", f"--preset {NEW_FAMILIES} --audio-seconds 300 --methods fastv,frame --ratios 0.5,0.9 "
+             "--cache dynamic --warmup 1 --repeats 3 --decode-tokens 16", 5.0, 1.0, "new_families.md"),
+        Pass("gemma", "--preset gemma-3n-e4b --audio-seconds 30 --methods fastv,frame --ratios 0.5,0.9 "
+             "--cache dynamic --warmup 1 --repeats 3 --decode-tokens 16", 2.0, 0.5, "gemma3n.md"),
     ]
 
 

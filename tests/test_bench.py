@@ -20,7 +20,7 @@ from kvprune.harness.bench.compare import targets
 from kvprune.harness.bench.config import BenchConfig, run_bench
 from kvprune.harness.bench.measure import RequestTiming
 from kvprune.harness.bench.report import COLUMNS, bench_frame, markdown
-from kvprune.harness.bench.rounds import Outcome, Request, disturbed, summary
+from kvprune.harness.bench.rounds import SKIPPED, Outcome, Request, disturbed, run_rounds, summary
 from kvprune.harness.cli import main
 from kvprune.models import list_families
 from kvprune.ratios import keep_count
@@ -358,3 +358,24 @@ def test_the_encoder_column_says_which_audio_encoder_path_ran(bench):
     one = frame[(frame["preset"] == "tiny-omni") & (frame["audio_seconds"] == 1.0)]
     for column in ("audio_tokens", "seq_len", "kv_bytes"):
         assert stock[stock["method"] == "none"][column].tolist() == one[one["method"] == "none"][column].tolist()
+
+
+def test_a_deadline_keeps_the_rounds_already_timed():
+    """Past --max-minutes no request starts; requests with timed rounds keep them (their medians come
+    from fewer rounds), and only those never timed are reported skipped."""
+    requests = [Request(method, 0.0, "none") for method in ("a", "b", "c")]
+    calls = []
+
+    def run_one(request):
+        calls.append(request.method)
+        timing = RequestTiming(float(len(calls)), 1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0, 0, "dynamic", False)
+        return timing, None
+
+    # round 0 (warm-up) runs a, b, c; round 1 runs b, c, a; the deadline passes after 5 calls
+    outcomes = run_rounds(requests, rounds=4, warmup=1, run_one=run_one, expired=lambda: len(calls) >= 5,
+                          describe=str)
+    assert calls == ["a", "b", "c", "b", "c"]
+    by_method = {request.method: outcome for request, outcome in outcomes.items()}
+    assert [s.prefill_ms for s in by_method["b"].samples] == [4.0] and by_method["b"].error is None
+    assert [s.prefill_ms for s in by_method["c"].samples] == [5.0] and by_method["c"].error is None
+    assert by_method["a"].samples == [] and by_method["a"].error == SKIPPED

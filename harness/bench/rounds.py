@@ -62,10 +62,13 @@ class Outcome:
 def run_rounds(requests: list[Request], rounds: int, warmup: int, run_one: Callable[[Request], tuple],
                expired: Callable[[], bool], describe: Callable[[Exception], str], on_round=None) -> dict[Request, Outcome]:
     """Run every request once per round (``run_one(request) -> (RequestTiming, kept tokens)``); the
-    first ``warmup`` rounds are not kept. A request that raises is not run again: its error is kept;
-    past the deadline (``expired``) the rest are skipped."""
+    first ``warmup`` rounds are not kept. A request that raises is not run again: its error is kept.
+    Past the deadline (``expired``) no request starts: the rounds already timed are what the medians
+    use, and only a request with no timed round at all is reported skipped."""
     outcomes = {request: Outcome([]) for request in requests}
     for round_ in range(rounds):
+        if expired():
+            break
         if on_round is not None:
             on_round(round_)
         shift = round_ % max(1, len(requests))
@@ -74,8 +77,7 @@ def run_rounds(requests: list[Request], rounds: int, warmup: int, run_one: Calla
             if outcome.error is not None:
                 continue
             if expired():
-                outcome.error = SKIPPED
-                continue
+                break
             try:
                 timing, kept = run_one(request)
             except Exception as error:
@@ -86,7 +88,7 @@ def run_rounds(requests: list[Request], rounds: int, warmup: int, run_one: Calla
                 outcome.samples.append(timing)
     for outcome in outcomes.values():
         if outcome.error is None and not outcome.samples:
-            outcome.error = "no timed round"
+            outcome.error = SKIPPED if expired() else "no timed round"
     return outcomes
 
 
