@@ -5,5 +5,6 @@
 - ``bench``: prefill and decode timed at real model shapes with random weights;
 - ``demo``: the embedded demo model and its synthetic suite; ``benchmarks``: official scoring rules;
 - ``cli``: the ``kvprune`` command, with ``options`` (what sweep and bench share), ``timing`` (the one
-  timing primitive) and ``audio`` (audio files to waveforms).
+  timing primitive), ``audio`` (audio files to waveforms) and ``channels`` (how a file's channels
+  become clips).
 """

@@ -1,4 +1,5 @@
-"""Audio files to the mono 16 kHz float32 waveforms every supported processor expects."""
+"""Audio files to the mono 16 kHz float32 waveforms every supported processor expects (one per file, or
+several when a task's channel policy splits a file: ``channels``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,23 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from .channels import MEAN, ChannelError, Channels
+
 SAMPLING_RATE = 16_000
 
 
 class AudioLoadError(ValueError):
-    """An audio file is missing or unreadable; the message names the file."""
+    """An audio file is missing or unreadable, or does not fit the task's channel policy; the message
+    names the file and the fix."""
 
 
 def load_audio(path: str | Path, sampling_rate: int = SAMPLING_RATE) -> np.ndarray:
     """Read ``path``, downmix to mono and resample to ``sampling_rate``."""
+    return load_clips(path, MEAN, sampling_rate)[0]
+
+
+def load_clips(path: str | Path, channels: Channels = MEAN, sampling_rate: int = SAMPLING_RATE) -> list[np.ndarray]:
+    """Read ``path`` and turn its channels into mono clips by ``channels``, each resampled to ``sampling_rate``."""
     path = Path(path)
     if not path.is_file():
         raise AudioLoadError(f"audio file not found: {path}")
@@ -26,7 +35,11 @@ def load_audio(path: str | Path, sampling_rate: int = SAMPLING_RATE) -> np.ndarr
     if data.shape[0] == 0:
         raise AudioLoadError(f"audio file is empty: {path}")
     check_samples(data, path)
-    return resample(data.mean(axis=1), rate, sampling_rate)
+    try:
+        clips = channels.apply(data, path)
+    except ChannelError as error:
+        raise AudioLoadError(str(error)) from None
+    return [resample(clip, rate, sampling_rate) for clip in clips]
 
 
 def check_samples(data: np.ndarray, path) -> None:

@@ -18,14 +18,32 @@ from .sweep.lock import FolderLockedError
 
 # -- listings -------------------------------------------------------------------------------------
 def _presses(args) -> int:
+    """Each registered press: name, kind, scope (what it may remove) and parameters with their defaults
+    (every press also takes ``ratio``), then what it keeps."""
+    import dataclasses
+
     from kvprune.press import PRESSES, list_presses
 
+    print(f"{'press':20s} {'kind':6s} {'scope':13s} parameters (defaults; every press also takes ratio)")
     for kind in ("token", "cache"):
         for name in list_presses(kind=kind):
             cls = PRESSES.get(name)
+            fields = [f for f in dataclasses.fields(cls) if f.init and f.name != "ratio"]
+            parameters = " ".join(f"{f.name}={_spelled(f.default)}" for f in fields)
+            scope = "audio" if kind == "token" else "audio|prompt"  # cache presses choose with scope=
             summary = (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").strip().splitlines()[:1]
-            print(f"{name:8s} {kind:6s} {''.join(summary)}")
+            print(f"{name:20s} {kind:6s} {scope:13s} {parameters}")
+            print(f"{'':4s}{''.join(summary)}")
+    print("\nscope: token presses drop audio tokens; cache presses evict audio entries (scope=audio) or any prompt "
+          "entry but the chat template's header and the last `window` (scope=prompt). scorer= names the cache "
+          "press whose scores a budget policy (pyramidkv, adakv) uses. Specs: `kvprune sweep --methods "
+          "'snapkv:window=32,pyramidkv:scorer=tova,frame+knorm'`.")
     return 0
+
+
+def _spelled(value) -> str:
+    """A default as a method spec writes it (booleans lowercase)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _families(args) -> int:
@@ -40,11 +58,18 @@ def _families(args) -> int:
 
 
 def _tasks(args) -> int:
+    from .tasks.suites import list_suites
     from .tasks.task import get_task, list_tasks
 
+    print(f"{'task':20s} {'benchmark':14s} {'metric':28s} {'protocols':24s} data layout")
     for name in list_tasks():
         task = get_task(name)
-        print(f"{name:14s} {task.abbreviation:5s} {task.primary_metric:12s} {task.title}")
+        protocols = ", ".join([task.protocol, *task.protocols])
+        print(f"{name:20s} {task.benchmark:14s} {task.primary_metric:28s} {protocols:24s} {task.data_layout}")
+    print(f"\n{'suite':20s} {'benchmark':14s} {'aggregate':40s} tasks")
+    for suite in list_suites():
+        aggregate = f"{suite.aggregate_name}: {', '.join(suite.aggregate)}" if suite.aggregate else "—"
+        print(f"{suite.name:20s} {suite.benchmark:14s} {aggregate:40s} {', '.join(suite.tasks)}")
     return 0
 
 
@@ -122,7 +147,7 @@ def _bench(args) -> int:
     config = BenchConfig.from_args(args)
     frame = run_bench(config)
     errors = frame["error"].notna()
-    print(f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md, prefill_vs_ratio.png in {config.out}")
+    print(f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md and a figure in {config.out}")
     return 1 if errors.any() else 0
 
 
@@ -155,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)  # the words as given, for the records
     if not hasattr(args, "run"):
         parser.print_help()
         return 0

@@ -1,11 +1,13 @@
 """Audio longer than a model takes is never cut silently.
 
-Each family declares the longest clip it takes as one audio item (``max_clip_seconds``: 300 s for
-Qwen2.5-Omni, 30 s for Qwen2-Audio and Aero-1, none for Voxtral and Phi-4). A clip beyond it is
-handled by an explicit policy, chosen per sweep or per task and recorded with every result:
+Each family declares the longest clip it takes as one audio item (``max_clip_seconds``; ``kvprune
+families`` lists them: 300 s for Qwen2.5-Omni, 30 s for Qwen2-Audio, Aero-1 and Gemma-3n, none for
+Voxtral and Phi-4, for instance). A clip beyond it (a file, or one clip a task's channel policy made
+of it) is handled by an explicit policy, chosen per sweep or per task and recorded with every result:
 
 * ``split`` (default): cut into consecutive clips of at most that length, each its own audio item
-  in the prompt (what Qwen2-Audio's and Aero-1's recipes do with long audio);
+  standing in order where the clip stood in the prompt's segments (what Qwen2-Audio's and Aero-1's
+  recipes do with long audio);
 * ``truncate``: keep the first ``max_clip_seconds``; the result row says so and the report warns;
 * ``error``: the sample becomes an error row.
 
@@ -23,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+
+from kvprune.models.prompting import Prompt, chunks
 
 from .audio import SAMPLING_RATE, duration_seconds
 
@@ -42,6 +46,19 @@ class FittedAudio:
 
     waves: list[np.ndarray]
     note: str | None = None
+    #: per clip given, how many of ``waves`` it became (empty: one each)
+    pieces: tuple[int, ...] = ()
+
+    def prompt(self, prompt: str | Prompt) -> str | Prompt:
+        """``prompt`` for the fitted clips: each split clip's pieces stand in order where it stood."""
+        if not self.pieces:
+            return prompt
+        prompt = Prompt.of(prompt, len(self.pieces))
+        starts = np.cumsum([0, *self.pieces]).tolist()
+        segments = []
+        for segment in prompt.segments:
+            segments += [segment] if isinstance(segment, str) else range(starts[segment], starts[segment + 1])
+        return Prompt(tuple(segments), prompt.system)
 
 
 def fit_clips(waves: list[np.ndarray], max_seconds: float | None, policy: str, model: str = "the model") -> FittedAudio:
@@ -61,8 +78,10 @@ def fit_clips(waves: list[np.ndarray], max_seconds: float | None, policy: str, m
     if policy == "truncate":
         fitted = [w[:size] for w in waves]
         return FittedAudio(fitted, f"truncated {long_clips} clip(s) to {max_seconds:g} s (longest {longest:.1f} s)")
-    fitted = [w[i : i + size] for w in waves for i in range(0, max(len(w), 1), size)]
-    return FittedAudio(fitted, f"split {long_clips} clip(s) into {len(fitted)} clips of at most {max_seconds:g} s")
+    split = [chunks(w, max_seconds) for w in waves]
+    fitted = [piece for pieces in split for piece in pieces]
+    return FittedAudio(fitted, f"split {long_clips} clip(s) into {len(fitted)} clips of at most {max_seconds:g} s",
+                       tuple(len(pieces) for pieces in split))
 
 
 @contextmanager
@@ -110,16 +129,17 @@ def received_seconds(family, config, waves: list[np.ndarray], audio_tokens: int,
     )
 
 
-def model_inputs(loaded, waves: list[np.ndarray], prompt: str, policy: str) -> dict:
+def model_inputs(loaded, waves: list[np.ndarray], prompt: str | Prompt, policy: str) -> dict:
     """A prompt's model inputs (``inputs``) with ``waves`` fitted to what ``loaded`` (a
-    ``LoadedModel``) takes under ``policy``, and what a result row records about its audio: the
-    seconds of the files, the seconds the model received, the clips it got, what was done to fit
-    them (``long_audio``; None: nothing) and the audio tokens."""
+    ``LoadedModel``) takes under ``policy`` (a split clip's pieces stand where it stood in the
+    prompt's segments), and what a result row records about its audio: the seconds of the files,
+    the seconds the model received, the clips it got, what was done to fit them (``long_audio``;
+    None: nothing) and the audio tokens."""
     family = loaded.family
     fitted = fit_clips(waves, family.max_clip_seconds, policy, family.display_name)
     config = family.entry(loaded.model).config
     with whole_clips(loaded.processor, family, config, fitted.waves):
-        inputs = loaded.build_inputs(fitted.waves, prompt)
+        inputs = loaded.build_inputs(fitted.waves, fitted.prompt(prompt))
     tokens = loaded.audio_tokens(inputs["input_ids"])
     received = received_seconds(family, config, fitted.waves, tokens, truncate_ok=policy == "truncate")
     sent, note = duration_seconds(fitted.waves), fitted.note

@@ -11,8 +11,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import torch
+
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
+#: the KV cache decoding runs on: auto is static on a GPU (where generate compiles the decode step), else dynamic
+CACHES = ("auto", "static", "dynamic")
 
 SHARED_OPTIONS: dict[str, dict] = {
     "methods": dict(
@@ -31,6 +35,11 @@ SHARED_OPTIONS: dict[str, dict] = {
     "attn_implementation": dict(choices=ATTN_IMPLEMENTATIONS, help="the model's attention backend"),
     "seed": dict(type=int, help="seed of the random inputs"),
     "quiet": dict(action="store_true", help="no progress bars"),
+    "cache": dict(
+        choices=CACHES,
+        help="KV cache of decoding: static (Hugging Face's static cache; on a GPU the decode step is compiled, "
+        "and a call at a new length may compile), dynamic, or auto: static on a GPU, dynamic elsewhere",
+    ),
     "stock_encoder": dict(
         action="store_true",
         help="run the model's stock audio encoder instead of kvprune.fast_audio_encoder (same outputs, slower)",
@@ -49,3 +58,12 @@ def add_shared_options(parser: argparse.ArgumentParser, defaults: dict[str, obje
             continue
         help_text = "; ".join(part for part in (spec["help"], notes.get(dest)) if part)
         parser.add_argument(f"--{dest.replace('_', '-')}", **dict(spec, help=help_text), default=defaults[dest])
+
+
+def resolve_cache(choice: str, device) -> str:
+    """The cache ``--cache`` asks for on ``device``: "static" or "dynamic" (auto: static on CUDA)."""
+    if choice not in CACHES:
+        raise ValueError(f"cache={choice!r} is invalid: choose one of {', '.join(CACHES)}.")
+    if choice == "auto":
+        return "static" if torch.device(device).type == "cuda" else "dynamic"
+    return choice

@@ -31,13 +31,14 @@ class AudioClip:
         return torch.arange(self.start, self.end, device=device)
 
 
-def find_clips(input_ids: torch.Tensor, audio_token_id: int, ratio: float) -> list[list[AudioClip]]:
+def find_clips(input_ids: torch.Tensor, audio_token_id: int, ratio: float, keep_rule: str = "round") -> list[list[AudioClip]]:
     """Split each row's audio placeholders into clips and give each its kept count."""
-    return clips_of((input_ids == audio_token_id).cpu(), ratio)
+    return clips_of((input_ids == audio_token_id).cpu(), ratio, keep_rule)
 
 
-def clips_of(is_audio: torch.Tensor, ratio: float) -> list[list[AudioClip]]:
-    """The clips of a (B, S) host bool mask of audio placeholder positions."""
+def clips_of(is_audio: torch.Tensor, ratio: float, keep_rule: str = "round") -> list[list[AudioClip]]:
+    """The clips of a (B, S) host bool mask of audio placeholder positions; each keeps
+    ``keep_count(length, ratio, keep_rule)`` tokens."""
     padded = torch.nn.functional.pad(is_audio.to(torch.int8), (1, 1))
     edges = padded[:, 1:] - padded[:, :-1]
     clips: list[list[AudioClip]] = []
@@ -46,7 +47,7 @@ def clips_of(is_audio: torch.Tensor, ratio: float) -> list[list[AudioClip]]:
         ends = (edges[row] == -1).nonzero().flatten().tolist()
         clips.append(
             [
-                AudioClip(row=row, index=i, start=s, end=e, n_keep=keep_count(e - s, ratio))
+                AudioClip(row=row, index=i, start=s, end=e, n_keep=keep_count(e - s, ratio, keep_rule))
                 for i, (s, e) in enumerate(zip(starts, ends))
             ]
         )

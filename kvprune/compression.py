@@ -92,8 +92,9 @@ class PrefillCompression:
         self._counts: dict[int, _Counts] = {}
 
     def compress(self, press, layer: LayerPrefill, n_layers: int) -> tuple[SlotMap, list[int], list[int]]:
-        """Compress ``layer``'s cache with ``press``; returns its new slots and, per row, the press's
-        candidate entries before and after."""
+        """Compress ``layer``'s cache with ``press`` (one of the model's first ``n_layers`` layers, those
+        that hold a cache of their own); returns its new slots and, per row, the press's candidate
+        entries before and after."""
         if layer.index not in self._counts:  # the layer's first compression: what its prefill computed
             self._counts[layer.index] = _Counts(
                 [length - sum(n) + sum(kept) for length, n, kept in zip(self.lengths, self.clip_lengths, layer.clip_entries)],

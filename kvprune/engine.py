@@ -52,8 +52,9 @@ from .attention_probe import AttentionRecorder
 from .clips import AudioClip, clips_of
 from .compat import find_cache, output_cache
 from .compression import LayerPrefill, PrefillCompression, sample_keys
-from .masks import is_flash, restrict_mask
+from .masks import causal_mask, is_flash, restrict_mask
 from .models import resolve_family
+from .models.layer_io import by_name
 from .run import PressRun
 from .slots import CacheLayout, SlotMap, to_device
 
@@ -116,6 +117,7 @@ class _Call:
     past_len: int
     n_new: int
     layout: CacheLayout | None = None
+    padding: torch.Tensor | None = None  # the call's (B, past + new) attention mask, if it had one
     # set on a prefill that prunes:
     clips: list[list[AudioClip]] | None = None
     offsets: torch.Tensor | None = None  # (B, S) position of each index within its unpadded row
@@ -146,13 +148,20 @@ class PressSession:
         self.compressors = [p for p in parts if p.kind == "cache"]
         self.dropper = droppers[0] if droppers else None
         self.run = PressRun(press)
+        self.prunes = any(part.ratio > 0 for part in parts)  # else the model runs as without the press
         self.family = resolve_family(model)
         self.entry = self.family.entry(model)
         self.layers = self.family.layers(model)
         self.norm = self.family.final_norm(model)
         self.audio_token_id = self.family.audio_token_id(model)
-        self.attn_implementation = self.family.decoder(model).config._attn_implementation
+        self.decoder_config = self.family.decoder(model).config
+        self.attn_implementation = self.decoder_config._attn_implementation
+        self.io = self.family.layer_io
+        self.kv_sources = self.io.kv_sources(self.decoder_config)  # layers attending to another layer's cache
         n_layers = len(self.layers)
+        # the layers a cache press can compress: up to the last that holds a cache of its own (the sharing
+        # layers come last), so that depth-dependent budgets (PyramidKV) span the layers that use them
+        self.cache_layers = 1 + max(j for j in range(n_layers) if j not in self.kv_sources)
         for part in parts:
             if not 1 <= part.layer < n_layers:
                 raise ValueError(
@@ -160,10 +169,13 @@ class PressSession:
                     f"layers: it must be in [1, {n_layers - 1}] (layer 0 must stay full length)."
                 )
         self.k = self.dropper.layer if self.dropper else n_layers
+        _check_kv_sharing(self.k, self.kv_sources, self.family.display_name)
+        first_adjusted = min([self.k, *(p.layer for p in self.compressors)])
+        self.window = _smallest_window(self.decoder_config, first_adjusted)
         _check_cache_presses(self.compressors, self.attn_implementation)
-        config = self.family.decoder(model).config
-        self.kv_groups = config.num_attention_heads // config.num_key_value_heads
+        self.kv_groups = self.decoder_config.num_attention_heads // self.decoder_config.num_key_value_heads
         self.rotary = getattr(self.family.decoder(model), "rotary_emb", None)
+        self.layer_types = getattr(self.decoder_config, "layer_types", None) or ["full_attention"] * n_layers
         self.recorders = self._recorders()
         self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
         self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -234,7 +246,10 @@ class PressSession:
         if past_len > 0:
             layout = self._layouts.get(cache)
             n_new = input_ids.shape[1] if input_ids is not None else _embeds_len(kwargs)
-            self._call = _Call(cache=cache, past_len=past_len, n_new=n_new, layout=layout) if layout else None
+            if layout:
+                self._check_window(past_len + n_new)
+            padding = kwargs.get("attention_mask")
+            self._call = _Call(cache=cache, past_len=past_len, n_new=n_new, layout=layout, padding=padding) if layout else None
             return None
         self._call = self._start_prefill(_prompt_ids(input_ids), kwargs.get("attention_mask"), cache)
         return None
@@ -250,6 +265,8 @@ class PressSession:
             if n_new > 1 and static_cache.is_frozen(cache):  # a later turn, never compiled
                 static_cache.check_room(cache, n_new)
             return None
+        if self.prunes:
+            static_cache.check_prunable(cache, self.family.display_name, self.kv_sources)
         for recorder in self.recorders.values():
             recorder.clear()
         input_ids, mask = _prompt_ids(input_ids), kwargs.get("attention_mask")
@@ -278,9 +295,10 @@ class PressSession:
 
     def _start_prefill(self, input_ids, attention_mask, cache) -> _Call | None:
         drop_ratio = self.dropper.ratio if self.dropper else 0.0
+        keep_rule = self.dropper.keep_rule if self.dropper else "round"
         host_ids = input_ids.cpu()  # before the encoder runs: no stall
         host_is_audio = host_ids == self.audio_token_id
-        clips = clips_of(host_is_audio, drop_ratio)
+        clips = clips_of(host_is_audio, drop_ratio, keep_rule)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
         self.run.start_prefill(tuple(input_ids.shape))
@@ -290,6 +308,7 @@ class PressSession:
         compresses = has_audio and any(p.ratio > 0 for p in self.compressors)
         if not drops and not compresses:  # the model runs exactly as without the presses
             return None
+        self._check_window(input_ids.shape[1])
         is_audio = input_ids == self.audio_token_id
         valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(is_audio)
         evidence = Evidence.for_prompt(is_audio, valid, host_is_audio, host_ids)
@@ -302,10 +321,20 @@ class PressSession:
             compression=PrefillCompression(host_ids, evidence.host_valid, clips, offsets, valid) if compresses else None,
         )
 
+    def _check_window(self, length: int) -> None:
+        """Sliding-window layers keep only their last window of tokens; a pruned one would evict by
+        count what the mask places by position, so pruning stays exact only within one window."""
+        if self.window is not None and length >= self.window:
+            raise ValueError(
+                f"{self.family.display_name}: prompt and generated tokens reach {length}, but its sliding-window "
+                f"layers hold {self.window - 1} tokens; kvprune prunes them exactly only while everything fits one "
+                "window. Use a shorter prompt or fewer new tokens."
+            )
+
     def _capture_hidden(self, module, args, output):
         call = self._call
         if call is not None and call.drop_pending:
-            call.hidden = output[0] if isinstance(output, tuple) else output
+            call.hidden = self.io.stream(output, self.decoder_config)
 
     # -- before each decoder layer ---------------------------------------------------------------
     def _before_layer(self, layer_idx: int):
@@ -317,6 +346,7 @@ class PressSession:
                     return None
                 kwargs["attention_mask"] = mask
                 return args, kwargs
+            args, kwargs = by_name(self.layers[layer_idx], args, kwargs)
             if call.prefill:
                 if layer_idx == self.k and call.drop_pending:
                     self._drop(call)
@@ -352,11 +382,14 @@ class PressSession:
         slots = call.drop_slots
         if layer_idx == self.k:
             hidden = args[0] if args else kwargs.pop("hidden_states")
-            args = (_gather_seq(hidden, slots.index), *args[1:])
+            args = (_gather_seq(hidden, slots.index, self.io.hidden_axis), *args[1:])
         key = ("prefill", id(kwargs.get("attention_mask")), id(kwargs.get("position_embeddings")))
         if key not in call.memo:
             call.memo[key] = self._gather_prefill_kwargs(kwargs, slots)
         kwargs.update(call.memo[key])
+        for name in self.io.token_args:  # a different tensor for every layer
+            if kwargs.get(name) is not None:
+                kwargs[name] = _gather_seq(kwargs[name], slots.index)
         return args, kwargs
 
     def _gather_prefill_kwargs(self, kwargs, slots: SlotMap) -> dict:
@@ -384,6 +417,9 @@ class PressSession:
         if mask is None and not slots.has_filler:
             return None
         total = call.past_len + call.n_new
+        if mask is not None and mask.dim() == 4 and mask.shape[-1] != total:
+            # HF sized it from a pruned layer's cache (Gemma-3n: its first full-attention layer)
+            mask = causal_mask(call.padding, call.past_len, call.n_new, mask.shape[0], mask.dtype, mask.device)
         key = ("continuation", id(slots), id(mask))
         if key not in call.memo:
             query_index = torch.arange(call.past_len, total, device=slots.index.device)[None]
@@ -404,6 +440,11 @@ class PressSession:
             call = self._call
             if call is None or not call.prefill:
                 return None
+            source = self.kv_sources.get(layer_idx)
+            if source is not None:  # it holds no cache: it attends to its source layer's, as compressed
+                call.layout.layers[layer_idx] = call.layout[source]
+                return None
+            args, kwargs = by_name(self.layers[layer_idx], args, kwargs)  # its rotary embedding may be positional
             cache = find_cache(kwargs)
             if cache is None:
                 return None  # no cache to compress (use_cache=False)
@@ -428,12 +469,12 @@ class PressSession:
             query_slots=call.drop_slots if dropped else full,
             clip_entries=call.kept_counts if dropped else [[clip.length for clip in row] for row in call.clips],
             kv_groups=self.kv_groups, queries=queries, scaling=scaling, rope=kwargs.get("position_embeddings"),
-            rope_frequencies=getattr(self.rotary, "inv_freq", None),
+            rope_frequencies=_rope_frequencies(self.rotary, self.layer_types[layer_idx]),
         )
 
     def _compress(self, call: _Call, layer: LayerPrefill, press) -> None:
         """Keep each row's best candidates of one layer's cache (and everything else), in place."""
-        slots, candidates, kept = call.compression.compress(press, layer, len(self.layers))
+        slots, candidates, kept = call.compression.compress(press, layer, self.cache_layers)
         call.layout.layers[layer.index] = slots
         earlier = self.run.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
         self.run.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
@@ -491,14 +532,17 @@ def _check_cache_presses(presses, attn_implementation: str) -> None:
             )
 
 
-def _gather_seq(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Gather (B|1, S, ...) or (B|1, S) tensors along the sequence axis with a (B, L) index."""
+def _gather_seq(tensor: torch.Tensor, index: torch.Tensor, axis: int = 1) -> torch.Tensor:
+    """Gather a tensor along its sequence ``axis`` with a (B, L) index; the batch axis comes just
+    before it, of size B or 1: (B|1, S), (B|1, S, ...), or (n, B|1, S, ...) for Gemma-3n's streams."""
     batch = index.shape[0]
-    if tensor.dim() == 2:
-        return tensor.expand(batch, -1).gather(1, index.to(tensor.device))
-    tensor = tensor.expand(batch, *tensor.shape[1:])
-    idx = index.to(tensor.device).view(batch, -1, *([1] * (tensor.dim() - 2))).expand(-1, -1, *tensor.shape[2:])
-    return tensor.gather(1, idx)
+    shape = list(tensor.shape)
+    shape[axis - 1] = batch
+    tensor = tensor.expand(*shape)
+    view = [1] * tensor.dim()
+    view[axis - 1], view[axis] = batch, index.shape[1]
+    shape[axis] = index.shape[1]
+    return tensor.gather(axis, index.to(tensor.device).view(view).expand(*shape))
 
 
 def _left_offsets(attention_mask, input_ids) -> torch.Tensor:
@@ -526,3 +570,29 @@ def _embeds_len(kwargs) -> int:
     embeds = kwargs.get("inputs_embeds")
     return embeds.shape[1] if embeds is not None else 1
 
+
+def _check_kv_sharing(k: int, sources: dict[int, int], name: str) -> None:
+    """A layer that attends to another layer's cache must see the tokens that layer kept."""
+    split = sorted(source for layer, source in sources.items() if source < k <= layer)
+    if split:
+        raise ValueError(
+            f"layer={k} is invalid for {name}: its layers {min(sources)}.. attend to the keys and values of layers "
+            f"{sorted(set(sources.values()))}, which must hold the same tokens; prune at layer {split[0]} or earlier."
+        )
+
+
+def _rope_frequencies(rotary, layer_type: str) -> torch.Tensor | None:
+    """The inverse frequencies of the rotary embedding a layer of ``layer_type`` is given: the model's
+    one set (``inv_freq``), or its attention type's (Gemma-3n's sliding layers turn at another base:
+    ``sliding_attention_inv_freq``); None where the model exposes none. Read when used, as dynamic
+    RoPE variants replace them."""
+    shared = getattr(rotary, "inv_freq", None)
+    return shared if shared is not None else getattr(rotary, f"{layer_type}_inv_freq", None)
+
+
+def _smallest_window(config, first_layer: int) -> int | None:
+    """The smallest sliding window among layers ``first_layer``.. (None: no sliding-window layer there)."""
+    types = getattr(config, "layer_types", None) or []
+    window = getattr(config, "sliding_window", None)
+    sliding = [j for j, kind in enumerate(types) if kind == "sliding_attention" and j >= first_layer]
+    return window if sliding and window else None

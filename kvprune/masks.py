@@ -98,3 +98,19 @@ def _build_mask(cols: SlotMap, rows: SlotMap | None, query_index, attn_implement
         f"kvprune cannot build attention masks for {attn_implementation!r}; "
         "use 'sdpa', 'eager' or 'flash_attention_2'."
     )
+
+
+def causal_mask(
+    padding: torch.Tensor | None, past_len: int, n_new: int, batch: int, dtype, device
+) -> torch.Tensor:
+    """The (B, 1, n_new, past_len + n_new) mask HF builds for a continuation over the full sequence,
+    from the call's 2-D padding mask: for layers whose HF mask was sized from another layer's cache."""
+    total = past_len + n_new
+    keys = torch.arange(total, device=device)
+    allowed = keys[None, :] <= (past_len + torch.arange(n_new, device=device))[:, None]  # (q, kv)
+    allowed = allowed[None, None].expand(batch, 1, n_new, total)
+    if padding is not None:
+        allowed = allowed & padding.to(device=device, dtype=torch.bool)[:, None, None, :]
+    if dtype == torch.bool:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)

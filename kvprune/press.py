@@ -35,7 +35,7 @@ from .cache_scoring import CacheEvidence
 from .clips import AudioClip
 from .compression import SCOPES
 from .engine import PressSession
-from .ratios import keep_count, validate_ratio
+from .ratios import keep_count, validate_keep_rule, validate_ratio
 from .registry import Registry
 
 
@@ -44,8 +44,8 @@ class Press:
     """Base of all presses: calling one on a model returns a context manager that yields a ``PressRun``.
 
     Every press has ``layer``, the first decoder layer it acts on, and ``kind``: "token", "cache"
-    or "composed". The engine reads ``kind``, ``ratio``, ``layer`` and ``needs`` and calls
-    ``parts()``, ``select()`` and ``score()``; nothing else.
+    or "composed". The engine reads ``kind``, ``ratio``, ``keep_rule``, ``layer`` and ``needs`` and
+    calls ``parts()``, ``select()`` and ``score()``; nothing else.
     """
 
     kind: ClassVar[str]
@@ -69,17 +69,20 @@ class TokenDropPress(Press):
     """Drops audio tokens from the hidden states before decoder layer ``layer`` (K).
 
     ``ratio`` is the fraction of each clip's audio tokens removed, in [0, 1); each clip keeps
-    ``max(1, round(n * (1 - ratio)))``. Layers 0..K-1 see the full prompt; layers K.. and their KV
-    cache hold only the kept tokens, at their original positions.
+    ``max(1, round(n * (1 - ratio)))``, or ``max(1, int(n * (1 - ratio)))`` with
+    ``keep_rule="floor"`` (AudioMarathon's count; ``kvprune.ratios``). Layers 0..K-1 see the full
+    prompt; layers K.. and their KV cache hold only the kept tokens, at their original positions.
     """
 
     ratio: float = 0.0
     layer: int = 2
+    keep_rule: str = "round"
 
     kind: ClassVar[str] = "token"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ratio", validate_ratio(self.ratio))
+        validate_keep_rule(self.keep_rule)
 
     def select(self, clip: AudioClip, evidence) -> torch.Tensor:
         """Indices (into the prompt tensor) of the ``clip.n_keep`` tokens of ``clip`` to keep, on the
@@ -105,6 +108,8 @@ class CachePress(Press):
       (kvpress's whole-prompt compression, the setting of AudioMarathon's KV-cache numbers).
     * ``window``: the last prompt entries: never evicted under ``scope="prompt"``, and the
       observation window of presses that score with the last queries (SnapKV).
+    * ``keep_rule``: ``"round"`` (above) or ``"floor"``, ``max(1, int(n * (1 - ratio)))`` as kvpress
+      and AudioMarathon count (``kvprune.ratios``).
 
     Writing one: implement ``score(evidence)``; declare ``needs = frozenset({"queries"})`` to be
     given the post-RoPE queries of the last ``query_rows`` prompt positions (default ``window``).
@@ -115,6 +120,7 @@ class CachePress(Press):
     layer: int = 1
     scope: str = "audio"
     window: int = 64
+    keep_rule: str = "round"
 
     kind: ClassVar[str] = "cache"
     #: whether ``choose`` keeps entries per KV head (the engine then masks per head)
@@ -126,6 +132,7 @@ class CachePress(Press):
             raise ValueError(f"scope={self.scope!r} is invalid; choose one of {SCOPES}.")
         if self.window < 1:
             raise ValueError(f"window={self.window} is invalid: at least the last prompt entry is kept (window >= 1).")
+        validate_keep_rule(self.keep_rule)
 
     @property
     def query_rows(self) -> int:
@@ -140,9 +147,10 @@ class CachePress(Press):
         raise NotImplementedError
 
     def keep(self, n: int, layer_idx: int, n_layers: int) -> int:
-        """Entries a budget group of ``n`` candidates keeps at layer ``layer_idx`` (of ``n_layers``):
-        ``max(1, round(n * (1 - ratio)))`` at every layer (uniform budgets)."""
-        return keep_count(n, self.ratio)
+        """Entries a budget group of ``n`` candidates keeps at layer ``layer_idx`` of the ``n_layers``
+        that hold a cache of their own (Gemma-3n's last layers reuse earlier ones' and do not count):
+        ``keep_count(n, ratio, keep_rule)`` at every layer (uniform budgets)."""
+        return keep_count(n, self.ratio, self.keep_rule)
 
     def choose(self, scores: torch.Tensor, evidence: CacheEvidence, budgets: torch.Tensor) -> torch.Tensor:
         """Keep mask of the entries: (B, L), the same for every head: in each budget group g of row b,
@@ -153,7 +161,7 @@ class CachePress(Press):
 @dataclass(frozen=True)
 class DelegatingCachePress(CachePress):
     """A cache press that takes its scores from another registered cache press, named by ``scorer``
-    and built with this press's ratio, layer, scope and window (its other parameters at their
+    and built with this press's ratio, layer, scope, window and keep rule (its other parameters at their
     defaults). Subclasses change how budgets are set (pyramidkv) or how entries are chosen (adakv),
     so that either combines with any scorer: ``pyramidkv:scorer=tova``."""
 
@@ -168,7 +176,9 @@ class DelegatingCachePress(CachePress):
     @functools.cached_property
     def scoring_press(self) -> CachePress:
         """The press whose scores (and, unless overridden, budgets and choices) this one uses."""
-        return PRESSES.get(self.scorer)(ratio=self.ratio, layer=self.layer, scope=self.scope, window=self.window)
+        return PRESSES.get(self.scorer)(
+            ratio=self.ratio, layer=self.layer, scope=self.scope, window=self.window, keep_rule=self.keep_rule
+        )
 
     @property
     def needs(self) -> frozenset[str]:

@@ -9,11 +9,12 @@ previous part's parameters::
 YAML and dicts: ``"fastv"`` (any text above), ``{press: dart, budget: reference}``,
 ``{compose: [frame, {press: knorm, ratio: 0.3}]}``.
 
-Values are converted by the press field's type (int, float, bool, str). ``build(ratio, layer)``
-makes the press: parts without their own ``ratio`` take the sweep's, parts without their own
-``layer`` take ``layer`` when one is given, else their own default. The canonical ``label`` is what
+Values are converted by the press field's type (int, float, bool, str). ``build(ratio, layer,
+keep_rule)`` makes the press: parts without their own ``ratio`` take the sweep's, parts without their
+own ``layer`` (``keep_rule``) take ``layer`` (``keep_rule``) when one is given, else their own default. The canonical ``label`` is what
 results, summaries and plots show: the parts in order, each with the parameters given explicitly
-that differ from the default (``ratio`` and ``layer`` whenever given: they pin what a sweep varies),
+that differ from the default (``ratio``, ``layer`` and ``keep_rule`` whenever given: they pin what a
+sweep sets),
 so ``dart:budget=equal`` is ``dart``.
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 from .press import PRESSES, ComposedPress, Press
 
 #: fields that a sweep sets on every part that does not set them itself
-SWEPT = ("ratio", "layer")
+SWEPT = ("ratio", "layer", "keep_rule")
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _CONVERTERS = {int: int, float: float, str: str, bool: lambda text: _BOOLS[text.lower()]}  # from text
 _BY_NAME = {kind.__name__: kind for kind in _CONVERTERS}  # field types written as text (postponed annotations)
@@ -40,7 +41,7 @@ class MethodSpecError(ValueError):
 @dataclass(frozen=True)
 class PartSpec:
     """One press of a method: its registered name and, in field order, the parameters it sets:
-    ``ratio`` and ``layer`` when given, the others when they differ from the press's defaults."""
+    ``ratio``, ``layer`` and ``keep_rule`` when given, the others when they differ from the press's defaults."""
 
     press: str
     params: tuple[tuple[str, Any], ...] = ()
@@ -68,11 +69,12 @@ class PartSpec:
     def label(self) -> str:
         return self.press + (":" + ",".join(f"{key}={_text(value)}" for key, value in self.params) if self.params else "")
 
-    def build(self, ratio: float, layer: int | None = None) -> Press:
+    def build(self, ratio: float, layer: int | None = None, keep_rule: str | None = None) -> Press:
         values = dict(self.params)
         values.setdefault("ratio", ratio)
-        if layer is not None:
-            values.setdefault("layer", layer)
+        for key, value in (("layer", layer), ("keep_rule", keep_rule)):
+            if value is not None:
+                values.setdefault(key, value)
         return PRESSES.get(self.press)(**values)
 
 
@@ -107,9 +109,10 @@ class MethodSpec:
         """Whether some part takes the ratio given to ``build`` (has none of its own)."""
         return any("ratio" not in dict(part.params) for part in self.parts)
 
-    def build(self, ratio: float, layer: int | None = None) -> Press:
-        """The press at ``ratio``; ``layer`` for every part without its own (None: each press's default)."""
-        presses = [part.build(ratio, layer) for part in self.parts]
+    def build(self, ratio: float, layer: int | None = None, keep_rule: str | None = None) -> Press:
+        """The press at ``ratio``; ``layer`` and ``keep_rule`` for every part without its own (None:
+        each press's default)."""
+        presses = [part.build(ratio, layer, keep_rule) for part in self.parts]
         return presses[0] if len(presses) == 1 else ComposedPress(presses)
 
 

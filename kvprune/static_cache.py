@@ -20,6 +20,11 @@ hold fewer prompt entries than layer 0, so neither fits them. What this module d
 
 The same code runs uncompiled (CPU, or a GPU without compilation): the compiled path is not a
 different algorithm, only the same one traced.
+
+Models whose static cache has sliding-window layers or whose layers reuse another layer's cache
+(Gemma-3n) are refused up front (``check_prunable``): every layer's mask is gathered from layer 0's
+full-attention one by the slots of its own cache, which neither kind of layer fits. The dynamic
+cache prunes them exactly.
 """
 
 from __future__ import annotations
@@ -113,7 +118,9 @@ def _slot_columns(slots: SlotMap, prompt_len: int, room: int) -> SlotMap:
 def is_static(cache) -> bool:
     """Whether ``cache`` is a static cache (stock or adopted): layers of fixed length once filled."""
     layers = getattr(cache, "layers", None)
-    return bool(layers) and isinstance(layers[0], StaticLayer)
+    # len(), not bool(): torch 2.11's dynamo cannot trace bool() of a list, and this runs in every
+    # compiled decoding step (a graph break there costs a recompile per layer)
+    return layers is not None and len(layers) > 0 and isinstance(layers[0], StaticLayer)
 
 
 def is_frozen(cache) -> bool:
@@ -136,22 +143,40 @@ def holds_tokens(cache, new_tokens: int) -> bool:
     return new_tokens == 1 or torch.compiler.is_compiling() or int(first.get_seq_length()) > 0
 
 
-def adopt(cache) -> None:
-    """Before a prefill that prunes: give a fresh static cache layers that hold their own lengths."""
+def check_prunable(cache, model_name: str, kv_sources: dict[int, int]) -> None:
+    """Refuse a static cache that a pruned prompt cannot lay out exactly, before anything runs (whatever
+    the prompt holds, so that a model is refused on its first call, not on its first audio)."""
     if getattr(cache, "offloading", False):
         raise NotImplementedError(
             "kvprune cannot prune into an offloaded static cache; use cache_implementation='static' "
             "(not 'offloaded_static') or the default dynamic cache."
         )
+    reasons = []
+    others = [j for j, layer in enumerate(cache.layers) if not isinstance(layer, PrunedStaticLayer) and type(layer) is not StaticLayer]
+    if others:  # sliding-window layers: HF masks them by their own window and ring buffer
+        reasons.append(
+            f"only full-attention static layers hold a pruned prompt at a length of their own, and its layer "
+            f"{others[0]} is a {type(cache.layers[others[0]]).__name__}"
+        )
+    if kv_sources:  # a sharing layer's own cache layer stays empty: there are no slots to mask it by
+        reasons.append(
+            f"its layers {min(kv_sources)}.. attend to the caches of layers {sorted(set(kv_sources.values()))}, "
+            "while decoding on a pruned static cache masks every layer by the slots its own cache holds"
+        )
+    if reasons:
+        raise NotImplementedError(
+            f"{model_name}: kvprune cannot prune into a static cache of this model: {'; '.join(reasons)}. "
+            f"Use the default dynamic cache (no cache_implementation='static', no StaticCache), where {model_name} "
+            "is pruned exactly."
+        )
+
+
+def adopt(cache) -> None:
+    """Before a prefill that prunes: give a fresh static cache (``check_prunable``) layers that hold
+    their own lengths."""
     for j, layer in enumerate(cache.layers):
-        if isinstance(layer, PrunedStaticLayer):
-            continue
-        if type(layer) is not StaticLayer:
-            raise NotImplementedError(
-                f"kvprune can prune into a static cache of full-attention layers only; layer {j} is a "
-                f"{type(layer).__name__}. Use the default dynamic cache for this model."
-            )
-        cache.layers[j] = PrunedStaticLayer(layer.max_cache_len)
+        if not isinstance(layer, PrunedStaticLayer):
+            cache.layers[j] = PrunedStaticLayer(layer.max_cache_len)
 
 
 def freeze(cache, layout: CacheLayout, prompt_len: int) -> None:

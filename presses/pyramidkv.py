@@ -33,4 +33,4 @@ class PyramidKVPress(DelegatingCachePress):
             raise ValueError(f"beta={self.beta} is invalid: the last layer keeps k/beta entries, so beta >= 1.")
 
     def keep(self, n: int, layer_idx: int, n_layers: int) -> int:
-        return pyramid_keep(n, keep_count(n, self.ratio), layer_idx - self.layer, n_layers - self.layer, self.beta)
+        return pyramid_keep(n, keep_count(n, self.ratio, self.keep_rule), layer_idx - self.layer, n_layers - self.layer, self.beta)

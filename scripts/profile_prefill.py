@@ -1,11 +1,12 @@
-"""Where a pruned prefill spends its time, against the unpruned one and the decoder layers alone.
+"""Where a pruned prefill spends its time, against the unpruned one and the ideal.
 
     python -m scripts.profile_prefill --preset qwen2.5-omni-7b --seconds 300 --ratio 0.9
 
 For one GPU: CUDA-event medians of the unpruned and the frame-pruned prefill (frame: no scoring, so
-only the engine's own work differs) and of the decoder layers >= K alone on the kept length, then a
-torch.profiler trace of one pruned prefill: GPU busy time against wall time tells whether the
-pruned layers run at the GPU's speed or at the speed the host launches them.
+only the engine's own work differs) and of the ideal (the unpruned prefill with layers >= K on the
+kept length for free, as ``kvprune bench`` defines it), then a torch.profiler trace of one pruned
+prefill: GPU busy time against wall time tells whether the pruned layers run at the GPU's speed or
+at the speed the host launches them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch
 
 from kvprune import FramePress
 from kvprune.ratios import keep_count
-from kvprune.harness.bench.measure import Meter, logits_rows
+from kvprune.harness.bench.ideal import kept_prefix
+from kvprune.harness.bench.measure import Meter
 from kvprune.harness.bench.presets import PRESETS
-from kvprune.models import resolve_family
 
 
 def main() -> None:
@@ -32,7 +33,6 @@ def main() -> None:
     model = preset.build(device, torch.bfloat16 if device.type == "cuda" else torch.float32, "sdpa")
     prompt = preset.prompt(model, args.seconds, 1)
     meter = Meter(device, warmup=3, repeats=9)
-    n_layers = len(resolve_family(model).layers(model))
     kept_len = prompt.seq_len - prompt.audio_tokens + keep_count(prompt.audio_tokens, args.ratio)
 
     def prefill():
@@ -45,14 +45,17 @@ def main() -> None:
         with press(model):
             prefill()
 
+    def ideal():
+        with kept_prefix(model, args.layer, kept_len):
+            prefill()
+
     rows = {
         "unpruned prefill": meter.median_ms(prefill),
         "frame-pruned prefill": meter.median_ms(pruned),
-        "layers >= K, full length, alone": meter.layers_ms(model, args.layer, n_layers, prompt.seq_len, logits_rows(model, prompt.seq_len)),
-        "layers >= K, kept length, alone": meter.layers_ms(model, args.layer, n_layers, kept_len, logits_rows(model, kept_len)),
+        "ideal (layers >= K on the kept length, for free)": meter.median_ms(ideal),
     }
     for name, ms in rows.items():
-        print(f"{name:36s} {ms:8.2f} ms")
+        print(f"{name:50s} {ms:8.2f} ms")
     for name, fn in (("unpruned", prefill), ("pruned", pruned)):
         activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
         with torch.profiler.profile(activities=activities) as profile:

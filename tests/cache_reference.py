@@ -8,6 +8,7 @@ cache's key of the same prompt position, layer and KV head.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -152,6 +153,9 @@ def expected_attention_scores(family: str, p: Prefill, b: int, j: int, n_future:
         else:  # Phi-4: one projection for queries, keys and values
             queries = torch.nn.functional.linear(hidden, attention.qkv_proj.weight.double())[..., : heads * dim]
     queries = queries.view(-1, heads, dim)  # (S, heads, d)
+    if hasattr(attention, "q_norm"):  # Qwen3-Omni, Gemma-3n: each head's query is RMS-normed before RoPE
+        with torch.no_grad():
+            queries = attention.q_norm(queries).double()
     rows = [i for i in range(queries.shape[0]) if p.valid[b, i] and p.offset(b, i) >= n_sink]
     q = queries[rows]
     mean = q.mean(dim=0)  # (heads, d)
@@ -160,8 +164,10 @@ def expected_attention_scores(family: str, p: Prefill, b: int, j: int, n_future:
     rotary = _rotary(family, m)
     last = int(p.rope_positions[b, -1])
     future = torch.arange(last + 1, last + 1 + n_future)[None]
+    # Gemma-3n's rotary embedding turns at one base per attention type, named in each call
+    per_type = "layer_type" in inspect.signature(rotary.forward).parameters
     with torch.no_grad():
-        cos, sin = rotary(hidden.float(), future)
+        cos, sin = rotary(hidden.float(), future, *([attention.config.layer_types[j]] if per_type else []))
     matrices = [_rope_matrix(c.double(), s.double(), dim) for c, s in zip(cos[0], sin[0])]
     rotation = torch.stack(matrices).mean(dim=0)
     mean = mean @ rotation.T

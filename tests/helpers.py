@@ -12,8 +12,10 @@ from kvprune.models import tiny
 from kvprune.press import TokenDropPress
 from tiny_models import AUDIO, FAMILIES, PAD
 
-# Never let a random model emit placeholder ids: some families re-merge audio when they see one.
-GREEDY = dict(do_sample=False, pad_token_id=PAD, suppress_tokens=list(tiny.SPECIAL_IDS))
+# Never let a random model emit placeholder ids: some families re-merge audio when they see one. Nor
+# end of sequence: a row generated alone would stop there while its batch goes on padding it, and every
+# comparison of decoding would cover fewer steps.
+GREEDY = dict(do_sample=False, pad_token_id=PAD, suppress_tokens=[*tiny.SPECIAL_IDS, tiny.TEXT["eos_token_id"]])
 ATTENTION = ["sdpa", "eager"]
 K = 2
 
@@ -28,8 +30,29 @@ def cache_of(output):
     return cache if cache is not None else output.past_key_values
 
 
-def cache_lengths(cache) -> list[int]:
-    return [layer.keys.shape[2] for layer in cache.layers]
+def cache_lengths(cache, family: str | None = None) -> list[int]:
+    """Cache entries each decoder layer attends to: its own, or for a layer that reuses another
+    layer's cache (Gemma-3n's last layers; give the ``family``), that layer's."""
+    if family is None:
+        return [layer.keys.shape[2] for layer in cache.layers]
+    sources = kv_sources(family)
+    # transformers 5.2x gives sharing layers an empty cache layer, 5.17 none
+    return [cache.layers[sources.get(j, j)].keys.shape[2] for j in range(n_layers(family))]
+
+
+def n_layers(family: str) -> int:
+    return FAMILIES[family].config.get_text_config().num_hidden_layers
+
+
+def kv_sources(family: str) -> dict[int, int]:
+    """Decoder layer -> the earlier layer whose cache it reuses (Gemma-3n's last layers; others: none)."""
+    fam = FAMILIES[family]
+    return fam.family.layer_io.kv_sources(fam.config.get_text_config())
+
+
+def cache_layers(family: str) -> int:
+    """Decoder layers that hold a cache of their own (they come first): the layers cache presses compress."""
+    return n_layers(family) - len(kv_sources(family))
 
 
 def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
@@ -42,7 +65,7 @@ def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
                 position += n
             else:
                 ids = FAMILIES[family].placeholders(n)  # markers around the run, if the family has them
-                clips.append(torch.arange(position, position + n) + ids.index(AUDIO))
+                clips.append(torch.arange(position, position + FAMILIES[family].tokens(n)) + ids.index(AUDIO))
                 position += len(ids)
         out.append(clips)
     return out

@@ -1,5 +1,6 @@
-"""``kvprune bench`` end to end on CPU: tiny models of every family, seconds of audio, one repeat.
-What is checked is the bookkeeping (rows, columns, token and cache counts, files), never timings."""
+"""``kvprune bench`` end to end on CPU: tiny models of every family, seconds of audio, one round.
+What is checked is the bookkeeping (rows, columns, token and cache counts, flags, files), never
+timings: where a timing rule is tested (the ideal's flag, the outlier rule), the timings are forged."""
 
 from __future__ import annotations
 
@@ -9,19 +10,25 @@ from dataclasses import replace
 import pandas as pd
 import pytest
 import torch
-from kvprune.harness.bench import presets as bench_presets
-from kvprune.harness.bench.config import BenchConfig, run_bench
-from kvprune.harness.cli import main
-from kvprune.harness.bench.report import COLUMNS
 from matplotlib.image import imread
+from transformers import CompileConfig
 
 from kvprune import DARTPress, FastVPress
-from kvprune.ratios import keep_count
+from kvprune.harness.bench import batch as batching
+from kvprune.harness.bench import presets as bench_presets
+from kvprune.harness.bench.compare import targets
+from kvprune.harness.bench.config import BenchConfig, run_bench
+from kvprune.harness.bench.measure import RequestTiming
+from kvprune.harness.bench.report import COLUMNS, bench_frame, markdown
+from kvprune.harness.bench.rounds import SKIPPED, Outcome, Request, disturbed, run_rounds, summary
+from kvprune.harness.cli import main
 from kvprune.models import list_families
+from kvprune.ratios import keep_count
 
-PRESETS = [family.tiny_preset for family in list_families()]
+PRESETS = [family.tiny_preset for family in list_families() if family.available]
 SECONDS = [1.0, 2.5]
-METHODS = ["fastv", "random", "frame", "dart"]
+TOKEN = ["fastv", "random", "frame", "dart"]
+METHODS = [*TOKEN, "knorm", "snapkv:window=8", "frame+knorm"]
 RATIOS = [0.0, 0.5]
 K = 2
 FAST = dict(decode_tokens=2, repeats=1, warmup=0, device="cpu", progress=False, layer=K)
@@ -34,7 +41,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def bench(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
     config = BenchConfig(
-        presets=PRESETS, audio_seconds=SECONDS, methods=METHODS, ratios=RATIOS, out=out, command="pytest", **FAST
+        presets=PRESETS, audio_seconds=SECONDS, methods=",".join(METHODS), ratios=RATIOS, out=out, command="pytest", **FAST
     )
     return run_bench(config), out
 
@@ -43,16 +50,27 @@ def _groups(frame):
     return frame.groupby(["preset", "audio_seconds"])
 
 
-def test_a_row_per_run_and_no_error(bench):
+def _per_entry_and_layer(unpruned, preset: str) -> float:
+    """KV bytes of one prompt entry in one layer that holds a cache (every layer of the tiny models is alike)."""
+    return unpruned["kv_bytes"] / ((unpruned["llm_layers"] - _sharing_layers(preset)) * unpruned["seq_len"])
+
+
+def test_a_row_per_request_and_no_error(bench):
     frame, _ = bench
     assert list(frame.columns) == COLUMNS
     assert frame["error"].isna().all(), frame["error"].dropna().tolist()
-    per_length = 1 + len(RATIOS) + len(METHODS) * len(RATIOS)  # unpruned, ideal per ratio, presses
+    per_length = 1 + len(RATIOS) + len(METHODS) * len(RATIOS)  # unpruned, the ideal per ratio, every method
     assert len(frame) == len(PRESETS) * len(SECONDS) * per_length
-    measured = frame[frame["method"] != "ideal"]
-    for column in ("prefill_ms", "encoder_ms", "decode_ms_per_token", "kv_bytes"):
-        assert (measured[column] > 0).all(), column
-    assert (frame[frame["method"].isin(["fastv", "dart"])]["score_ms"] > 0).all()
+    assert set(frame["mode"]) == {"ratios"} and set(frame["cache"]) == {"dynamic"}, "auto is dynamic on a CPU"
+    for column in ("prefill_ms", "encoder_ms", "kv_bytes", "head_ms"):
+        assert (frame[column] > 0).all(), column
+    decoded = frame[frame["method"] != "ideal"]
+    assert (decoded["decode_ms_per_token"] > 0).all() and frame[frame["method"] == "ideal"]["decode_ms_per_token"].isna().all()
+    assert (frame["llm_ms"] == frame["prefill_ms"] - frame["encoder_ms"]).all()  # one round: its own difference
+    pressed = frame[frame["method"].isin(METHODS) & (frame["ratio"] == 0.5)]
+    assert (pressed["score_ms"] > 0).all(), "the engine's work is timed inside every pruning prefill"
+    assert (pressed["score_share"] == pressed["score_ms"] / pressed["prefill_ms"]).all()
+    assert frame[frame["method"].isin(["none", "ideal"])]["score_ms"].isna().all()
 
 
 def test_csv_holds_every_column_and_the_run_details(bench):
@@ -78,40 +96,197 @@ def test_unpruned_and_ratio_zero_rows(bench):
         assert (at_zero["kv_bytes"] == unpruned["kv_bytes"].iloc[0]).all()
 
 
-def test_pruned_cache_loses_the_removed_tokens_in_layers_from_k(bench):
+def _sharing_layers(preset_name: str) -> int:
+    """Layers that attend to another layer's cache and hold none (Gemma-3n's last layers)."""
+    preset = bench_presets.PRESETS.get(preset_name)
+    return len(preset.family.layer_io.kv_sources(preset.config().get_text_config()))
+
+
+def test_token_presses_and_their_ideal_lose_the_removed_tokens_in_layers_from_k(bench):
     frame, _ = bench
     for (preset, seconds), rows in _groups(frame):
         unpruned = rows[rows["method"] == "none"].iloc[0]
-        per_token_layer = unpruned["kv_bytes"] / (unpruned["llm_layers"] * unpruned["seq_len"])
-        for _, row in rows[(rows["method"].isin(METHODS)) & (rows["ratio"] == 0.5)].iterrows():
+        caching = unpruned["llm_layers"] - _sharing_layers(preset)  # layers with a cache of their own
+        for _, row in rows[rows["method"].isin([*TOKEN, "ideal"]) & (rows["ratio"] == 0.5)].iterrows():
             removed = row["audio_tokens"] - row["kept_tokens"]
             assert row["kept_tokens"] == keep_count(int(row["audio_tokens"]), 0.5), (preset, row["method"])
-            expected = unpruned["kv_bytes"] - (unpruned["llm_layers"] - K) * removed * per_token_layer
+            expected = unpruned["kv_bytes"] - (caching - K) * removed * _per_entry_and_layer(unpruned, preset)
             assert row["kv_bytes"] == expected, (preset, seconds, row["method"])
 
 
-def test_ideal_rows_replace_the_layers_from_k(bench):
+def test_cache_presses_evict_from_their_layer_on_and_have_no_prefill_ideal(bench):
+    frame, _ = bench
+    for (preset, _), rows in _groups(frame):
+        unpruned = rows[rows["method"] == "none"].iloc[0]
+        n, entry = int(unpruned["audio_tokens"]), _per_entry_and_layer(unpruned, preset)
+        layers = unpruned["llm_layers"] - _sharing_layers(preset)  # layers with a cache of their own
+        kept_by_drop = keep_count(n, 0.5)
+        evicted = {  # --layer K puts every press at K; in frame+knorm, knorm evicts half of what frame kept
+            "knorm": (layers - K) * (n - keep_count(n, 0.5)),
+            "snapkv:window=8": (layers - K) * (n - keep_count(n, 0.5)),
+            "frame+knorm": (layers - K) * (n - keep_count(kept_by_drop, 0.5)),
+        }
+        for method, entries in evicted.items():
+            row = rows[(rows["method"] == method) & (rows["ratio"] == 0.5)].iloc[0]
+            assert row["kv_bytes"] == unpruned["kv_bytes"] - entries * entry, (preset, method)
+            assert row["kv_vs_unpruned"] < 1
+        cache = rows[rows["kind"] == "cache"]
+        assert cache["ideal_ms"].isna().all() and cache["ideal_note"].str.startswith("n/a").all()
+        assert not cache["below_ideal"].any()
+        composed = rows[(rows["method"] == "frame+knorm") & (rows["ratio"] == 0.5)].iloc[0]
+        ideal = rows[(rows["method"] == "ideal") & (rows["ratio"] == 0.5)].iloc[0]
+        assert composed["ideal_ms"] == ideal["prefill_ms"], "a composition's token part has its ideal"
+
+
+def test_ideal_rows_are_prefills_of_the_kept_length_matched_to_every_token_press(bench):
     frame, _ = bench
     for _, rows in _groups(frame):
-        unpruned = rows[rows["method"] == "none"].iloc[0]
         ideal = rows[rows["method"] == "ideal"].set_index("ratio")
         assert list(ideal.index) == RATIOS
-        assert ideal.loc[0.0, "prefill_ms"] == unpruned["prefill_ms"]
-        expected = unpruned["prefill_ms"] - unpruned["tail_layers_ms"] + ideal.loc[0.5, "tail_layers_ms"]
-        assert ideal.loc[0.5, "prefill_ms"] == pytest.approx(expected)
-        pressed = rows[(rows["method"] == "fastv") & (rows["ratio"] == 0.5)].iloc[0]
-        assert pressed["ideal_ms"] == ideal.loc[0.5, "prefill_ms"]
+        assert (ideal["kind"] == "ideal").all() and ideal["request_ms"].isna().all()
+        assert ideal.loc[0.0, "kv_bytes"] == rows[rows["method"] == "none"]["kv_bytes"].iloc[0]
+        for method in (*TOKEN, "frame+knorm"):
+            for ratio in RATIOS:
+                pressed = rows[(rows["method"] == method) & (rows["ratio"] == ratio)].iloc[0]
+                assert pressed["ideal_ms"] == ideal.loc[ratio, "prefill_ms"]
+                assert pressed["ideal_llm_ms"] == ideal.loc[ratio, "llm_ms"]
+                assert pressed["llm_vs_ideal"] == pressed["llm_ms"] / ideal.loc[ratio, "llm_ms"]
+
+
+def _timing(prefill: float, encoder: float, **fields) -> RequestTiming:
+    values = dict(head_ms=1.0, score_ms=float("nan"), decode_ms_per_token=1.0, request_ms=prefill + 10, peak_bytes=float("nan"),
+                  base_bytes=float("nan"), kv_bytes=100, kv_alloc_bytes=100, cache="dynamic", compiled=False)
+    return RequestTiming(prefill_ms=prefill, encoder_ms=encoder, **{**values, **fields})
+
+
+def _forged_rows(llm_of_press: list[float]) -> list[dict]:
+    """One length's rows: unpruned, the ideal at 0.5 (LLM 40 ms every round), frame at 0.5."""
+    base = dict(preset="tiny-aero", family="aero", llm_layers=4, layer=K, batch=1, audio_seconds=1.0, audio_tokens=50,
+                seq_len=122, encoder="stock", cache="dynamic")
+    rows = []
+    for method, kind, ratio, llms in (("none", "none", 0.0, [80.0] * 5), ("ideal", "ideal", 0.5, [40.0, 40.5, 39.5, 40.0, 40.2]),
+                                      ("frame", "token", 0.5, llm_of_press)):
+        outcome = Outcome([_timing(30.0 + llm, 30.0) for llm in llms], kept_tokens=25)
+        rows.append(dict(base, method=method, kind=kind, ratio=ratio, drop_ratio=None if kind == "none" else ratio,
+                         **summary(outcome, [False] * len(llms))))
+    return rows
+
+
+META = dict(mode="ratios", card="forged", device="cpu", dtype="float32", attn="sdpa", repeats=5, warmup=0, decode_tokens=2,
+            torch="-", transformers="-", kvprune="-", date="-", command="forged")
+
+
+def test_a_press_faster_than_its_ideal_beyond_noise_is_flagged():
+    faster = bench_frame(_forged_rows([35.0, 35.2, 34.8, 35.1, 35.0]), META)  # 12% below the ideal, noise ~0.3 ms
+    assert faster.set_index("method")["below_ideal"].to_dict() == {"none": False, "ideal": False, "frame": True}
+    text = markdown(faster)
+    assert "**0.875× below ideal**" in text and "tiny-aero 1 s frame 0.5: LLM 35.0 ms against the ideal's 40.0 ms" in text
+    within = bench_frame(_forged_rows([39.8, 40.1, 39.9, 40.3, 39.7]), META)  # 0.5% below: noise
+    assert not within["below_ideal"].any() and "× below ideal**" not in markdown(within)
+    noisy = bench_frame(_forged_rows([36.0, 44.0, 37.0, 43.0, 38.0]), META)  # 5% below, but the rounds spread by 3 ms
+    assert not noisy["below_ideal"].any()
+
+
+def test_a_round_with_an_outlying_encoder_time_is_left_out():
+    steady = [_timing(100.0 + d, 50.0 + d) for d in (0.0, 0.4, -0.3, 0.2, -0.1)]
+    disturbed_round = [_timing(100.0, 50.0), _timing(160.0, 95.0), _timing(100.5, 50.2), _timing(99.8, 49.9), _timing(100.1, 50.0)]
+    outcomes = {Request("none", 0.0, "none"): Outcome(steady), Request("frame", 0.5, "token"): Outcome(disturbed_round)}
+    flags = disturbed(outcomes)
+    assert flags == {Request("none", 0.0, "none"): [False] * 5, Request("frame", 0.5, "token"): [False, True, False, False, False]}
+    row = summary(outcomes[Request("frame", 0.5, "token")], flags[Request("frame", 0.5, "token")])
+    assert (row["rounds"], row["dropped_rounds"], row["prefill_ms"]) == (4, 1, pytest.approx(100.05))
+    half = {Request("none", 0.0, "none"): Outcome([_timing(100.0, 50.0), _timing(160.0, 95.0)] * 2)}
+    assert disturbed(half)[Request("none", 0.0, "none")] == [False] * 4, "never more than half of a request's rounds"
 
 
 def test_markdown_and_figure_are_written(bench):
     _, out = bench
     text = (out / "bench.md").read_text()
-    assert "| method | ratio | audio tokens | kept tokens | prefill ms | vs unpruned | vs ideal |" in text
-    assert "command: `pytest`" in text
+    assert "| method | kind | ratio | kept tokens | prefill ms | vs unpruned | LLM ms | LLM vs ideal |" in text
+    assert "command: `pytest`" in text and "n/a (cache press)" in text
     for preset in PRESETS:
         assert f"## {preset}: 2.5 s of audio" in text
     image = imread(out / "prefill_vs_ratio.png")
     assert image.shape == (360 * len(PRESETS), 450 * len(SECONDS), 4)  # 3.6 x 4.5 inch panels at 100 dpi
+
+
+def test_static_cache_holds_what_the_dynamic_one_holds(bench):
+    """--cache static: the held KV bytes equal the dynamic cache's (its room for the forced tokens is in kv_alloc_bytes)."""
+    frame, _ = bench
+    config = BenchConfig(presets=["tiny-voxtral"], audio_seconds=[2.5], methods="frame,knorm", ratios=[0.5], out=None,
+                         cache="static", **FAST)
+    static = run_bench(config).set_index("method")
+    dynamic = frame[(frame["preset"] == "tiny-voxtral") & (frame["audio_seconds"] == 2.5)]
+    dynamic = dynamic[(dynamic["method"] == "none") | (dynamic["method"].isin(["frame", "knorm"]) & (dynamic["ratio"] == 0.5))]
+    assert static["error"].isna().all() and len(dynamic) == 3
+    for method, row in dynamic.set_index("method").iterrows():
+        assert (static.loc[method, "cache"], static.loc[method, "kv_bytes"]) == ("static", row["kv_bytes"])
+        assert static.loc[method, "kv_alloc_bytes"] > static.loc[method, "kv_bytes"]
+        assert not static.loc[method, "decode_compiled"], "no compiling on a CPU unless asked"
+    assert static.loc["ideal", "cache"] == "dynamic", "the ideal is a prefill bound, on the dynamic cache"
+
+
+def test_compiled_decoding_and_the_rounds_it_compiled_in(tmp_path):
+    """The static path decodes through the model's compiled call (aot_eager: traced like inductor, no
+    kernels built). Without warm-up, the first request compiles in a timed round and says so; a press
+    at ratio 0 leaves the stock static cache, whose compiled step it reuses."""
+    config = BenchConfig(presets=["tiny-voxtral"], audio_seconds=[1.0], methods="frame", ratios=[0.0], out=tmp_path,
+                         cache="static", compile=True, compile_config=CompileConfig(backend="aot_eager", mode=None), **FAST)
+    frame = run_bench(config).set_index("method")
+    assert frame["error"].isna().all()
+    assert frame.loc[["none", "frame"], "decode_compiled"].all()
+    assert frame.loc[["none", "frame"], "compiled_in_timing"].tolist() == [True, False]
+    assert "tiny-voxtral 1 s none 0 batch 1" in (tmp_path / "bench.md").read_text().split("## Compiled during timed rounds")[1]
+
+
+def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
+    config = BenchConfig(presets=["tiny-omni"], audio_seconds=[2.0], compare_stock=True, out=tmp_path,
+                         **dict(FAST, decode_tokens=3))
+    frame = run_bench(config)
+    assert frame["error"].isna().all(), frame["error"].dropna().tolist()
+    runs = list(zip(frame["method"], frame["ratio"], frame["cache"], frame["encoder"], frame["path"]))
+    assert runs == [
+        ("stock", 0.0, "dynamic", "stock", "generate"), ("stock", 0.0, "static", "stock", "generate"),
+        ("none", 0.0, "static", "fast", "generate"), ("fastv", 0.5, "static", "fast", "generate"),
+        ("fastv", 0.9, "static", "fast", "generate"), ("ideal", 0.5, "dynamic", "fast", "forward"),
+        ("ideal", 0.9, "dynamic", "fast", "forward"),
+    ]
+    stock = frame.iloc[0]
+    assert (frame["prefill_speedup_vs_stock"] == stock["prefill_ms"] / frame["prefill_ms"]).all()
+    assert (frame["request_speedup_vs_stock_static"] == frame.iloc[1]["request_ms"] / frame["request_ms"]).iloc[:5].all()
+    assert frame.iloc[2:]["encoder_identical"].eq(True).all(), "the fast encoder's output is the stock one's"
+    assert (frame.iloc[3:5]["kept_tokens"] == [keep_count(50, 0.5), keep_count(50, 0.9)]).all()
+    found = {t["target"]: t for t in targets(frame)}
+    assert len(found) == 5 and found["audio encoder ≥ 4× faster than stock, bit-identical"]["measured"].endswith("bit-identical")
+    text = (tmp_path / "bench.md").read_text()
+    assert "| stock HF, dynamic cache |" in text and "| kvprune fastv 0.9, fast encoder, static cache |" in text
+    assert "| prefill at fastv 0.9 ≥ 4× faster than stock HF unpruned |" in text and "floor (encoder + layers < K)" in text
+
+
+def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
+    config = BenchConfig(presets=["tiny-aero"], audio_seconds=[1.0], methods="frame", ratios=[0.5], batch_sizes=[1, 3],
+                         out=tmp_path, **FAST)
+    frame = run_bench(config)
+    assert frame["error"].isna().all()
+    assert list(zip(frame["method"], frame["batch"])) == [("none", 1), ("frame", 1), ("none", 3), ("frame", 3)]
+    one, three = frame[frame["batch"] == 1].set_index("method"), frame[frame["batch"] == 3].set_index("method")
+    assert (three["kv_bytes"] == 3 * one["kv_bytes"]).all(), "every row holds the same prompt"
+    assert (frame["requests_per_s"] == 1000 * frame["batch"] / frame["request_ms"]).all()
+    assert (frame["prefill_tokens_per_s"] == 1000 * frame["batch"] * frame["seq_len"] / frame["prefill_ms"]).all()
+    assert (frame["decode_tokens_per_s"] == 1000 * frame["batch"] / frame["decode_ms_per_token"]).all()
+    text = (tmp_path / "bench.md").read_text()
+    assert "| method | ratio | batch | prefill ms | decode ms/token | requests/s |" in text
+    assert imread(tmp_path / "throughput_vs_batch.png").ndim == 3
+
+
+def test_the_largest_batch_is_predicted_from_the_peaks_then_run():
+    samples = {1: _timing(1.0, 0.5, peak_bytes=18e9, base_bytes=16e9), 4: _timing(1.0, 0.5, peak_bytes=23e9, base_bytes=16.1e9)}
+    per_row = batching.row_bytes(samples, {1: 0.0, 4: 0.4e9})  # the batch of 4 costs (23 - 16.1 + 0.4) / 4 GB a row
+    assert per_row == pytest.approx(2.0e9)
+    assert batching.predicted_batch(per_row, 16e9, 80e9) == 32
+    tried = []
+    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 26) == 25 and tried == [32, 28, 25]
+    assert batching.largest_fitting(32, lambda b: False) == 0 and batching.predicted_batch(float("nan"), 0, 1) == 0
 
 
 @pytest.fixture
@@ -144,23 +319,31 @@ def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
 
 
 def test_command_line(tmp_path):
-    flags = "--preset tiny-aero --audio-seconds 1 --methods frame --ratios 0.1..0.3 --decode-tokens 1 --repeats 1"
-    assert main(["bench", *flags.split(), "--warmup", "0", "--device", "cpu", "--out", str(tmp_path), "--quiet"]) == 0
+    flags = "--preset tiny-aero --audio-seconds 1 --methods frame,knorm --ratios 0.1..0.3 --decode-tokens 1 --repeats 1"
+    assert main(["bench", *flags.split(), "--warmup", "0", "--device", "cpu", "--out", str(tmp_path), "--quiet",
+                 "--cache", "static"]) == 0
     csv = pd.read_csv(tmp_path / "bench.csv")
     assert csv[csv["method"] == "frame"]["ratio"].tolist() == [0.1, 0.2, 0.3]
+    assert set(csv[csv["method"] != "ideal"]["cache"]) == {"static"}
     assert csv["command"].iloc[0].startswith("kvprune bench ")
 
 
-def test_methods_are_specs_of_token_presses_at_one_layer():
-    config = BenchConfig(methods="fastv,dart:budget=reference", ratios=[0.5], presets=["tiny-aero"], out=None)
-    assert config.k == 2
-    assert config.presses == {("fastv", 0.5): FastVPress(ratio=0.5), ("dart:budget=reference", 0.5): DARTPress(ratio=0.5, budget="reference")}
+def test_methods_are_specs_of_any_press_with_one_token_layer():
+    config = BenchConfig(methods="fastv,dart:budget=reference,knorm,frame+snapkv:window=8", ratios=[0.5],
+                         presets=["tiny-aero"], out=None)
+    assert config.k == 2 and config.mode == "ratios"
+    assert config.presses[("fastv", 0.5)] == FastVPress(ratio=0.5)
+    assert config.presses[("dart:budget=reference", 0.5)] == DARTPress(ratio=0.5, budget="reference")
+    assert [config.presses[m, 0.5].kind for m in ("knorm", "frame+snapkv:window=8")] == ["cache", "composed"]
     assert BenchConfig(methods="fastv", layer=3, presets=["tiny-aero"]).k == 3
-    for methods in ("knorm", "frame+knorm"):
-        with pytest.raises(ValueError, match=re.escape(f"token-dropping presses only, for now; {methods} holds a cache press")):
-            BenchConfig(methods=methods, presets=["tiny-aero"])
-    with pytest.raises(ValueError, match="presses act at layers 2, 3: give them the same layer"):
+    assert BenchConfig(methods="knorm,tova", presets=["tiny-aero"]).k is None, "no token dropping: no ideal"
+    assert [m.label for m in BenchConfig(compare_stock=True, presets=["tiny-aero"]).methods] == ["fastv"]
+    with pytest.raises(ValueError, match="drop tokens at layers 2, 3: give them the same layer"):
         BenchConfig(methods="fastv,frame:layer=3", presets=["tiny-aero"])
+    with pytest.raises(ValueError, match=re.escape("--compare-stock and --batch-sizes are separate runs")):
+        BenchConfig(compare_stock=True, batch_sizes=[1, 2], presets=["tiny-aero"])
+    with pytest.raises(ValueError, match="--largest-batch predicts from the batch sizes measured"):
+        BenchConfig(largest_batch=True, presets=["tiny-aero"])
 
 
 def test_the_encoder_column_says_which_audio_encoder_path_ran(bench):
@@ -175,3 +358,24 @@ def test_the_encoder_column_says_which_audio_encoder_path_ran(bench):
     one = frame[(frame["preset"] == "tiny-omni") & (frame["audio_seconds"] == 1.0)]
     for column in ("audio_tokens", "seq_len", "kv_bytes"):
         assert stock[stock["method"] == "none"][column].tolist() == one[one["method"] == "none"][column].tolist()
+
+
+def test_a_deadline_keeps_the_rounds_already_timed():
+    """Past --max-minutes no request starts; requests with timed rounds keep them (their medians come
+    from fewer rounds), and only those never timed are reported skipped."""
+    requests = [Request(method, 0.0, "none") for method in ("a", "b", "c")]
+    calls = []
+
+    def run_one(request):
+        calls.append(request.method)
+        timing = RequestTiming(float(len(calls)), 1.0, 0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0, 0, "dynamic", False)
+        return timing, None
+
+    # round 0 (warm-up) runs a, b, c; round 1 runs b, c, a; the deadline passes after 5 calls
+    outcomes = run_rounds(requests, rounds=4, warmup=1, run_one=run_one, expired=lambda: len(calls) >= 5,
+                          describe=str)
+    assert calls == ["a", "b", "c", "b", "c"]
+    by_method = {request.method: outcome for request, outcome in outcomes.items()}
+    assert [s.prefill_ms for s in by_method["b"].samples] == [4.0] and by_method["b"].error is None
+    assert [s.prefill_ms for s in by_method["c"].samples] == [5.0] and by_method["c"].error is None
+    assert by_method["a"].samples == [] and by_method["a"].error == SKIPPED

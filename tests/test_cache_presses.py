@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import cache_reference as ref
-from helpers import ATTENTION, GREEDY, K, FixedPress, cache_of, model, single_row
+from helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, kv_sources, model, single_row
 from kvprune import ComposedPress, FramePress, get_press, list_presses, parse_method
 from kvprune.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
 from kvprune.ratios import keep_count
@@ -44,9 +44,11 @@ def pressed_cache(family, attn, press, rows=ROWS, seed=0):
     return cache, run
 
 
-def budgets_at(name: str, clips, ratio: float, layer_idx: int) -> list[int]:
+def budgets_at(name: str, clips, ratio: float, layer_idx: int, n_cache_layers: int) -> list[int]:
+    """Per clip, what layer ``layer_idx`` keeps; PyramidKV's budgets fall over the compressed layers
+    1 .. n_cache_layers - 1 (layers reusing another's cache compress nothing)."""
     if name == "pyramidkv":
-        return [pyramid_keep(len(c), keep_count(len(c), ratio), layer_idx - 1, N_LAYERS - 1, 20) for c in clips]
+        return [pyramid_keep(len(c), keep_count(len(c), ratio), layer_idx - 1, n_cache_layers - 1, 20) for c in clips]
     return ref.uniform_budgets(clips, ratio)
 
 
@@ -61,11 +63,12 @@ def test_kept_entries_equal_the_reference(name, family, attn):
     ratio = 0.6
     prefill = ref.prefill(family, attn, ROWS)
     cache, run = pressed_cache(family, attn, press_of(name, ratio))
-    for j in range(1, N_LAYERS):
+    assert sorted(run.layer_stats) == list(range(1, cache_layers(family)))
+    for j in range(1, cache_layers(family)):
         held = ref.cached_positions(cache.layers[j].keys, prefill.keys[j], prefill.valid)
         for b in range(len(ROWS)):
             clips, fixed = ref.audio_scope(prefill, b)
-            budgets = budgets_at(name, clips, ratio, j)
+            budgets = budgets_at(name, clips, ratio, j, cache_layers(family))
             if name == "streaming_llm":
                 expected = [fixed | streaming_keep(clips, budgets)] * len(held[b])
             elif name == "adakv":
@@ -155,7 +158,8 @@ def test_cached_decoding_equals_recompute_with_the_same_eviction(name, attn):
         second = m.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache_of(out),
                             max_new_tokens=2, output_logits=True, return_dict_in_generate=True, **GREEDY)
     cache = cache_of(second)
-    kept = {j: ref.cached_positions(cache.layers[j].keys, prefill.keys[j], prefill.valid)[0] for j in range(1, N_LAYERS)}
+    kept = {j: ref.cached_positions(cache.layers[j].keys, prefill.keys[j], prefill.valid)[0] for j in range(1, cache_layers(family))}
+    kept.update({j: kept[source] for j, source in kv_sources(family).items()})  # they attend to their source's cache
     assert any(len(kept[j][0]) < prompt_len for j in kept)
     steps = [(out.sequences, out.logits, prompt_len), (second.sequences, second.logits, ids.shape[1])]
     for sequences, logits, start in steps:  # the first turn, then a second turn on the same cache

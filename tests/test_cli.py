@@ -14,6 +14,11 @@ def test_listings(capsys):
     presses = capsys.readouterr().out
     for name, kind in [("fastv", "token"), ("random", "token"), ("frame", "token"), ("dart", "token"), ("knorm", "cache")]:
         assert any(line.split()[:2] == [name, kind] for line in presses.splitlines())
+    listed = {line.split()[0]: line.split()[1:] for line in presses.splitlines() if line[:1].strip()}
+    assert listed["dart"] == ["token", "audio", "layer=2", "keep_rule=round", "pivot_audio=4", "pivot_text=4", "budget=equal"]
+    assert listed["snapkv"] == ["cache", "audio|prompt", "layer=1", "scope=audio", "window=64", "keep_rule=round", "kernel=5", "pool=avg"]
+    assert listed["pyramidkv"][:2] == ["cache", "audio|prompt"] and "scorer=snapkv" in listed["pyramidkv"]
+    assert "use_covariance=true" in listed["expected_attention"], "booleans as a method spec writes them"
     assert main(["families"]) == 0
     families = capsys.readouterr().out
     for name in ["qwen2_5_omni", "phi4_multimodal", "voxtral", "aero", "qwen2_audio"]:
@@ -24,6 +29,17 @@ def test_listings(capsys):
         assert name in tasks
     assert main([]) == 0
     assert "sweep" in capsys.readouterr().out
+
+
+def test_the_task_listing_says_benchmark_metric_protocols_and_data_layout(capsys):
+    assert main(["tasks"]) == 0
+    lines = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
+    assert lines["gtzan"][1:] == ["AudioMarathon", "f1_macro", "kvprune,", "audiomarathon", "official"]
+    assert lines["starbench_pc"][1:] == ["STAR-Bench", "starbench_aa", "official", "official"]
+    assert lines["mmau"][1:] == ["MMAU", "string_match", "official", "official"]
+    assert lines["avibench_amic"][1:] == ["AVI-Bench", "amic_average", "official", "official"]
+    assert lines["staudioqa_c"][1:] == ["ST-AudioQA", "st_family_average", "provisional", "provisional"]
+    assert lines["starbench"][1:4] == ["STAR-Bench", "Final", "MA:"]  # the suite and its aggregate
 
 
 @pytest.mark.parametrize(

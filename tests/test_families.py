@@ -3,15 +3,17 @@ from it, and what its AudioFormat promises is what its model's encoder does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from helpers import model
 from kvprune.harness.bench.presets import PRESETS
 from kvprune.models import QWEN2_5_OMNI, VOXTRAL, list_families
-from tiny_models import FAMILIES
+from tiny_models import AUDIO, FAMILIES
 
-FAMILY_NAMES = [family.name for family in list_families()]
+FAMILY_NAMES = list(FAMILIES)  # the families the installed transformers has
 TEST_OVERRIDES = {"initializer_range", "text_config.initializer_range"}  # what tiny_models.config_for_tests sets
 
 
@@ -48,7 +50,12 @@ def test_every_shape_gives_its_familys_token_rate(preset_name):
     """Two minutes is a whole number of chunks for every config here, real and tiny."""
     preset = PRESETS.get(preset_name)
     config, audio = preset.config(), preset.family.audio_format
-    assert audio.tokens(config, audio.frames(config, 120.0)) == 120 * preset.family.llm_tokens_per_second
+    tokens = audio.tokens(config, audio.frames(config, 120.0))
+    if audio.fixed_tokens(config) is not None:  # Gemma-3n: every clip the same, 30 s at most
+        assert tokens == audio.fixed_tokens(config)
+        assert preset.name.startswith("tiny") or tokens == preset.family.tokens_per_clip
+    else:
+        assert tokens == 120 * preset.family.llm_tokens_per_second
 
 
 @pytest.mark.parametrize("name", FAMILY_NAMES)
@@ -62,11 +69,11 @@ def test_format_token_count_is_what_the_tiny_encoder_gives(name, seconds):
     features = tiny.audio.features(tiny.config, [frames], torch.Generator().manual_seed(0))
 
     def forward(count: int):
-        ids = torch.tensor([[11, 12, *tiny.placeholders(count), 13]])
+        ids = torch.tensor([[11, 12, *tiny.audio.placeholders(tiny.config, AUDIO, count), 13]])
         with torch.no_grad():
             return m(input_ids=ids, attention_mask=torch.ones_like(ids), **features)
 
-    assert forward(n).logits.shape[1] == len(tiny.placeholders(n)) + 3
+    assert forward(n).logits.shape[1] == len(tiny.audio.placeholders(tiny.config, AUDIO, n)) + 3
     with pytest.raises((ValueError, RuntimeError)):
         forward(n + 1)
 
@@ -75,10 +82,23 @@ def test_format_token_count_is_what_the_tiny_encoder_gives(name, seconds):
 def test_frames_for_gives_a_clip_of_exactly_the_asked_tokens(name):
     tiny = FAMILIES[name]
     step = 4 if name == "voxtral" else 1  # Voxtral pads audio to whole chunks of 4 tokens here
-    for n in range(step, 70, step):
+    fixed = tiny.audio.fixed_tokens(tiny.config)  # Gemma-3n: every clip has the same count
+    for n in [fixed] if fixed else range(step, 70, step):
         assert tiny.audio.tokens(tiny.config, tiny.audio.frames_for(tiny.config, n)) == n
 
 
 def test_voxtral_refuses_a_clip_between_whole_chunks():
     with pytest.raises(ValueError, match="cannot make a clip of 6 audio tokens.*nearest clips give 4 or 8"):
         VOXTRAL.audio_format.frames_for(FAMILIES["voxtral"].config, 6)
+
+
+def test_every_family_lists_what_the_readme_table_shows():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for family in list_families():
+        listing = family.listing()
+        assert list(listing) == ["family", "classes", "decoder layers", "audio tokens", "long audio", "longest clip", "transformers"]
+        assert all(listing.values()), listing
+        row = next(line for line in readme.splitlines() if line.startswith(f"| {family.display_name}"))
+        assert f"`{listing['decoder layers']}`" in row and listing["audio tokens"] in row, row
+        assert all(f"`{name}`" in row for name in family.architectures), row
+        assert row.rstrip(" |").endswith(family.min_transformers), row

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvprune.harness.tasks.sample import Sample
 from kvprune.harness.tasks.metrics import (
     METRICS,
     accuracy,
@@ -12,6 +13,11 @@ from kvprune.harness.tasks.metrics import (
     normalize_transcript,
     word_errors,
 )
+
+def gold(answer: str) -> Sample:
+    """A sample whose gold answer is ``answer`` (what per-sample scoring compares with)."""
+    return Sample("s", (), "", (), answer)
+
 
 # Six answers over three classes; the fourth is unparsed.
 REFERENCES = ["A", "A", "A", "B", "B", "C"]
@@ -73,7 +79,7 @@ def test_word_errors(reference, hypothesis, errors):
 
 def test_corpus_wer_weighs_words_and_word_accuracy_weighs_samples():
     # 1 error in 2 words and 0 in 8: corpus WER 1/10 = 10 %; per-sample WERs 50 % and 0 %, mean 25 %.
-    rows = [METRICS.get("wer").per_sample(h, r) for h, r in [("one", "one two"), ("a b c d e f g h", "a b c d e f g h")]]
+    rows = [METRICS.get("wer").per_sample(h, gold(r)) for h, r in [("one", "one two"), ("a b c d e f g h", "a b c d e f g h")]]
     assert METRICS.get("wer").compute(rows) == pytest.approx(10.0)
     assert METRICS.get("word_accuracy").compute(rows) == pytest.approx(100 - 25.0)
 
@@ -87,7 +93,7 @@ def test_acr_counts_items_right_in_every_run():
 
 def test_registered_metrics_reduce_rows():
     rows = [
-        {"parsed": p, "reference": r, "item": str(i), **METRICS.get("accuracy").per_sample(p, r)}
+        {"parsed": p, "reference": r, "item": str(i), **METRICS.get("accuracy").per_sample(p, gold(r))}
         for i, (p, r) in enumerate(zip(PREDICTIONS, REFERENCES))
     ]
     rows[3]["parsed"] = float("nan")  # how a missing answer comes back from a DataFrame
@@ -98,11 +104,11 @@ def test_registered_metrics_reduce_rows():
     assert METRICS.get("acr").compute(rows) == pytest.approx(50.0)  # one run per item: ACR = accuracy
 
     asr = [
-        {"parsed": h, "reference": r, **METRICS.get("wer").per_sample(h, r)}
+        {"parsed": h, "reference": r, **METRICS.get("wer").per_sample(h, gold(r))}
         for h, r in [("one", "one two"), (None, "three four five six")]
     ]
     assert [row["wer"] for row in asr] == [50.0, 100.0]
     assert METRICS.get("wer").compute(asr) == pytest.approx(100 * 5 / 6)
     assert METRICS.get("word_accuracy").compute(asr) == pytest.approx(100 - 75.0)
     with pytest.raises(ValueError, match="empty reference"):
-        METRICS.get("wer").per_sample("hello", "  ")
+        METRICS.get("wer").per_sample("hello", gold("  "))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.tasks.parsers import PARSERS, parse_choice, parse_token_match, parse_transcript, token_match
+from kvprune.harness.tasks.parsers import PARSERS, parse_answer_span, parse_choice, parse_raw, parse_starbench, parse_transcript
 
 SCENES = ("Airport", "Dog park", "Metro station", "Street")
 HAD = ("real", "fake")
@@ -87,24 +87,9 @@ def test_transcript(output, expected):
     assert parse_transcript(output) == expected
 
 
-def test_token_match_follows_mmau():
-    choices = ["a dog barks", "a cat meows", "birds sing"]
-    assert token_match("A dog barks loudly.", "a dog barks", choices)
-    assert not token_match("A dog barks at a cat.", "a dog barks", choices)  # 'cat' belongs to a wrong choice
-    assert not token_match("The dog barks", "a dog barks", choices)  # 'a' is missing
-    assert token_match("birds sing", "birds sing", choices)
-    assert not token_match("", "birds sing", choices)
-
-
-def test_token_match_parser_returns_the_one_matching_letter():
-    choices = ("a dog barks", "a cat meows", "birds sing")
-    assert parse_token_match("I hear birds sing.", choices) == "C"
-    assert parse_token_match("(B) a cat meows", choices) == "B"
-    assert parse_token_match("a dog barks and a cat meows", choices) is None
-    assert parse_token_match("clip 2, clip 1", ("clip 1, clip 2", "clip 2, clip 1")) is None  # same tokens
-
-
 def test_parsers_are_registered_by_name():
     assert PARSERS.get("multiple_choice") is parse_choice
     assert PARSERS.get("transcript") is parse_transcript
-    assert PARSERS.get("token_match") is parse_token_match
+    assert PARSERS.get("raw") is parse_raw and PARSERS.get("answer_span") is parse_answer_span
+    assert PARSERS.get("starbench") is parse_starbench
+    assert "token_match" not in PARSERS  # MMAU/MMAR score the raw reply with string_match (metric), no letters

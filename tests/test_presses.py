@@ -69,7 +69,7 @@ def test_kept_counts_and_cache_lengths(family, attn, press_name):
     steps = out.sequences.shape[1] - width - 1  # the last new token is never fed back
     # rows drop different counts: pruned layers are as wide as the (padded) row that kept most
     pruned_width = width - min(s.audio_tokens - s.kept_tokens for s in run.stats)
-    lengths = cache_lengths(cache_of(out))
+    lengths = cache_lengths(cache_of(out), family)
     assert lengths[:K] == [width + steps] * K
     assert lengths[K:] == [pruned_width + steps] * (len(lengths) - K)
 

@@ -16,13 +16,17 @@ ROWS = [
     [("text", 6), ("audio", 12), ("text", 2)],
 ]
 # where each family keeps its final norm (written out here, not taken from kvprune);
-# transformers < 5.2x keeps the Omni thinker's text model at .model, later ones at .model.language_model
+# transformers < 5.2x keeps the Omni thinkers' text model at .model, later ones at .model.language_model
 FINAL_NORM = {
     "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
     "phi4_multimodal": lambda m: m.model.norm,
     "voxtral": lambda m: m.model.language_model.norm,
     "aero": lambda m: m.language_model.model.norm,
     "qwen2_audio": lambda m: m.model.language_model.norm,
+    "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
+    "audioflamingo3": lambda m: m.model.language_model.norm,
+    "granite_speech": lambda m: m.model.language_model.norm,
+    "gemma3n": lambda m: m.model.language_model.norm,
 }
 DECODER_LAYERS = {
     "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
@@ -30,7 +34,19 @@ DECODER_LAYERS = {
     "voxtral": lambda m: m.model.language_model.layers,
     "aero": lambda m: m.language_model.model.layers,
     "qwen2_audio": lambda m: m.model.language_model.layers,
+    "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
+    "audioflamingo3": lambda m: m.model.language_model.layers,
+    "granite_speech": lambda m: m.model.language_model.layers,
+    "gemma3n": lambda m: m.model.language_model.layers,
 }
+# a layer's output: a tuple, a tensor, or Gemma-3n's AltUp streams (n, B, S, D) whose first is the main one
+MAIN_STREAM = {"gemma3n": lambda output: output[0]}
+
+
+def _main_stream(family, output):
+    if family in MAIN_STREAM:
+        return MAIN_STREAM[family](output)
+    return output[0] if isinstance(output, tuple) else output
 
 
 def _clips(input_ids_row: torch.Tensor) -> list[list[int]]:
@@ -100,7 +116,7 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
     inputs = FAMILIES[family].inputs(rows)
     captured = {}
     hook = DECODER_LAYERS[family](m)[K - 1].register_forward_hook(
-        lambda module, args, output: captured.setdefault("hidden", output[0] if isinstance(output, tuple) else output)
+        lambda module, args, output: captured.update(hidden=_main_stream(family, output))  # returns None: output kept
     )
     try:
         with torch.no_grad():

@@ -90,4 +90,7 @@ def test_press_registry_holds_the_installed_classes_imported_once():
 
 def test_model_families_are_a_registry():
     assert FAMILIES.get("qwen2_audio") is QWEN2_AUDIO
-    assert FAMILIES.names() == ["qwen2_5_omni", "phi4_multimodal", "voxtral", "aero", "qwen2_audio"]
+    assert FAMILIES.names() == [
+        "qwen2_5_omni", "phi4_multimodal", "voxtral", "aero", "qwen2_audio", "qwen3_omni", "audioflamingo3",
+        "granite_speech", "gemma3n",
+    ]

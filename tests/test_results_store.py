@@ -65,7 +65,7 @@ def test_a_retried_run_is_read_once_and_its_success_wins():
 
 def test_overwrite_removes_what_sweeps_write_and_nothing_else(tmp_path):
     written = ["results.jsonl", "results.rank1.jsonl", "runs.jsonl", "plan.json", "audio-digests.json", "summary.csv",
-               "report.md", "demo_score_vs_ratio.png", "demo_score_vs_prefill.png"]
+               "breakdown.csv", "report.md", "demo_score_vs_ratio.png", "demo_score_vs_prefill.png", "demo_kv_saved.png"]
     for name in [*written, "notes.txt", "other.png"]:
         (tmp_path / name).write_text("")
     assert sorted(p.name for p in clear_outputs(tmp_path)) == sorted(written)

@@ -9,11 +9,12 @@ import pytest
 import torch
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM, Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
-from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model
+from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers
 from kvprune import (
     ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress, TokenDropPress, UnsupportedModelError, get_press,
 )
 from kvprune.attention_probe import _ConfigView
+from kvprune.ratios import keep_count
 from tiny_models import FAMILIES, N_LAYERS
 
 ROW = [[("text", 4), ("audio", 16), ("text", 5)]]
@@ -61,8 +62,10 @@ def test_sampling(family):
         torch.manual_seed(11)
         out = m.generate(**inputs, **sample, return_dict_in_generate=True)
     width, steps = inputs["input_ids"].shape[1], out.sequences.shape[1] - inputs["input_ids"].shape[1] - 1
-    assert run.stats[0].kept_tokens == 4
-    assert cache_lengths(cache_of(out))[K:] == [width - 12 + steps] * (N_LAYERS - K)
+    audio = FAMILIES[family].audio_tokens(ROW[0])
+    assert run.stats[0].kept_tokens == keep_count(audio, 0.75)
+    dropped = audio - keep_count(audio, 0.75)
+    assert cache_lengths(cache_of(out), family)[K:] == [width - dropped + steps] * (n_layers(family) - K)
 
 
 def test_full_qwen2_5_omni_model_prunes_its_thinker():
@@ -120,7 +123,7 @@ def test_unsupported_model_lists_supported_families():
         FastVPress()(text_only, ratio=0.5)
     message = str(error.value)
     assert "Qwen2ForCausalLM" in message
-    for name in ["Qwen2.5-Omni", "Phi-4-multimodal", "Voxtral", "Aero-1-Audio", "Qwen2-Audio"]:
+    for name in ["Qwen2.5-Omni", "Phi-4-multimodal", "Voxtral", "Aero-1-Audio", "Qwen2-Audio", "Qwen3-Omni", "Gemma-3n"]:
         assert name in message
 
 

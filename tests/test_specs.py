@@ -95,7 +95,7 @@ def test_build_gives_the_ratio_and_layer_to_parts_without_their_own():
 
 @pytest.mark.parametrize("value,message", [
     ("fastv,h2o", "unknown press 'h2o'; available: fastv, random, frame, dart, knorm, random_kv, tova, snapkv"),
-    ("dart:pivots=3", "press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, pivot_audio, pivot_text, budget"),
+    ("dart:pivots=3", "press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, keep_rule, pivot_audio, pivot_text, budget"),
     ("dart:budget=most", "method 'dart:budget=most': budget='most' is invalid"),
     ("fastv+dart", "at most one token-dropping press"),
     ("budget=reference,dart", "parameter 'budget=reference' comes before any press"),

@@ -21,7 +21,7 @@ import pytest
 import task_fixtures
 from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import read_rows, read_runs, run_key
+from kvprune.harness.sweep.store import KEY_FIELDS, read_rows, read_runs, run_key
 from kvprune.harness.sweep.runner import runs_of
 from kvprune.harness.sweep.config import SweepConfig
 from kvprune.harness.tasks.task import TASKS as REGISTERED_TASKS
@@ -117,8 +117,12 @@ def test_outputs_are_written_and_readable(uninterrupted):
     for png in uninterrupted.glob("*.png"):
         image = matplotlib.image.imread(png)
         assert image.ndim == 3 and image.shape[0] > 200 and image.shape[1] > 200
-    assert len(list(uninterrupted.glob("*.png"))) == 2
+    assert sorted(png.name for png in uninterrupted.glob("*.png")) == [
+        "demo_kv_saved.png", "demo_score_vs_prefill.png", "demo_score_vs_ratio.png"
+    ]
+    assert set(summary["cache"]) == {"dynamic"}, "on a CPU, --cache auto decodes on the dynamic cache"
     report = (uninterrupted / "report.md").read_text()
+    assert "![KV saved](demo_kv_saved.png)" in report and "| KV cache held after prefill, MiB (median) | KV cache saved after prefill | decoding cache |" in report
     for task in TASKS:
         assert f"#### {task} (f1_macro)" in report
     assert "#### Average over the 2 tasks every method ran" in report
@@ -365,3 +369,46 @@ def test_the_fast_encoder_is_on_by_default_recorded_and_changes_no_output(data_r
     assert len(stock) == len(fast) == 3 * 2, "the stock rows are the fast sweep's had rows at fastv 0.3 and baseline"
     assert stock == fast
     assert "(stock audio encoder)" in (out / "report.md").read_text()
+
+
+def _but_settings(row: dict) -> tuple:
+    """A run's identity but its settings: the same sample, method and ratio under other settings."""
+    return tuple(row.get(k) for k in KEY_FIELDS if k != "settings_id")
+
+
+def test_static_cache_runs_record_their_cache_and_hold_what_the_dynamic_cache_holds(data_root, uninterrupted, tmp_path):
+    """--cache static: same answers as the dynamic cache; each row says which cache it ran on, and its
+    held KV bytes (the static cache's room for new tokens left out) equal the dynamic cache's."""
+    out = tmp_path / "static"
+    args = sweep_args(data_root, out)
+    for flag, value in (("--tasks", "had"), ("--methods", "fastv"), ("--ratios", "0.3")):
+        args[args.index(flag) + 1] = value
+    assert main([*args, "--cache", "static"]) == 0
+    assert read_runs(out)[0]["config"]["cache"] == "static"
+    static = read_rows(out)
+    dynamic = {_but_settings(r): r for r in read_rows(uninterrupted)}
+    assert len(static) == 3 * 2
+    for row in static:
+        same = dynamic[_but_settings(row)]
+        assert row["settings_id"] != same["settings_id"], "the decoding cache is one of the settings a run depends on"
+        assert (row["cache"], same["cache"], row["compiled"]) == ("static", "dynamic", False)  # no compiling on a CPU
+        assert row["output"] == same["output"]
+        assert row["kv_held_bytes"] == same["kv_held_bytes"] == same["kv_cache_bytes"] < row["kv_cache_bytes"]
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(summary["cache"]) == {"static"}
+    assert (summary[summary["method"] == "fastv"]["kv_saved"] > 0).all(), "saved bytes compare held entries"
+
+
+def test_calls_that_compiled_are_left_out_of_timing_statistics(uninterrupted):
+    from kvprune.harness.sweep.store import read_results
+    from kvprune.harness.sweep.summary import summarize
+
+    results = read_results(uninterrupted)
+    before = summarize(results).set_index(["task", "method", "ratio"])["timed_samples"]
+    compiled = (results["method"] == "fastv") & ~results["warmup"].astype(bool)
+    first = results[compiled].groupby(["task", "ratio"]).head(1).index  # one compiling call per task and ratio
+    results.loc[:, "compiled"] = False
+    results.loc[first, "compiled"] = True
+    after = summarize(results).set_index(["task", "method", "ratio"])["timed_samples"]
+    dropped = (before - after).to_dict()
+    assert {key: n for key, n in dropped.items() if n} == {(t, "fastv", r): 1 for t in TASKS for r in (0.3, 0.7)}

@@ -95,13 +95,15 @@ def _pixels_of(path, rgb) -> int:
 def test_figures_have_one_legend_entry_per_method_and_tied_methods_stay_visible(summary, tmp_path):
     import matplotlib.pyplot as plt
 
-    ratio_png, prefill_png = plot_summary(summary, tmp_path)
-    assert ratio_png.name == "m_score_vs_ratio.png" and prefill_png.name == "m_score_vs_prefill.png"
+    ratio_png, prefill_png, kv_png = plot_summary(summary, tmp_path)
+    assert (ratio_png.name, prefill_png.name, kv_png.name) == ("m_score_vs_ratio.png", "m_score_vs_prefill.png", "m_kv_saved.png")
     ratio_legend, prefill_legend = _legend(ratio_png), _legend(prefill_png)
     assert sorted(ratio_legend) == ["alpha", "beta", "gamma", "unpruned"], "gamma ran on one task only: it is listed once"
     assert sorted(prefill_legend) == ["Pareto front", "alpha", "beta", "gamma", "unpruned"]
+    assert _legend(kv_png) == ["alpha", "beta", "gamma"]
     with Image.open(ratio_png) as image:
         assert image.size[0] > 800 and image.size[1] > 300
     colours = {method: [round(255 * c) for c in plt.get_cmap("tab10")(i)[:3]] for i, method in enumerate(["alpha", "beta", "gamma"])}
     for method, rgb in colours.items():  # far more than the legend's swatch: the curves themselves show
         assert _pixels_of(ratio_png, rgb) > 300, method
+        assert _pixels_of(kv_png, rgb) > 300, f"{method}: every method saves 0% here, and each line still shows"

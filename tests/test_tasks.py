@@ -13,6 +13,7 @@ import yaml
 import task_fixtures
 from kvprune.harness.demo.synthetic import format_prompt, make_item
 from kvprune.harness.tasks.config_files import CONFIGS_DIR
+from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.task import Sample, TaskConfigError, TaskDataError, get_task, list_tasks, load_task_file
 
 ABBREVIATIONS = {
@@ -22,7 +23,7 @@ ABBREVIATIONS = {
 
 
 def test_the_ten_audiomarathon_tasks_are_registered():
-    audiomarathon = [name for name in list_tasks() if not name.startswith("demo_")]
+    audiomarathon = [name for name in list_tasks() if get_task(name).benchmark == "AudioMarathon"]
     assert audiomarathon == sorted(ABBREVIATIONS)
     for name, abbreviation in ABBREVIATIONS.items():
         task = get_task(name)
@@ -85,7 +86,7 @@ def test_limit_keeps_a_fixed_nested_subset_in_dataset_order(tmp_path):
 def test_race_prompt_follows_audiomarathon(tmp_path):
     task_fixtures.race(tmp_path)
     task = get_task("race")
-    prompt = task.render(task.load(tmp_path)[0])
+    prompt = task.render(task.load(tmp_path)[0]).text
     assert prompt.startswith("Listen to this audio of a passage being read aloud")
     assert "\n\nQuestion: Why did Tom leave?\n\nOptions:\nA. rain\nB. work\nC. fear\nD. love\n\n" in prompt
     assert prompt.endswith("Respond with only the letter of the correct option (A, B, C, or D).")
@@ -97,7 +98,7 @@ def test_race_prompt_follows_audiomarathon(tmp_path):
 def test_option_lines_use_each_task_format(name, option_line, tmp_path):
     task_fixtures.WRITERS[name](tmp_path)
     task = get_task(name)
-    lines = task.render(task.load(tmp_path)[0]).splitlines()
+    lines = task.render(task.load(tmp_path)[0]).text.splitlines()
     assert any(line.startswith(option_line) for line in lines)
 
 
@@ -106,24 +107,24 @@ def test_every_prompt_renders_its_sample(name, tmp_path):
     task_fixtures.WRITERS[name](tmp_path)
     task = get_task(name)
     for sample in task.load(tmp_path):
-        prompt = task.render(sample)
+        prompt = task.render(sample).text
         assert "{" not in prompt and "}" not in prompt
-        if "{options}" in task.prompt:
+        if "{options}" in task.config["prompt"]:
             assert all(text in prompt for text in sample.choices)
 
 
 def test_binary_prompts_fix_the_letters_like_audiomarathon(tmp_path):
-    assert get_task("had").render(Sample("x", (), "", ("real", "fake"), "A")).endswith(
+    assert get_task("had").render(Sample("x", (), "", ("real", "fake"), "A")).text.endswith(
         "If it is completely real, answer 'a'. If it contains any fake segments, answer 'b'. "
         "Answer with only 'a' or 'b'."
     )
     assert "If it is a male, answer 'a'. If it is a female, answer 'b'." in get_task("vox_gender").render(
         Sample("x", (), "", ("Male", "Female"), "A")
-    )
+    ).text
 
 
 def test_asr_prompt_asks_for_spoken_content():
-    assert get_task("librispeech").render(Sample("u", (), "", (), "TEXT")).endswith(
+    assert get_task("librispeech").render(Sample("u", (), "", (), "TEXT")).text.endswith(
         "Your response should be formatted as follows: Spoken Content: <transcribed text here>"
     )
 
@@ -181,8 +182,9 @@ def test_unparsed_answers_score_as_wrong():
         task.summarize([])
 
 
-def test_variants_multi_clip_and_token_match_from_a_user_yaml(tmp_path):
-    """A STAR-Bench-like task: two clips per item, one run per option rotation, MMAU token matching."""
+def test_variants_and_multi_clip_segments_from_a_user_yaml(tmp_path):
+    """A STAR-Bench-like user task: two labelled clips per item, one run per left rotation (ids <id>@<r>),
+    the gold letter following its option's text; AA pools runs, ACR asks for every run of an item."""
     data = tmp_path / "Toy"
     for clip in ("i1a.wav", "i1b.wav", "i2a.wav", "i2b.wav"):
         task_fixtures.write_audio(data / "clips" / clip)
@@ -205,30 +207,38 @@ def test_variants_multi_clip_and_token_match_from_a_user_yaml(tmp_path):
           choices_field: options
           answer_field: answer
           id_field: id
-        prompt: "{question}\\n{options}\\nAnswer with the option's text."
+        prompt:
+          - {audio: clips, label: "Clip {i}:"}
+          - {text: "{question}\\n{options}\\nAnswer with the letter."}
         option_format: "<{letter}>: {text}"
-        parser: token_match
+        parser: multiple_choice
         metrics: [aa, acr, accuracy]
         max_new_tokens: 16
-        variants: rotate_options
+        variants: {name: rotate_options, direction: left}
         """))
     task = load_task_file(path)
     samples = task.load(tmp_path)
-    assert [s.id for s in samples] == ["i1@rot0", "i1@rot1", "i1@rot2", "i2@rot0", "i2@rot1", "i2@rot2"]
+    assert [s.id for s in samples] == ["i1@0", "i1@1", "i1@2", "i2@0", "i2@1", "i2@2"]
     assert [s.item for s in samples] == ["i1"] * 3 + ["i2"] * 3
+    assert [s.position for s in samples] == list(range(6))
     assert samples[1].choices == ("the second clip", "equally loud", "the first clip")
     assert samples[1].audio == (data / "clips" / "i1a.wav", data / "clips" / "i1b.wav")
     assert [s.choices["ABC".index(s.answer)] for s in samples] == ["the second clip"] * 3 + ["equally long"] * 3
-    options = ["<A>: the second clip", "<B>: equally loud", "<C>: the first clip"]
-    assert task.render(samples[1]).splitlines()[1:4] == options
+    assert [s.meta["run"] for s in samples] == [0, 1, 2] * 2 and {s.meta["runs"] for s in samples} == {3}
+    rendered = task.render(samples[1])
+    clip_a, clip_b = (ClipRef(data / "clips" / name) for name in ("i1a.wav", "i1b.wav"))
+    assert rendered.segments == (
+        "Clip 1:", clip_a, "Clip 2:", clip_b,
+        "Which is louder?\n<A>: the second clip\n<B>: equally loud\n<C>: the first clip\nAnswer with the letter.",
+    )
 
-    # Item i1 is always answered right; i2 only when its answer is option A (a letter-biased model).
-    outputs = ["It is the second clip."] * 3 + [f"Clearly {s.choices[0]}." for s in samples[3:]]
+    # Item i1 is always answered right; i2 always with letter A (a letter-biased model).
+    outputs = ["It is the second clip."] * 3 + ["A"] * 3
     rows = []
     for sample, output in zip(samples, outputs):
         parsed = task.parse(output, sample)
         rows.append({"parsed": parsed, "reference": sample.answer, "item": sample.item, **task.score(parsed, sample)})
-    # i2's answer "equally long" is option A in rotation 2 only: right there, wrong in rotations 0 and 1.
+    # i2's answer "equally long" is option A in rotation 2 only (left rotation by 2: [long, first, second]).
     assert [r["correct"] for r in rows] == [1, 1, 1, 0, 0, 1]
     summary = task.summarize(rows)
     assert summary == pytest.approx({"aa": 100 * 4 / 6, "acr": 50.0, "accuracy": 100 * 4 / 6})
@@ -256,7 +266,7 @@ def test_missing_metadata_file(tmp_path):
 def test_missing_audio_names_the_sample(tmp_path):
     task_fixtures.tau(tmp_path)
     (tmp_path / "TAU" / "park" / "p0.wav").unlink()
-    with pytest.raises(TaskDataError, match=r"item 1: audio file not found: .*park/p0\.wav"):
+    with pytest.raises(TaskDataError, match=r"item 1 \(sample park/p0\.wav\): audio file not found: .*park/p0\.wav"):
         get_task("tau").load(tmp_path)
 
 
@@ -266,7 +276,7 @@ def test_missing_field_names_the_field_and_the_item(tmp_path):
     items = json.loads(meta.read_text())
     del items[2]["choice_c"]
     meta.write_text(json.dumps(items))
-    with pytest.raises(TaskDataError, match=r"acoustic_scene_task_meta\.json item 2 has no field 'choice_c'"):
+    with pytest.raises(TaskDataError, match=r"acoustic_scene_task_meta\.json item 2 \(sample metro/m0\.wav\) has no field 'choice_c'"):
         get_task("tau").load(tmp_path)
 
 
@@ -276,7 +286,7 @@ def test_gold_that_matches_no_choice_is_rejected(tmp_path):
     items = json.loads(meta.read_text())
     items[1]["answer_gt"] = "unknown"
     meta.write_text(json.dumps(items))
-    problem = r"item 1: answer 'unknown' is neither a letter A-B nor exactly one of the choices"
+    problem = r"item 1 \(sample id0004/d\.wav\): answer 'unknown' is neither a letter A-B nor exactly one of the choices"
     with pytest.raises(TaskDataError, match=problem):
         get_task("vox_gender").load(tmp_path)
 
@@ -347,7 +357,9 @@ def write_yaml(tmp_path, **changes):
 def test_a_good_user_yaml_loads(tmp_path):
     task = load_task_file(write_yaml(tmp_path))
     assert (task.name, task.primary_metric) == ("mini", "accuracy")
-    assert task.render(Sample("x", (), "", ("yes", "no"), "A")) == "Yes or no? A or B"
+    assert task.render(Sample("x", (), "", ("yes", "no"), "A")).text == "Yes or no? A or B"
+    separated = load_task_file(write_yaml(tmp_path, prompt="{options}?", option_separator=" | "))
+    assert separated.render(Sample("x", (), "", ("yes", "no"), "A")).text == "A. yes | B. no?"
 
 
 @pytest.mark.parametrize("changes, problem", [
@@ -361,8 +373,22 @@ def test_a_good_user_yaml_loads(tmp_path):
     ({"layout_options": {"folder": ["a"]}}, "field 'layout_options': .*folder"),
     ({"layout_options": {"folders": "real"}}, "field 'layout_options': folders must be a list"),
     ({"variants": "shuffle"}, "field 'variants': unknown 'shuffle'"),
-    ({"prompt": "Say {answer}"}, "field 'prompt': bad placeholder 'answer'"),
-    ({"option_format": "{letter}) {txt}"}, "field 'option_format': bad placeholder 'txt'"),
+    ({"prompt": "Say {answer}"}, r"field 'prompt': names \['answer'\], which the layout does not keep"),
+    ({"option_format": "{letter}) {txt}"}, r"field 'option_format': option_format: bad placeholder \['txt'\]"),
+    ({"prompt": [{"text": "no audio"}]}, "field 'prompt': the prompt has no audio segment"),
+    ({"prompt": [{"audio": "clips", "labels": "x"}]}, r"field 'prompt': segment 1: unknown key\(s\) \['labels'\]"),
+    ({"prompt": [{"audio": "uncut"}]}, r"field 'prompt': audio segment\(s\) \['uncut'\] name audio the layout does not keep"),
+    ({"channels": "foa"}, "field 'channels': unknown channel policy 'foa'"),
+    ({"channels": {"policy": "foa_omni"}}, "field 'channels': channel policy foa_omni needs order: acn or fuma"),
+    ({"channels": {"policy": "split"}}, "field 'channels': channel policy split needs count"),
+    ({"channels": {"policy": "mean", "order": "acn"}}, "field 'channels': channel policy mean takes no order"),
+    ({"variants": {"name": "rotate_options", "direction": "up"}}, "field 'variants': direction='up'"),
+    ({"metric_options": {"starbench_part": "pc"}}, r"field 'metric_options': no metric of this task takes \['starbench_part'\]"),
+    ({"metrics": ["starbench_aa"]}, r"field 'metric_options': metrics \['starbench_aa'\] need \['starbench_part'\]"),
+    ({"metrics": ["starbench_aa"], "metric_options": {"starbench_part": "xx"}}, "field 'metric_options': starbench_part='xx' is not one of"),
+    ({"breakdown_by": ["difficulty"]}, r"field 'breakdown_by': names \['difficulty'\], which the layout does not keep"),
+    ({"protocols": {"lenient": {}}}, "field 'protocols': unknown protocol 'lenient'"),
+    ({"data_layout": "mine"}, "field 'data_layout': choose one of"),
     ({"shots": 5}, r"unknown field\(s\) \['shots'\]"),
 ])
 def test_malformed_task_yaml_names_file_and_field(tmp_path, changes, problem):
@@ -425,7 +451,7 @@ def test_the_demo_tasks_render_the_prompt_the_demo_model_was_trained_on():
     item = make_item("count", "test", 0)
     sample = Sample(item.meta["id"], (), item.meta["question"],
                     tuple(item.meta[f"choice_{x}"] for x in "abcd"), item.meta["answer_gt"])
-    assert get_task("demo_count").render(sample) == format_prompt(item.meta)
+    assert get_task("demo_count").render(sample).text == format_prompt(item.meta)
 
 
 def test_bases_are_not_tasks():
@@ -446,7 +472,7 @@ def test_an_include_cycle_is_refused_with_its_chain(tmp_path):
 
 
 @pytest.mark.parametrize("include, problem", [
-    ("gtzann", r"field 'include': no built-in config 'gtzann'; built-in: _demo, demo_count"),
+    ("gtzann", r"field 'include': no built-in config 'gtzann'; built-in: _avibench, _demo, _mmau"),
     ("absent.yaml", r"absent\.yaml: cannot read the file"),
     ("[3]", r"field 'include': expected a file or a built-in config name"),
 ])

@@ -1,17 +1,21 @@
 """``kvprune bench``: pruned and unpruned prefill and decode side by side on one device, at real
 model shapes and audio lengths, next to the ideal a pruning method could reach and the cost of scoring.
 
-For each preset (a real architecture with random weights) and audio length, it measures the
-unpruned request, then each press at each ratio, each as a prefill followed by forced decode steps:
+Three modes, each one run per preset and audio length, every request timed in interleaved rounds:
 
-* the ideal per ratio: the unpruned prefill with its decoder layers >= K timed on the full prompt
-  replaced by the same layers timed on the kept prompt (the encoder, embedding, layers < K and the
-  rest are what LLM-side pruning cannot touch);
-* scoring: each press's whole selection on real-size tensors, and what AudioMarathon-style scores
-  (an eager attention matrix) cost against kvprune's last-row scores.
+* ratios (default): kvprune unpruned, the ideal at each ratio (a real prefill whose layers >= K run
+  on the kept length for free: ``bench/ideal.py``), then every method at every ratio: token-dropping,
+  cache and composed presses alike (prefill, its LLM part, the press's own work, decoding, memory,
+  KV cache). Any row faster than its ideal beyond noise is flagged.
+* ``--batch-sizes 1,4,16``: unpruned and every method at every ratio at each batch size: requests/s,
+  prefill and decoded tokens/s, peak memory; ``--largest-batch`` adds the largest batch that fits.
+* ``--compare-stock``: stock Hugging Face (stock encoder; dynamic cache, then its static-cache
+  compile), kvprune unpruned (fast encoder, compiled static decoding), each method at each ratio
+  (the same), and the ideal: whole ``generate`` calls, the targets as ratios against the stock rows.
 
+Decoding runs on a static cache, compiled on a GPU (``--cache``: static on a GPU by default).
 Models run with ``kvprune.fast_audio_encoder`` unless ``--stock-encoder`` is given. Results go to
-``bench.csv``, ``bench.md`` and ``prefill_vs_ratio.png``, rewritten after every preset.
+``bench.csv``, ``bench.md`` and a figure, rewritten after every preset.
 """
 
 from __future__ import annotations
@@ -22,14 +26,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvprune.press import TokenDropPress
+from kvprune.press import Press
 from kvprune.specs import MethodSpec, parse_methods
 
-from ..options import add_shared_options
+from ..options import CACHES, add_shared_options
 from ..sweep.ratios import parse_ratios
 from .presets import PRESETS
 
 DESCRIPTION = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
+MODES = ("ratios", "batch", "compare")
+DEFAULT_METHODS = {"ratios": "fastv,random,frame,dart", "batch": "fastv", "compare": "fastv"}
 
 
 @dataclass
@@ -38,7 +44,7 @@ class BenchConfig:
 
     presets: list[str] = field(default_factory=lambda: ["qwen2.5-omni-7b"])
     audio_seconds: list[float] = field(default_factory=lambda: [30.0, 120.0, 300.0])
-    methods: list[MethodSpec] = field(default_factory=lambda: parse_methods("fastv,random,frame,dart"))
+    methods: list[MethodSpec] | str | None = None  # None: the mode's default (DEFAULT_METHODS)
     ratios: list[float] = field(default_factory=lambda: [0.5, 0.9])
     layer: int | None = None  # for every press without its own; None: each press's default
     decode_tokens: int = 32
@@ -46,6 +52,12 @@ class BenchConfig:
     warmup: int = 2
     attn_implementation: str = "sdpa"
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder where it changes something; stock: the model's own
+    cache: str = "auto"  # decoding's cache: static (compiled on a GPU), dynamic, auto (static on a GPU)
+    batch_sizes: list[int] | None = None  # the batch mode's sizes; None: the ratios mode (batch 1)
+    largest_batch: bool = False  # batch mode: also find the largest batch that fits (CUDA)
+    compare_stock: bool = False  # the compare mode: stock Hugging Face beside kvprune
+    compile: bool | None = None  # compile static-cache decoding; None: on CUDA only, as generate does
+    compile_config: object = None  # a transformers CompileConfig; None: transformers' default (tests pass their own)
     device: str | None = None  # default: cuda if available, else cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu
     out: Path | None = Path("bench_results")  # None: write nothing
@@ -53,36 +65,45 @@ class BenchConfig:
     seed: int = 0
     command: str = ""
     progress: bool = True
-    #: what runs: the press of each method label at each ratio, and K, the layer where all of them act
-    presses: dict[tuple[str, float], TokenDropPress] = field(init=False, repr=False)
-    k: int = field(init=False)
+    #: what runs: the press of each method label at each ratio, and K, where token dropping acts (None: no press drops tokens)
+    presses: dict[tuple[str, float], Press] = field(init=False, repr=False)
+    k: int | None = field(init=False)
 
     def __post_init__(self):
         """Validate names early (before any model is built) and drop repeated entries."""
         for name in self.presets:
             PRESETS.get(name)
-        self.methods = list({method.label: method for method in parse_methods(self.methods)}.values())
-        refused = [method.label for method in self.methods if method.kind != "token"]
-        if refused:
-            raise ValueError(
-                f"kvprune bench times token-dropping presses only, for now; {', '.join(refused)} holds a cache press "
-                "(benching cache and composed presses is planned): use those in `kvprune sweep`."
-            )
+        if self.compare_stock and self.batch_sizes is not None:
+            raise ValueError("--compare-stock and --batch-sizes are separate runs: give one of them.")
         if self.encoder not in ("fast", "stock"):
             raise ValueError(f"encoder={self.encoder!r} is invalid: choose fast or stock (--stock-encoder).")
+        if self.cache not in CACHES:
+            raise ValueError(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
+        if self.batch_sizes is not None:
+            self.batch_sizes = sorted(set(int(b) for b in self.batch_sizes))
+            if not self.batch_sizes or self.batch_sizes[0] < 1:
+                raise ValueError(f"batch sizes {self.batch_sizes} are invalid: give positive sizes, e.g. --batch-sizes 1,4,16.")
+        if self.largest_batch and self.batch_sizes is None:
+            raise ValueError("--largest-batch predicts from the batch sizes measured: give --batch-sizes too.")
+        methods = DEFAULT_METHODS[self.mode] if self.methods is None else self.methods
+        self.methods = list({method.label: method for method in parse_methods(methods)}.values())
+        if not self.methods:
+            raise ValueError("no method to bench: give at least one (--methods).")
         self.presets = list(dict.fromkeys(self.presets))
         self.audio_seconds = list(dict.fromkeys(float(s) for s in self.audio_seconds))
         self.ratios = list(dict.fromkeys(parse_ratios(self.ratios)))
-        if not self.methods:
-            raise ValueError("no method to bench: give at least one (--methods).")
         self.presses = {(m.label, r): m.build(r, self.layer) for m in self.methods for r in self.ratios}
-        layers = sorted({press.layer for press in self.presses.values()})
+        layers = sorted({part.layer for press in self.presses.values() for part in press.parts() if part.kind == "token"})
         if len(layers) > 1:
             raise ValueError(
-                f"the bench compares every press with one ideal at one layer K, but these presses act at layers "
-                f"{', '.join(map(str, layers))}: give them the same layer (--layer)."
+                f"the bench compares every token-dropping press with one ideal at one layer K, but these drop tokens "
+                f"at layers {', '.join(map(str, layers))}: give them the same layer (--layer)."
             )
-        self.k = layers[0]
+        self.k = layers[0] if layers else None
+
+    @property
+    def mode(self) -> str:
+        return "compare" if self.compare_stock else "batch" if self.batch_sizes is not None else "ratios"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> BenchConfig:
@@ -98,19 +119,23 @@ class BenchConfig:
             warmup=args.warmup,
             attn_implementation=args.attn_implementation,
             encoder="stock" if args.stock_encoder else "fast",
+            cache=args.cache,
+            batch_sizes=None if args.batch_sizes is None else [int(b) for b in _list(args.batch_sizes)],
+            largest_batch=args.largest_batch,
+            compare_stock=args.compare_stock,
             device=args.device,
             dtype=args.dtype,
             out=args.out,
             max_minutes=args.max_minutes,
             seed=args.seed,
-            command=_command(),
+            command=_command(getattr(args, "argv", None)),
             progress=not args.quiet,
         )
 
 
 def run_bench(config: BenchConfig):
-    """Run every preset x audio length x (unpruned, ideal, press x ratio): a ``pandas.DataFrame``
-    with one row each, also written to ``config.out`` after every preset (unless it is None)."""
+    """Run every preset x audio length in the configured mode: a ``pandas.DataFrame`` with one row
+    per request, also written to ``config.out`` after every preset (unless it is None)."""
     from .run import run_presets  # models, pandas and matplotlib load only when a bench runs
 
     return run_presets(config)
@@ -125,9 +150,10 @@ def _joined(numbers: list[float]) -> str:
     return ",".join(f"{n:g}" for n in numbers)
 
 
-def _command() -> str:
-    """This run as a ``kvprune bench`` command, however it was started (``kvprune`` or ``python -m``)."""
-    argv = sys.argv[1:]
+def _command(argv: list[str] | None = None) -> str:
+    """This run as a ``kvprune bench`` command, however it was started (``kvprune``, ``python -m`` or
+    ``main(argv)``): ``argv`` are the command line's words, ``sys.argv[1:]`` when not given."""
+    argv = sys.argv[1:] if argv is None else argv
     return shlex.join(["kvprune", "bench", *(argv[1:] if argv[:1] == ["bench"] else argv)])
 
 
@@ -137,24 +163,32 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add("--preset", default=",".join(defaults.presets), help=f"comma list of: {', '.join(PRESETS)}")
     add("--audio-seconds", default=_joined(defaults.audio_seconds), help="comma list of audio lengths in seconds")
     add("--decode-tokens", type=int, default=defaults.decode_tokens, help="forced tokens decoded after the prefill")
-    add("--repeats", type=int, default=defaults.repeats, help="timed runs per measurement (median)")
-    add("--warmup", type=int, default=defaults.warmup, help="untimed runs before them")
+    add("--repeats", type=int, default=defaults.repeats, help="timed rounds per request (median)")
+    add("--warmup", type=int, default=defaults.warmup, help="untimed rounds before them (they absorb compilation)")
     add("--max-minutes", type=float, default=None, help="start no run after this many minutes")
+    add("--batch-sizes", help="batch mode: comma list of batch sizes, e.g. 1,4,16 (throughput at each)")
+    add("--largest-batch", action="store_true", help="batch mode: also find the largest batch that fits (CUDA)")
+    add("--compare-stock", action="store_true",
+        help="compare mode: stock Hugging Face (dynamic and compiled static cache) beside kvprune unpruned and pruned, "
+        "whole generate calls, with the targets")
     add_shared_options(
         parser,
         dict(
-            methods=",".join(m.label for m in defaults.methods), ratios=_joined(defaults.ratios), layer=defaults.layer,
+            methods=None, ratios=_joined(defaults.ratios), layer=defaults.layer,
             out=defaults.out, device=defaults.device, dtype=defaults.dtype,
             attn_implementation=defaults.attn_implementation, seed=defaults.seed, quiet=False, stock_encoder=False,
+            cache=defaults.cache,
         ),
         notes=dict(
-            methods="token-dropping presses only, for now (default: %(default)s)",
+            methods="token-dropping, cache and composed presses alike (default: "
+            + "; ".join(f"{mode} mode {methods}" for mode, methods in DEFAULT_METHODS.items()) + ")",
             ratios="default: %(default)s",
-            layer="the bench needs one K for all",
-            out="where bench.csv, bench.md and prefill_vs_ratio.png go (default: %(default)s)",
+            layer="token-dropping presses need one K for all",
+            out="where bench.csv, bench.md and the figure go (default: %(default)s)",
             dtype="default: auto, bfloat16 on cuda and float32 on cpu",
             attn_implementation="default: %(default)s",
             seed="default: %(default)s",
+            cache="default: %(default)s",
         ),
     )
     return parser

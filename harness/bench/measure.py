@@ -1,6 +1,22 @@
-"""Measure a model on one prompt: a whole request (prefill, then forced decode steps) and the LLM's
-decoder layers alone. Medians over repeats after warm-up; CUDA events on a GPU (synchronised at the
-boundaries), the wall clock on a CPU (for tests only)."""
+"""Measure one request of a model on one prompt: the prefill, then decoding, timed on the device.
+
+Two ways to run a request:
+
+* ``Meter.request``: one prefill forward (with ``logits_to_keep=1`` where the model takes it, as
+  ``generate`` does), then ``prompt.decode_ids`` fed one at a time on its cache (forced tokens, no
+  sampling). On the dynamic cache each step is a plain call; on a static cache (a ``StaticCache``
+  sized for the prompt and the forced tokens, given to the prefill) each step goes through the
+  model's compiled call, the one ``generate`` compiles (``model.get_compiled_call``: torch.compile,
+  CUDA graphs), on a GPU; a call at a new shape may compile again, which the caller's warm-up
+  rounds absorb and ``RequestTiming.compiled`` reports.
+* ``Meter.generate_request``: one whole ``generate`` call (``timing.timed_generate``), split at the
+  end of its prefill: what a user of stock Hugging Face gets.
+
+Inside the prefill, ``Probes`` marks the audio encoder's span (from its first module's start to its
+projector's end), the start of decoder layer K, and the engine's own work (a token press's choice
+and gather at layer K, a cache press's eviction after each layer it compresses). Every mark is a
+CUDA event on a GPU (the wall clock on a CPU); the device is synchronised only at the boundaries.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +28,13 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
+from transformers import StaticCache
 
 from kvprune.compat import CACHE_NAMES, output_cache
 from kvprune.models import resolve_family
 
+from ..timing import Clock, cache_kind, compiled_graphs, kv_cache_bytes, kv_held_bytes, timed_generate
 from .presets import Prompt
-from ..timing import Clock, kv_cache_bytes
 
 
 def _forward_parameters(model: nn.Module):
@@ -36,30 +53,97 @@ def takes_logits_to_keep(model: nn.Module) -> bool:
     return "logits_to_keep" in _forward_parameters(model)
 
 
-def logits_rows(model: nn.Module, seq_len: int) -> int:
-    """Rows the prefill's LM head computes on a ``seq_len`` sequence."""
-    return 1 if takes_logits_to_keep(model) else seq_len
-
-
 @dataclass
 class RequestTiming:
     prefill_ms: float  # the forward that fills the cache: time to first token
     encoder_ms: float  # audio encoder + projector, within that forward
-    decode_ms_per_token: float
+    head_ms: float  # from the prefill's start to decoder layer K's (encoder, embedding, layers < K, a press's choice)
+    score_ms: float  # the engine's own work within the prefill (NaN without a press)
+    decode_ms_per_token: float  # decoding time / decoding steps (NaN: no decoding)
+    request_ms: float  # prefill + decoding (NaN: no decoding)
     peak_bytes: float  # device memory allocated at the peak of the request (NaN on CPU)
-    kv_bytes: int  # keys + values of every layer after the prefill
+    base_bytes: float  # device memory allocated when it started: weights, inputs (NaN on CPU)
+    kv_bytes: int  # keys + values held after the prefill (a static cache's room for new tokens left out)
+    kv_alloc_bytes: int  # the cache's tensors after the prefill (a static cache's room included)
+    cache: str  # "dynamic" or "static"
+    compiled: bool  # torch.compile made new graphs during the request: its timing is compilation's
+
+    @property
+    def llm_ms(self) -> float:
+        """The prefill without its own encoder time: what LLM-side pruning acts on."""
+        return self.prefill_ms - self.encoder_ms
+
+
+class Probes:
+    """Marks inside one prefill (see the module's docstring), from hooks that remove themselves at
+    the end of the model's first forward call, so that decoding steps (compiled or not) see none."""
+
+    def __init__(self, clock: Clock, model: nn.Module, layer: int | None = None, press=None):
+        family = resolve_family(model)
+        encoder_start, encoder_end = family.audio_encoder(model)
+        layers = family.layers(model)
+        self.clock = clock
+        self.marks: list[tuple[str, object]] = []
+        self._handles = [
+            encoder_start.register_forward_pre_hook(self._mark("encoder_start")),
+            encoder_end.register_forward_hook(self._mark("encoder_end")),
+        ]
+        if layer is not None:
+            self._handles.append(layers[layer].register_forward_pre_hook(self._mark("layer")))
+        for part in press.parts() if press is not None else ():
+            # the engine's hooks are in place already: ours go first and last around them
+            if part.kind == "token":
+                self._around(layers[part.layer], "register_forward_pre_hook")
+            else:
+                for j in range(part.layer, len(layers)):
+                    self._around(layers[j], "register_forward_hook")
+        self._handles.append(model.register_forward_hook(lambda *_: self.close()))
+
+    def _mark(self, name: str) -> Callable:
+        def hook(*_):
+            self.marks.append((name, self.clock.mark()))
+
+        return hook
+
+    def _around(self, module: nn.Module, register: str) -> None:
+        self._handles.append(getattr(module, register)(self._mark("work_start"), prepend=True))
+        self._handles.append(getattr(module, register)(self._mark("work_end")))
+
+    def close(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def spans(self, start) -> dict[str, float]:
+        """Milliseconds of the encoder, from ``start`` to layer K, and of the engine's work (read after a sync)."""
+
+        def ms(a, b) -> float:
+            return 1000.0 * self.clock.seconds(a, b)
+
+        named = {}
+        for name, mark in self.marks:
+            named.setdefault(name, []).append(mark)
+        encoder = ms(named["encoder_start"][0], named["encoder_end"][-1]) if "encoder_end" in named else math.nan
+        head = ms(start, named["layer"][0]) if "layer" in named else math.nan
+        work = [ms(a, b) for a, b in zip(named.get("work_start", []), named.get("work_end", []))]
+        return dict(encoder_ms=encoder, head_ms=head, score_ms=sum(work) if work else math.nan)
 
 
 class Meter:
-    """Times callables on one device: ``warmup`` untimed runs, then the median of ``repeats``."""
+    """Times callables and requests on one device: ``warmup`` untimed runs, then ``repeats`` that count.
 
-    def __init__(self, device: torch.device, warmup: int, repeats: int):
+    ``compile_config``: how static-cache decoding compiles (None: transformers' default, as
+    ``generate`` uses it); ``compile``: whether it does (None: on CUDA only, as ``generate`` does)."""
+
+    def __init__(self, device: torch.device, warmup: int, repeats: int, compile: bool | None = None, compile_config=None):
         if repeats < 1 or warmup < 0:
             raise ValueError("repeats must be >= 1 and warmup >= 0")
         self.device = device
         self.clock = Clock(device)
         self.warmup = warmup
         self.repeats = repeats
+        self.compile = self.clock.cuda if compile is None else compile
+        self.compile_config = compile_config
 
     @property
     def cuda(self) -> bool:
@@ -71,13 +155,20 @@ class Meter:
     def ms(self, start, end) -> float:
         return 1000.0 * self.clock.seconds(start, end)
 
-    def _samples(self, run_once: Callable[[], object]) -> list:
-        """``run_once()`` for the warm-up runs, then for the ``repeats`` that count: their results."""
-        return [run_once() for _ in range(self.warmup + self.repeats)][self.warmup :]
-
     def median_ms(self, fn: Callable[[], object]) -> float:
         """Median of ``once_ms(fn)`` over the timed runs, after the warm-up."""
-        return statistics.median(self._samples(lambda: self.once_ms(fn)))
+        samples = [self.once_ms(fn) for _ in range(self.warmup + self.repeats)]
+        return statistics.median(samples[self.warmup :])
+
+    @torch.no_grad()
+    def once_ms(self, fn: Callable[[], object]) -> float:
+        """One timed run of ``fn`` (for callers that interleave their own repetitions)."""
+        self.sync()
+        start = self.clock.mark()
+        fn()
+        end = self.clock.mark()
+        self.sync()
+        return self.ms(start, end)
 
     @torch.no_grad()
     def extra_peak_bytes(self, fn: Callable[[], object]) -> float:
@@ -91,107 +182,100 @@ class Meter:
         self.sync()
         return float(torch.cuda.max_memory_allocated(self.device) - base)
 
-    @torch.no_grad()
-    def request(self, model: nn.Module, prompt: Prompt, encoder: tuple[nn.Module, nn.Module]) -> RequestTiming:
-        """One request: the prefill, then ``prompt.decode_ids`` fed one at a time on the cache (no
-        sampling). The encoder's share of the prefill is timed between a pre-hook on ``encoder[0]``
-        and a hook on ``encoder[1]``. Repetition and medians are the caller's (see ``median_timing``)."""
-        marks: list = []
-        hooks = [
-            encoder[0].register_forward_pre_hook(lambda *_: marks.append(("start", self.clock.mark()))),
-            encoder[1].register_forward_hook(lambda *_: marks.append(("end", self.clock.mark()))),
-        ]
-        try:
-            return self._timed_request(model, prompt, marks)
-        finally:
-            for hook in hooks:
-                hook.remove()
-
-    def _timed_request(self, model: nn.Module, prompt: Prompt, marks: list) -> RequestTiming:
-        cache_name = cache_argument(model)
-        prefill_extra = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
+    # -- requests ------------------------------------------------------------------------------------
+    def _start(self) -> float:
         self.sync()
-        if self.cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
+        if not self.cuda:
+            return math.nan
+        torch.cuda.reset_peak_memory_stats(self.device)
+        return float(torch.cuda.memory_allocated(self.device))
+
+    def _peak(self) -> float:
+        return float(torch.cuda.max_memory_allocated(self.device)) if self.cuda else math.nan
+
+    def compiles(self, cache: str, generate: bool) -> bool:
+        """Whether decoding on ``cache`` is compiled: a static cache, on CUDA (``generate``'s rule),
+        or wherever this meter was told to compile (forward path) or given a compile config that
+        compiles on every device (generate path)."""
+        if cache != "static":
+            return False
+        if generate:
+            return self.cuda or bool(getattr(self.compile_config, "_compile_all_devices", False))
+        return self.compile
+
+    def decode_step(self, model: nn.Module) -> Callable:
+        """What a static-cache decoding step calls: the model's compiled call (the one ``generate``
+        compiles) when compiling, else the model itself."""
+        return model.get_compiled_call(self.compile_config) if self.compile else model
+
+    @torch.no_grad()
+    def request(self, model: nn.Module, prompt: Prompt, probes: Probes, cache: str = "dynamic", decode: bool = True) -> RequestTiming:
+        """The prefill, then (``decode``) the forced tokens on its cache, ``cache`` being "dynamic" or
+        "static". Repetition and medians are the caller's."""
+        name = cache_argument(model)
+        prefill_kwargs = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
+        steps = prompt.decode_ids if decode else []
+        if cache == "static":
+            prefill_kwargs[name] = StaticCache(config=model.config, max_cache_len=prompt.seq_len + len(steps))
+        step = self.decode_step(model) if cache == "static" else model
+        graphs = compiled_graphs()
+        base = self._start()
         start = self.clock.mark()
-        output = model(**prompt.inputs, use_cache=True, **prefill_extra)
+        output = model(**prompt.inputs, use_cache=True, **prefill_kwargs)
         prefilled = self.clock.mark()
         _check_finite(output.logits)
-        cache = output_cache(output)
-        kv_bytes = kv_cache_bytes(cache)
+        kv = output_cache(output)
+        kv_alloc, kv_held, kind = kv_cache_bytes(kv), kv_held_bytes(kv, prompt.seq_len), cache_kind(kv)
         del output
-        decoding = self.clock.mark()
-        for token in prompt.decode_ids:
-            cache = output_cache(model(input_ids=token, use_cache=True, **{cache_name: cache}))
+        decoding = self.clock.mark()  # after the check above, which waits for the device
+        for token in steps:
+            kv = output_cache(step(input_ids=token, use_cache=True, **{name: kv}))
         end = self.clock.mark()
         self.sync()
+        prefill_ms, decode_ms = self.ms(start, prefilled), self.ms(decoding, end)
         return RequestTiming(
-            prefill_ms=self.ms(start, prefilled),
-            encoder_ms=_span_ms(self, marks),
-            decode_ms_per_token=self.ms(decoding, end) / max(1, len(prompt.decode_ids)),
-            peak_bytes=float(torch.cuda.max_memory_allocated(self.device)) if self.cuda else math.nan,
-            kv_bytes=kv_bytes,
+            prefill_ms=prefill_ms,
+            **probes.spans(start),
+            decode_ms_per_token=decode_ms / len(steps) if steps else math.nan,
+            request_ms=prefill_ms + decode_ms if steps else math.nan,
+            peak_bytes=self._peak(),
+            base_bytes=base,
+            kv_bytes=kv_held,
+            kv_alloc_bytes=kv_alloc,
+            cache=kind,
+            compiled=compiled_graphs() > graphs,
         )
 
     @torch.no_grad()
-    def once_ms(self, fn: Callable[[], object]) -> float:
-        """One timed run of ``fn`` (for callers that interleave their own repetitions)."""
-        self.sync()
-        start = self.clock.mark()
-        fn()
-        end = self.clock.mark()
-        self.sync()
-        return self.ms(start, end)
-
-    def layers_ms(self, model: nn.Module, start: int, stop: int, length: int, lm_rows: int) -> float:
-        """Median time of ``layers_run`` (warm-up and repeats as configured)."""
-        return self.median_ms(layers_run(model, start, stop, length, lm_rows))
-
-
-def layers_run(model: nn.Module, start: int, stop: int, length: int, lm_rows: int) -> Callable[[], None]:
-    """A run of the text decoder with only ``layers[start:stop]`` on ``length`` random embeddings
-    (cache written, as in a prefill), then the LM head on the last ``lm_rows`` positions (0: none)."""
-    decoder = resolve_family(model).decoder(model)
-    head = model.get_output_embeddings()
-    parameter = next(decoder.parameters())
-    embeds = torch.randn(1, length, decoder.config.hidden_size, device=parameter.device, dtype=parameter.dtype)
-
-    @torch.no_grad()
-    def run() -> None:
-        layers = decoder.layers
-        decoder.layers = layers[start:stop]
-        try:
-            hidden = decoder(inputs_embeds=embeds, use_cache=True).last_hidden_state
-            if lm_rows:
-                head(hidden[:, -lm_rows:])
-        finally:
-            decoder.layers = layers
-
-    return run
+    def generate_request(self, model: nn.Module, prompt: Prompt, probes: Probes, cache: str = "dynamic") -> RequestTiming:
+        """One ``generate`` call of exactly ``len(prompt.decode_ids)`` new tokens (greedy, the audio
+        placeholder suppressed: random weights may pick anything), on the cache ``generate`` makes:
+        its dynamic cache, or with ``cache="static"`` its static cache, compiled on a GPU."""
+        new_tokens = len(prompt.decode_ids)
+        kwargs = dict(do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                      suppress_tokens=[resolve_family(model).audio_token_id(model)], pad_token_id=0)
+        if cache == "static":
+            kwargs["cache_implementation"] = "static"
+            if self.compile_config is not None:
+                kwargs["compile_config"] = self.compile_config
+        base = self._start()
+        marks: dict = {}
+        _, timing = timed_generate(model, prompt.inputs, marks=marks, **kwargs)
+        steps = timing.new_tokens - 1  # the first token comes from the prefill
+        return RequestTiming(
+            prefill_ms=1000.0 * timing.prefill_s,
+            **probes.spans(marks["start"]),
+            decode_ms_per_token=1000.0 * timing.decode_s / steps if steps else math.nan,
+            request_ms=1000.0 * (timing.prefill_s + timing.decode_s),
+            peak_bytes=self._peak(),
+            base_bytes=base,
+            kv_bytes=timing.kv_held_bytes,
+            kv_alloc_bytes=timing.kv_cache_bytes,
+            cache=timing.cache,
+            compiled=timing.compiled,
+        )
 
 
 def _check_finite(logits: torch.Tensor) -> None:
     if not bool(torch.isfinite(logits[:, -1]).all()):
         raise ValueError("the prefill's logits are not finite: the random weights make timings unrepresentative")
-
-
-def _span_ms(meter: Meter, marks: list) -> float:
-    """From the encoder's first start to its last end within one prefill."""
-    starts = [mark for kind, mark in marks if kind == "start"]
-    ends = [mark for kind, mark in marks if kind == "end"]
-    return meter.ms(starts[0], ends[-1]) if starts and ends else math.nan
-
-
-def median_timing(samples: list[RequestTiming]) -> RequestTiming:
-    """Medians of the timings of repeated requests; the peak memory is the largest seen."""
-
-    def median(name):
-        return statistics.median(getattr(s, name) for s in samples)
-
-    return RequestTiming(
-        prefill_ms=median("prefill_ms"),
-        encoder_ms=median("encoder_ms"),
-        decode_ms_per_token=median("decode_ms_per_token"),
-        peak_bytes=max(s.peak_bytes for s in samples),
-        kv_bytes=samples[-1].kv_bytes,
-    )

@@ -28,15 +28,24 @@ TEXT_BEFORE, TEXT_AFTER = 24, 48  # prompt text around the audio: a system promp
 
 @dataclass
 class Prompt:
-    """One benchmark request: the prefill inputs (on the device) and the forced decode tokens."""
+    """One benchmark request: the prefill inputs (on the device) and the forced decode tokens; a batch
+    holds the same prompt in every row (equal lengths: no padding)."""
 
     inputs: dict
-    decode_ids: list[torch.Tensor]  # each (1, 1)
-    audio_tokens: int
+    decode_ids: list[torch.Tensor]  # each (batch, 1)
+    audio_tokens: int  # per row
 
     @property
     def seq_len(self) -> int:
         return self.inputs["input_ids"].shape[1]
+
+    @property
+    def batch(self) -> int:
+        return self.inputs["input_ids"].shape[0]
+
+    @property
+    def input_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.inputs.values())
 
 
 @dataclass(frozen=True)
@@ -59,24 +68,25 @@ class Preset:
             model = self.family.build(self.config(), dtype=dtype, attn_implementation=attn_implementation)
         return model.to(device).eval()  # moves nothing unless a module created a tensor on another device
 
-    def prompt(self, model: nn.Module, seconds: float, decode_tokens: int, seed: int = 0) -> Prompt:
-        """Text, one clip of ``seconds`` of random audio features, text; all on the model's device."""
+    def prompt(self, model: nn.Module, seconds: float, decode_tokens: int, seed: int = 0, batch: int = 1) -> Prompt:
+        """Text, one clip of ``seconds`` of random audio features, text, in each of ``batch`` rows (the
+        same prompt in every row); all on the model's device."""
         config, audio = model.config, self.family.audio_format
         generator = torch.Generator().manual_seed(seed)
         frames = audio.frames(config, seconds)
         n_audio = audio.tokens(config, frames)
         placeholders = audio.placeholders(config, self.family.audio_token_id(model), n_audio)
         text = torch.randint(*self.text_ids, (TEXT_BEFORE + TEXT_AFTER,), generator=generator).tolist()
-        ids = text[:TEXT_BEFORE] + placeholders + text[TEXT_BEFORE:]
+        ids = torch.tensor([text[:TEXT_BEFORE] + placeholders + text[TEXT_BEFORE:]]).expand(batch, -1).contiguous()
+        inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+        inputs.update(audio.features(config, [frames] * batch, generator))
         parameter = next(model.parameters())
-        inputs = dict(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long))
-        inputs.update(audio.features(config, [frames], generator))
         inputs = {
             name: value.to(parameter.device, parameter.dtype if value.is_floating_point() else None)
             for name, value in inputs.items()
         }
         decode = torch.arange(self.text_ids[0], self.text_ids[0] + decode_tokens, device=parameter.device)
-        return Prompt(inputs=inputs, decode_ids=[t.view(1, 1) for t in decode], audio_tokens=n_audio)
+        return Prompt(inputs=inputs, decode_ids=[t.view(1, 1).repeat(batch, 1) for t in decode], audio_tokens=n_audio)
 
 
 def check_weights(model: nn.Module) -> None:

@@ -1,9 +1,10 @@
-"""Write a bench run: ``bench.csv`` (every number), ``bench.md`` (one table per model and audio
-length) and ``prefill_vs_ratio.png`` (prefill time against ratio, one panel per model and length)."""
+"""Write a bench run: ``bench.csv`` (every number), ``bench.md`` (one table per model and audio length,
+in the shape of the run's mode) and a figure (prefill against ratio; throughput against batch size)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -12,103 +13,188 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
+from .compare import targets, variant  # noqa: E402
 from .presets import PRESETS  # noqa: E402
 
-UNPRUNED, IDEAL = "none", "ideal"
+UNPRUNED, IDEAL, STOCK = "none", "ideal", "stock"
 GROUP = ["preset", "audio_seconds"]
-GIB, MIB = 2.0**30, 2.0**20
+MIB = 2.0**20
+#: a press row is flagged when its LLM time is below its ideal's by more than twice their combined
+#: round-to-round spread and more than this fraction of the ideal
+BELOW_IDEAL_FLOOR = 0.01
+CACHE_PRESS_IDEAL = "n/a: a cache press leaves the prefill's work as it is (it evicts after each layer)"
 
-#: measured per row, in this order (``encoder``: "fast" where ``kvprune.fast_audio_encoder`` replaced
-#: something in the preset's encoder, else "stock"; ``error`` says what failed, if anything)
+#: measured per row (``encoder``: the audio encoder path that ran, "fast" where kvprune.fast_audio_encoder
+#: changed something; ``path``: forward (prefill + forced steps) or generate; ``error``: what failed)
 MEASURED = (
-    "preset family encoder llm_layers layer audio_seconds audio_tokens seq_len method ratio kept_tokens prefill_ms "
-    "encoder_ms decode_ms_per_token peak_gib kv_bytes score_ms head_layers_ms tail_layers_ms eager_score_ms "
-    "eager_score_extra_gib last_row_score_ms error"
+    "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled path compiled_in_timing "
+    "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
+    "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
+    "eager_score_extra_gib last_row_score_ms encoder_identical max_batch_predicted max_batch error"
 ).split()
-#: computed from the measured rows of the same model and audio length
-DERIVED = "prefill_vs_unpruned ideal_ms prefill_vs_ideal vs_frame_ms kv_mib kv_vs_unpruned decode_vs_unpruned".split()
+#: computed from the measured rows of the same model, audio length and batch size
+DERIVED = (
+    "prefill_vs_unpruned ideal_ms ideal_llm_ms prefill_vs_ideal llm_vs_ideal below_ideal ideal_note vs_frame_ms "
+    "score_share kv_mib kv_vs_unpruned decode_vs_unpruned requests_per_s prefill_tokens_per_s decode_tokens_per_s "
+    "encoder_speedup_vs_stock prefill_speedup_vs_stock request_speedup_vs_stock_dynamic request_speedup_vs_stock_static"
+).split()
 #: the same for every row of a run
-META = "card device dtype attn repeats warmup decode_tokens torch transformers kvprune date command".split()
+META = "mode card device dtype attn repeats warmup decode_tokens torch transformers kvprune date command".split()
 COLUMNS = MEASURED + DERIVED + META
 
 
 def bench_frame(rows: list[dict], meta: dict) -> pd.DataFrame:
     """All rows of a run with derived and run-wide columns, in ``COLUMNS`` order."""
     frame = pd.DataFrame(rows, columns=MEASURED)
+    frame["batch"] = frame["batch"].fillna(1).astype(int)
     frame = _with_derived(frame)
     for name in META:
         frame[name] = meta[name]
     return frame[COLUMNS]
 
 
-def _with_derived(frame: pd.DataFrame) -> pd.DataFrame:
-    def reference(method: str, columns: dict[str, str], by: list[str]) -> pd.DataFrame:
-        picked = frame[frame["method"] == method]
-        return picked[by + list(columns)].rename(columns=columns)
+def _pick(frame: pd.DataFrame, mask, columns: dict[str, str], by: list[str]) -> pd.DataFrame:
+    return frame.loc[mask, by + list(columns)].rename(columns=columns).drop_duplicates(by)
 
-    unpruned = reference(
-        UNPRUNED, {"prefill_ms": "_prefill", "decode_ms_per_token": "_decode", "kv_bytes": "_kv"}, GROUP
+
+def _with_derived(frame: pd.DataFrame) -> pd.DataFrame:
+    by = GROUP + ["batch"]
+    method = frame["method"]
+    merged = frame.merge(
+        _pick(frame, method == UNPRUNED, {"prefill_ms": "_prefill", "decode_ms_per_token": "_decode", "kv_bytes": "_kv"}, by),
+        on=by, how="left",
     )
-    ideal = reference(IDEAL, {"prefill_ms": "ideal_ms"}, GROUP + ["ratio"])
-    frame_press = reference("frame", {"prefill_ms": "_frame"}, GROUP + ["ratio"])
-    merged = frame.merge(unpruned, on=GROUP, how="left")
-    merged = merged.merge(ideal, on=GROUP + ["ratio"], how="left").merge(frame_press, on=GROUP + ["ratio"], how="left")
-    press = ~merged["method"].isin([UNPRUNED, IDEAL])
+    merged = merged.merge(
+        _pick(frame, method == IDEAL, {"prefill_ms": "ideal_ms", "llm_ms": "ideal_llm_ms", "llm_noise_ms": "_ideal_noise"},
+              by + ["drop_ratio"]),
+        on=by + ["drop_ratio"], how="left",
+    )
+    merged = merged.merge(_pick(frame, method == "frame", {"prefill_ms": "_frame"}, by + ["ratio"]), on=by + ["ratio"], how="left")
+    stock = method == STOCK
+    merged = merged.merge(
+        _pick(frame, stock & (frame["cache"] == "dynamic"),
+              {"prefill_ms": "_stock_prefill", "request_ms": "_stock_request", "encoder_ms": "_stock_encoder"}, by),
+        on=by, how="left",
+    )
+    merged = merged.merge(_pick(frame, stock & (frame["cache"] == "static"), {"request_ms": "_static_request"}, by),
+                          on=by, how="left")
+
+    press = ~merged["method"].isin([UNPRUNED, IDEAL, STOCK])
+    drops = press & merged["kind"].isin(["token", "composed"]) & merged["drop_ratio"].notna()
+    for column in ("ideal_ms", "ideal_llm_ms", "_ideal_noise"):
+        merged[column] = merged[column].where(drops)
     merged["prefill_vs_unpruned"] = merged["prefill_ms"] / merged["_prefill"]
-    merged["ideal_ms"] = merged["ideal_ms"].where(press)
     merged["prefill_vs_ideal"] = merged["prefill_ms"] / merged["ideal_ms"]
+    merged["llm_vs_ideal"] = merged["llm_ms"] / merged["ideal_llm_ms"]
+    margin = (2 * (merged["llm_noise_ms"] ** 2 + merged["_ideal_noise"] ** 2) ** 0.5).clip(
+        lower=BELOW_IDEAL_FLOOR * merged["ideal_llm_ms"]
+    )
+    merged["below_ideal"] = (merged["llm_ms"] < merged["ideal_llm_ms"] - margin).fillna(False).astype(bool)
+    merged["ideal_note"] = pd.Series(None, index=merged.index, dtype=object).mask(press & (merged["kind"] == "cache"), CACHE_PRESS_IDEAL)
     merged["vs_frame_ms"] = (merged["prefill_ms"] - merged["_frame"]).where(press)
+    merged["score_share"] = merged["score_ms"] / merged["prefill_ms"]
     merged["kv_mib"] = merged["kv_bytes"] / MIB
     merged["kv_vs_unpruned"] = merged["kv_bytes"] / merged["_kv"]
     merged["decode_vs_unpruned"] = merged["decode_ms_per_token"] / merged["_decode"]
-    return merged.drop(columns=["_prefill", "_decode", "_kv", "_frame"])
+    merged["requests_per_s"] = 1000.0 * merged["batch"] / merged["request_ms"]
+    merged.loc[merged["method"] == IDEAL, "requests_per_s"] = math.nan  # a prefill alone is no request
+    merged["prefill_tokens_per_s"] = 1000.0 * merged["batch"] * merged["seq_len"] / merged["prefill_ms"]
+    merged["decode_tokens_per_s"] = 1000.0 * merged["batch"] / merged["decode_ms_per_token"]
+    merged["encoder_speedup_vs_stock"] = merged["_stock_encoder"] / merged["encoder_ms"]
+    merged["prefill_speedup_vs_stock"] = merged["_stock_prefill"] / merged["prefill_ms"]
+    merged["request_speedup_vs_stock_dynamic"] = merged["_stock_request"] / merged["request_ms"]
+    merged["request_speedup_vs_stock_static"] = merged["_static_request"] / merged["request_ms"]
+    return merged.drop(columns=[c for c in merged.columns if c.startswith("_")])
 
 
 def write_report(frame: pd.DataFrame, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "bench.csv", out / "bench.md", out / "prefill_vs_ratio.png"]
+    figure = "throughput_vs_batch.png" if frame["mode"].iloc[0] == "batch" else "prefill_vs_ratio.png"
+    paths = [out / "bench.csv", out / "bench.md", out / figure]
     frame.to_csv(paths[0], index=False)
     paths[1].write_text(markdown(frame))
-    plot_prefill(frame, paths[2])
+    (plot_throughput if figure.startswith("throughput") else plot_prefill)(frame, paths[2])
     return paths
 
 
 # -- markdown ----------------------------------------------------------------------------------------
-TABLE = {
-    "method": ("method", str),
-    "ratio": ("ratio", "{:g}"),
-    "audio_tokens": ("audio tokens", "{:.0f}"),
-    "kept_tokens": ("kept tokens", "{:.0f}"),
-    "prefill_ms": ("prefill ms", "{:.1f}"),
-    "prefill_vs_unpruned": ("vs unpruned", "{:.3f}×"),
-    "prefill_vs_ideal": ("vs ideal", "{:.3f}×"),
-    "score_ms": ("score ms", "{:.2f}"),
-    "encoder_ms": ("encoder ms", "{:.1f}"),
-    "decode_ms_per_token": ("decode ms/token", "{:.2f}"),
-    "peak_gib": ("peak GiB", "{:.2f}"),
-    "kv_mib": ("KV MiB", "{:.1f}"),
-}
-
-
 def _cell(value, form) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
     return form(value) if callable(form) else form.format(value)
 
 
-def _table(rows: pd.DataFrame) -> str:
-    header = "| " + " | ".join(name for name, _ in TABLE.values()) + " |"
-    rule = "|" + "---|" * len(TABLE)
-    body = [
-        "| " + " | ".join(_cell(row[col], form) for col, (_, form) in TABLE.items()) + " |"
-        for _, row in rows.iterrows()
-    ]
-    return "\n".join([header, rule, *body])
+def _column(name: str, form) -> Callable:
+    return lambda row: _cell(row[name], form)
+
+
+def _vs_ideal(row) -> str:
+    if isinstance(row["ideal_note"], str):
+        return "n/a (cache press)"
+    text = _cell(row["llm_vs_ideal"], "{:.3f}×")
+    return f"**{text} below ideal**" if row["below_ideal"] else text
+
+
+def _score(row) -> str:
+    if pd.isna(row["score_ms"]):
+        return "—"
+    return f"{row['score_ms']:.2f} ({100 * row['score_share']:.1f}%)"
+
+
+TABLES: dict[str, dict[str, Callable]] = {
+    "ratios": {
+        "method": _column("method", str),
+        "kind": _column("kind", str),
+        "ratio": _column("ratio", "{:g}"),
+        "kept tokens": _column("kept_tokens", "{:.0f}"),
+        "prefill ms": _column("prefill_ms", "{:.1f}"),
+        "vs unpruned": _column("prefill_vs_unpruned", "{:.3f}×"),
+        "LLM ms": _column("llm_ms", "{:.1f}"),
+        "LLM vs ideal": _vs_ideal,
+        "score ms (% prefill)": _score,
+        "encoder ms": _column("encoder_ms", "{:.1f}"),
+        "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
+        "peak GiB": _column("peak_gib", "{:.2f}"),
+        "KV MiB": _column("kv_mib", "{:.1f}"),
+        "KV vs unpruned": _column("kv_vs_unpruned", "{:.3f}×"),
+    },
+    "batch": {
+        "method": _column("method", str),
+        "ratio": _column("ratio", "{:g}"),
+        "batch": _column("batch", "{:.0f}"),
+        "prefill ms": _column("prefill_ms", "{:.1f}"),
+        "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
+        "requests/s": _column("requests_per_s", "{:.2f}"),
+        "prefill tokens/s": _column("prefill_tokens_per_s", "{:,.0f}"),
+        "decoded tokens/s": _column("decode_tokens_per_s", "{:,.0f}"),
+        "peak GiB": _column("peak_gib", "{:.2f}"),
+        "KV MiB": _column("kv_mib", "{:.1f}"),
+    },
+    "compare": {
+        "run": lambda row: variant(row),
+        "encoder ms": _column("encoder_ms", "{:.1f}"),
+        "prefill ms": _column("prefill_ms", "{:.1f}"),
+        "LLM ms": _column("llm_ms", "{:.1f}"),
+        "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
+        "request ms": _column("request_ms", "{:.1f}"),
+        "peak GiB": _column("peak_gib", "{:.2f}"),
+        "KV MiB": _column("kv_mib", "{:.1f}"),
+        "prefill × stock": _column("prefill_speedup_vs_stock", "{:.2f}×"),
+        "request × stock dynamic": _column("request_speedup_vs_stock_dynamic", "{:.2f}×"),
+        "request × stock static": _column("request_speedup_vs_stock_static", "{:.2f}×"),
+    },
+}
+
+
+def _table(rows: pd.DataFrame, columns: dict[str, Callable]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row) for cell in columns.values()) + " |" for _, row in rows.iterrows()]
+    return "\n".join(lines)
 
 
 def _scoring_line(rows: pd.DataFrame) -> str:
     unpruned = rows[rows["method"] == UNPRUNED]
-    if unpruned.empty or pd.isna(unpruned["prefill_ms"].iloc[0]):
+    if unpruned.empty or pd.isna(unpruned["prefill_ms"].iloc[0]) or pd.isna(unpruned["last_row_score_ms"].iloc[0]):
         return ""
     u = unpruned.iloc[0]
     share = 100 * u["last_row_score_ms"] / u["prefill_ms"]
@@ -116,40 +202,95 @@ def _scoring_line(rows: pd.DataFrame) -> str:
         f"Scoring at layer K-1 = {int(u['layer']) - 1}: AudioMarathon's eager attention matrix costs "
         f"{_cell(u['eager_score_ms'], '{:+.2f}')} ms and {_cell(u['eager_score_extra_gib'], '{:+.2f}')} GiB over sdpa; "
         f"kvprune's last-row scores take {_cell(u['last_row_score_ms'], '{:.2f}')} ms ({_cell(share, '{:.2f}')}% of "
-        "the unpruned prefill). `score ms` = a press's whole selection (scores, select, slot layout)."
+        "the unpruned prefill)."
     )
+
+
+def _largest_batch_table(rows: pd.DataFrame) -> str:
+    if "max_batch" not in rows or rows["max_batch"].isna().all():
+        return "Largest batch: not searched (`--largest-batch`, on CUDA, where memory is measured)."
+    largest = rows.drop_duplicates(["method", "ratio"])
+    columns = {
+        "method": _column("method", str), "ratio": _column("ratio", "{:g}"),
+        "largest batch that ran": _column("max_batch", "{:.0f}"), "predicted": _column("max_batch_predicted", "{:.0f}"),
+    }
+    return "Largest batch that fits (predicted from the peaks above, then run):\n\n" + _table(largest, columns)
+
+
+def _targets_table(rows: pd.DataFrame) -> str:
+    found = targets(rows)
+    if not found:
+        return ""
+    columns = {name: _column(name, str) for name in ("target", "measured", "bound", "met")}
+    return ("Targets (set for the 7B shape at 5 min of audio; ratios against the stock rows above):\n\n"
+            + _table(pd.DataFrame(found), columns))
+
+
+def _decoding(row) -> str:
+    if pd.isna(row["cache"]):
+        return "not measured"
+    return f"{row['cache']} cache" + (", compiled decoding" if row["decode_compiled"] is True else "")
+
+
+HEADER = {
+    "ratios": [
+        "- ideal at ratio r = a real prefill whose layers >= K (and LM head) run on the first positions of the "
+        "prompt, as many as a press at r keeps, for free: no scoring, no gather. A press row whose LLM part is "
+        "below its ideal's by more than twice their combined spread (and 1%) is marked **below ideal**",
+        "- LLM ms = prefill minus its own encoder time, per round; score ms = the engine's own work inside the "
+        "prefill (a token press's choice and gather at layer K, a cache press's eviction after each layer), "
+        "with its share of the prefill",
+    ],
+    "batch": ["- every row of a batch holds the same prompt; requests/s = batch / (prefill + decoding)"],
+    "compare": [
+        "- whole generate calls; stock HF = no kvprune at all (stock audio encoder); the ideal is a prefill bound",
+    ],
+}
 
 
 def markdown(frame: pd.DataFrame) -> str:
     first = frame.iloc[0]
+    mode = first["mode"]
     lines = [
-        "# kvprune bench",
+        f"# kvprune bench ({mode})",
         "",
         f"- card: {first['card']} ({first['device']}, {first['dtype']}, attention {first['attn']})",
         f"- torch {first['torch']}, transformers {first['transformers']}, kvprune {first['kvprune']}; {first['date']}",
         f"- command: `{first['command']}`",
-        f"- medians of {first['repeats']} rounds after {first['warmup']} warm-up rounds; each round runs every "
-        "request (unpruned and each press x ratio) once, starting one place later each round, so drift "
-        f"spreads over all of them; decode = {first['decode_tokens']} forced tokens",
-        "- random weights built from each architecture's config (timing depends on shapes, not values); batch 1",
-        "- ideal = unpruned prefill − layers ≥ K on the full prompt + layers ≥ K on the kept prompt (those layers "
-        "timed alone, in the same interleaved rounds as the requests)",
+        f"- medians of {first['repeats']} rounds after {first['warmup']} warm-up rounds (which absorb compilation); "
+        "each round runs every request once, starting one place later each round; a round whose encoder time "
+        "is an outlier is left out for that request; decode = "
+        f"{first['decode_tokens']} tokens",
+        "- random weights built from each architecture's config (timing depends on shapes, not values)",
+        "- KV MiB = the entries the cache holds after the prefill (a static cache's room for new tokens is in "
+        "kv_alloc_bytes); decoding on the cache named in the cache column (static: compiled on a GPU)",
+        *HEADER[mode],
     ]
     for (preset, seconds), rows in frame.groupby(GROUP, sort=False):
         head = rows.iloc[0]
         note = PRESETS.get(preset).note if preset in PRESETS else ""
+        decoding = "" if mode == "compare" else f", {_decoding(head)}"
         lines += [
             "",
             f"## {preset}: {seconds:g} s of audio ({_cell(head['audio_tokens'], '{:.0f}')} audio tokens, "
-            f"{_cell(head['seq_len'], '{:.0f}')} prompt tokens, K = {_cell(head['layer'], '{:.0f}')}, "
-            f"{_cell(head['encoder'], str)} audio encoder)",
+            f"{_cell(head['seq_len'], '{:.0f}')} prompt tokens, K = {_cell(head['layer'], '{:.0f}')}{decoding})",
         ]
         if note:
             lines += ["", f"*{preset}: {note}.*"]
-        lines += ["", _table(rows)]
-        scoring = _scoring_line(rows)
-        if scoring:
-            lines += ["", scoring]
+        lines += ["", _table(rows, TABLES[mode])]
+        for extra in (_scoring_line(rows), _largest_batch_table(rows) if mode == "batch" else "",
+                      _targets_table(rows) if mode == "compare" else ""):
+            if extra:
+                lines += ["", extra]
+    below = frame[frame["below_ideal"]]
+    if not below.empty:
+        lines += ["", "## Faster than the ideal beyond noise (a measurement problem: look at these rows)", ""]
+        lines += [f"- {r.preset} {r.audio_seconds:g} s {r.method} {r.ratio:g}: LLM {r.llm_ms:.1f} ms against the "
+                  f"ideal's {r.ideal_llm_ms:.1f} ms" for r in below.itertuples()]
+    compiling = frame[frame["compiled_in_timing"].eq(True)]
+    if not compiling.empty:
+        lines += ["", "## Compiled during timed rounds (too few warm-up rounds: these timings include compilation)", ""]
+        lines += [f"- {r.preset} {r.audio_seconds:g} s {r.method} {r.ratio:g} batch {r.batch}" for r in compiling.itertuples()]
     errors = frame[frame["error"].notna()]
     if not errors.empty:
         lines += ["", "## Errors", ""]
@@ -157,10 +298,9 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-# -- figure ------------------------------------------------------------------------------------------
-def plot_prefill(frame: pd.DataFrame, path: Path) -> None:
-    """Prefill ms against ratio: each press, the unpruned prefill and the ideal; a panel per model
-    (row) and audio length (column)."""
+# -- figures -----------------------------------------------------------------------------------------
+def _panels(frame: pd.DataFrame, draw, path: Path) -> None:
+    """One panel per model (row) and audio length (column), drawn by ``draw(ax, rows, title)``."""
     presets = list(dict.fromkeys(frame["preset"]))
     lengths = list(dict.fromkeys(frame["audio_seconds"]))
     fig, axes = plt.subplots(
@@ -169,7 +309,7 @@ def plot_prefill(frame: pd.DataFrame, path: Path) -> None:
     for i, preset in enumerate(presets):
         for j, seconds in enumerate(lengths):
             rows = frame[(frame["preset"] == preset) & (frame["audio_seconds"] == seconds)]
-            _panel(axes[i][j], rows, f"{preset}, {seconds:g} s")
+            draw(axes[i][j], rows, f"{preset}, {seconds:g} s")
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:
         columns = min(len(labels), 3 if len(lengths) == 1 else 6)  # a lone panel is narrow: wrap the legend
@@ -179,17 +319,43 @@ def plot_prefill(frame: pd.DataFrame, path: Path) -> None:
     plt.close(fig)
 
 
-def _panel(ax, rows: pd.DataFrame, title: str) -> None:
+def plot_prefill(frame: pd.DataFrame, path: Path) -> None:
+    """Prefill ms against ratio: each press, the unpruned prefill (and stock HF's) and the ideal."""
+    _panels(frame[frame["batch"] == 1], _prefill_panel, path)
+
+
+def _prefill_panel(ax, rows: pd.DataFrame, title: str) -> None:
     ax.set_title(title, fontsize=10)
     ax.set_xlabel("ratio (fraction of audio tokens removed)")
     ax.set_ylabel("prefill ms")
     rows = rows.dropna(subset=["prefill_ms"])
-    unpruned = rows[rows["method"] == UNPRUNED]["prefill_ms"]
-    if not unpruned.empty:
-        ax.axhline(unpruned.iloc[0], color="black", linestyle="--", label="unpruned")
-    for method, group in rows[rows["method"] != UNPRUNED].groupby("method", sort=False):
+    for (method, cache), style in {(UNPRUNED, None): dict(color="black", linestyle="--"),
+                                   (STOCK, "dynamic"): dict(color="tab:red", linestyle="-."),
+                                   (STOCK, "static"): dict(color="tab:red", linestyle=":")}.items():
+        line = rows[(rows["method"] == method) & ((rows["cache"] == cache) if cache else True)]["prefill_ms"]
+        if not line.empty:
+            ax.axhline(line.iloc[0], label="unpruned" if method == UNPRUNED else f"stock HF ({cache})", **style)
+    for method, group in rows[~rows["method"].isin([UNPRUNED, STOCK])].groupby("method", sort=False):
         group = group.sort_values("ratio")
         style = dict(color="gray", linestyle=":", marker="s") if method == IDEAL else dict(marker="o")
         ax.plot(group["ratio"], group["prefill_ms"], label=method, **style)
+    if rows.empty:
+        ax.text(0.5, 0.5, "no measurement", ha="center", va="center", transform=ax.transAxes)
+
+
+def plot_throughput(frame: pd.DataFrame, path: Path) -> None:
+    """Requests per second against batch size, one line per method and ratio."""
+    _panels(frame, _throughput_panel, path)
+
+
+def _throughput_panel(ax, rows: pd.DataFrame, title: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("requests/s")
+    rows = rows.dropna(subset=["requests_per_s"])
+    for (method, ratio), group in rows.groupby(["method", "ratio"], sort=False):
+        group = group.sort_values("batch")
+        label = "unpruned" if method == UNPRUNED else f"{method} {ratio:g}"
+        ax.plot(group["batch"], group["requests_per_s"], marker="o", label=label)
     if rows.empty:
         ax.text(0.5, 0.5, "no measurement", ha="center", va="center", transform=ax.transAxes)

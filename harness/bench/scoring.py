@@ -3,8 +3,9 @@
 Two ways to get FastV's attention scores are compared on the same queries and keys:
 AudioMarathon's (run layer K-1 under eager attention with ``output_attentions``, which materialises
 its full (heads, S, S) attention matrix) against kvprune's (the softmax row of the last query only,
-``kvprune.attention_probe.last_query_attention``, next to an unchanged sdpa layer). Each press's whole
-selection (scores, ``select``, the kept-slot layout) is timed on the same tensors.
+``kvprune.attention_probe.last_query_attention``, next to an unchanged sdpa layer). A press's own
+work is timed inside real prefills instead (``measure.Probes``); ``select_slots`` serves the CPU
+microbenchmarks of each press's selection (tests/benchmarks).
 """
 
 from __future__ import annotations
@@ -118,12 +119,6 @@ def select_slots(press: TokenDropPress, inputs: ScoringInputs, clip: AudioClip) 
     evidence = inputs.evidence(press.needs)
     slots, _ = drop_slots(press, [[clip]], evidence, evidence.unpruned_positions(), inputs.input_ids.shape[1])
     return slots
-
-
-def press_scoring_ms(meter: Meter, press: TokenDropPress, inputs: ScoringInputs) -> float:
-    """What a press adds to a prefill beyond gathering: its whole decision at its ratio."""
-    clip = inputs.clip(press.ratio)
-    return meter.median_ms(lambda: select_slots(press, inputs, clip))
 
 
 def last_row_ms(meter: Meter, inputs: ScoringInputs) -> float:

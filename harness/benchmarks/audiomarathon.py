@@ -19,7 +19,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvprune import ratios
+from kvprune.ratios import keep_count
+
 from .classification import accuracy, f1
+from .edit_distance import edit_distance
 
 LETTERS = ("A", "B", "C", "D")
 ASSISTANT = "assistant\n"
@@ -30,21 +34,21 @@ ASSISTANT = "assistant\n"
 
 def kept_count(n_tokens: int, ratio: float, method: str) -> int:
     """Audio tokens kept of a span of ``n_tokens`` (their span runs from the audio BOS to the audio
-    EOS marker, both included): ``max(1, int(n * (1 - ratio)))`` for ``random`` and ``frame``;
-    ``fast_v`` takes the top ``int(n * (1 - ratio))``, with no floor at 1."""
+    EOS marker, both included): ``max(1, int(n * (1 - ratio)))`` for ``random`` and ``frame``
+    (kvprune's ``keep_rule="floor"``); ``fast_v`` takes the top ``int(n * (1 - ratio))``, with no
+    floor at 1."""
     if method not in ("fast_v", "random", "frame"):
         raise ValueError(f"unknown pruning method {method!r}; AudioMarathon's are fast_v, random, frame")
-    kept = int(n_tokens * (1 - ratio))
-    return kept if method == "fast_v" else max(1, kept)
+    if method == "fast_v":
+        return int(n_tokens * (1 - ratio))
+    return keep_count(n_tokens, ratio, "floor")
 
 
 def frame_offsets(n_tokens: int, kept: int) -> list[int]:
     """Offsets in the span that ``frame`` keeps: ``int(i * (n / k))`` for ``i < k`` (the float step
-    first, then the product), or every offset when ``k >= n``."""
-    if kept >= n_tokens:
-        return list(range(n_tokens))
-    step = n_tokens / kept
-    return sorted({int(i * step) for i in range(kept)} & set(range(n_tokens)))
+    first, then the product; kvprune's ``frame`` press with ``keep_rule="floor"``), or every offset
+    when ``k >= n``."""
+    return list(range(n_tokens)) if kept >= n_tokens else ratios.frame_offsets(n_tokens, kept, "floor")
 
 
 # -- answer extraction ------------------------------------------------------------------------------
@@ -342,13 +346,7 @@ def wer(reference: str, hypothesis: str) -> float:
     ref, hyp = standardize(reference).split(), standardize(hypothesis).split()
     if not ref or not hyp:
         return 100.0
-    previous = list(range(len(hyp) + 1))
-    for i, ref_word in enumerate(ref, start=1):
-        current = [i]
-        for j, hyp_word in enumerate(hyp, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref_word != hyp_word)))
-        previous = current
-    return previous[-1] / len(ref) * 100
+    return edit_distance(ref, hyp) / len(ref) * 100
 
 
 def asr_metrics(references: Sequence[str], hypotheses: Sequence[str]) -> dict[str, float]:

@@ -79,16 +79,17 @@ def conversation(entry: Mapping, task_dir: str) -> list[dict]:
     clips, the video (16 frames) and last the text; ``./input`` in media paths becomes
     ``<task_dir>/input`` (the official code then passes ``file://`` + the absolute path)."""
     media = entry["input"]
-    content = [{"type": "image", "image": _media(p, task_dir)} for p in media.get("image_list") or []]
-    content += [{"type": "audio", "audio": _media(p, task_dir)} for p in media.get("audio_list") or []]
+    content = [{"type": "image", "image": media_path(p, task_dir)} for p in media.get("image_list") or []]
+    content += [{"type": "audio", "audio": media_path(p, task_dir)} for p in media.get("audio_list") or []]
     if media.get("video") is not None:
-        content.append({"type": "video", "video": _media(media["video"], task_dir), "nframes": 16})
+        content.append({"type": "video", "video": media_path(media["video"], task_dir), "nframes": 16})
     content.append({"type": "text", "text": text_input(entry)})
     system = {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]}
     return [system, {"role": "user", "content": content}]
 
 
-def _media(path: str, task_dir: str) -> str:
+def media_path(path: str, task_dir: str) -> str:
+    """A media path of an entry (``./input/...``) in the task folder ``task_dir``."""
     return path.replace("./input", f"{task_dir}/input")
 
 
@@ -127,13 +128,20 @@ def full_match(prediction: str, label: str) -> int:
     return 0
 
 
+def entry_full_match(entry: Mapping, reply: str) -> int:
+    """One entry's score in ``eval_full_match_acc``, before double confirm: the reply cleaned
+    (``clean(..., True)``); if it mentions options, the earliest one is the prediction; then
+    ``full_match`` against ``str(question_answer)``."""
+    prediction = clean(reply, clean_symbol=True)
+    mentioned = ordered_matches(resolve(entry, "options"), prediction)
+    return full_match(mentioned[0] if mentioned else prediction, str(entry["output"]["question_answer"]))
+
+
 def score_full_match(entries: Sequence[Mapping], replies: Sequence[str | None], double_confirm: bool = True) -> float:
     """``eval_full_match_acc`` (ASQA): accuracy over the formal (non-``pre_``) entries, 0-1.
 
     Entries and replies pair by position (the shorter list decides); a ``None`` reply is skipped, so
-    it counts neither way. Each reply is cleaned (``clean(..., True)``); if it mentions options, the
-    earliest one becomes the prediction; then ``full_match`` against ``str(question_answer)``.
-    Double confirm: a wrong ``pre_<id>`` answer zeroes the first already-scored formal entry with id
+    it counts neither way. Each reply scores ``entry_full_match``. Double confirm: a wrong ``pre_<id>`` answer zeroes the first already-scored formal entry with id
     ``<id>`` (one placed after its formal entry only, as in the data). ``pre_`` entries whose question
     text or answer is null are ignored altogether."""
     invalid_pre = {
@@ -147,11 +155,7 @@ def score_full_match(entries: Sequence[Mapping], replies: Sequence[str | None], 
         entry_id = str(entry["id"])
         if reply is None or entry_id in invalid_pre:
             continue
-        prediction = clean(reply, clean_symbol=True)
-        mentioned = ordered_matches(resolve(entry, "options"), prediction)
-        if mentioned:
-            prediction = mentioned[0]
-        score = full_match(prediction, str(entry["output"]["question_answer"]))
+        score = entry_full_match(entry, reply)
         if not entry_id.startswith("pre_"):
             scores.append([entry_id, score])
         elif score == 0 and double_confirm:

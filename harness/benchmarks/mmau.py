@@ -11,12 +11,12 @@ whole reply with ``string_match`` against the gold text: no letter parsing at al
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .records import read_records
 
 # The breakdowns the official scripts print, with their fixed row lists (a value outside a list
 # makes the official script crash with a KeyError); sub-categories are listed as first seen.
@@ -94,15 +94,7 @@ def read_items(path: Path | str) -> list[Item]:
     Raises ValueError naming the record when a field is missing or mistyped, or when the gold text
     is not one of the options (``string_match`` would still score it, but the item is broken)."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    name = path.name.removesuffix(".gz")
-    with opener(path, "rt", encoding="utf-8") as f:
-        if name.endswith(".jsonl"):
-            records = [json.loads(line) for line in f if line.strip()]
-        elif name.endswith(".json"):
-            records = json.load(f)
-        else:
-            raise ValueError(f"{path}: expected a .json list or a .jsonl file (optionally .gz)")
+    records = read_records(path)
     if not isinstance(records, list):
         raise ValueError(f"{path}: expected a JSON list of items")
     return [_item(record, f"{path.name} item {i}") for i, record in enumerate(records)]

@@ -256,6 +256,12 @@ def part_report(part: str, results: Sequence[RunResult], items: Sequence[Mapping
         item["id"]: len(item["options"]) if part.startswith("pc") else run_count(part, item, robust) for item in items
     }
     _check_runs(results, expected)
+    return part_scores(part, results)
+
+
+def part_scores(part: str, results: Sequence[RunResult]) -> dict:
+    """``part_report`` without its check that every item has all its runs: the same arithmetic on
+    whatever runs are given (a sweep's summary scores the runs it has, complete or not)."""
     if not part.startswith("pc"):
         report = {"Total": _summary(results)}
         for name, key in (("By Category", "category"), ("By Sub-category", "sub_category")):

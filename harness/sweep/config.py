@@ -3,9 +3,10 @@
 Tasks are built-in names or paths of task YAML files (``tasks.task.get_task``).
 Methods are method specs (``kvprune.specs``): ``fastv``, ``dart:budget=reference``, ``frame+knorm:ratio=0.3``.
 ``layer`` (``--layer``), when given, is the layer of every press that does not set its own; when not,
-each press acts where it does by default. ``long_audio`` is the policy for clips longer than a model
-takes (``harness.long_audio``): one for every task (``split``), or per task name with a ``default``
-(``{default: split, librispeech: truncate}``).
+each press acts where it does by default. ``protocol`` (``--protocol``), when given, runs every task
+under that protocol (``tasks.protocols``; default: each task's own), its presses with its keep rule.
+``long_audio`` is the policy for clips longer than a model takes (``harness.long_audio``): one for
+every task (``split``), or per task name with a ``default`` (``{default: split, librispeech: truncate}``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
 from ..long_audio import DEFAULT_POLICY, POLICIES
-from ..options import add_shared_options
+from ..options import CACHES, add_shared_options
+from ..tasks.protocols import PROTOCOLS
 from .ratios import parse_ratios
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
@@ -49,6 +51,8 @@ class SweepConfig:
     max_new_tokens: int | None = None
     retry_errors: bool = False
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
+    protocol: str | None = None  # run every task under this protocol (None: each task's own)
+    cache: str = "auto"  # decoding's KV cache: static (compiled on a GPU), dynamic, or auto (static on a GPU)
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
 
@@ -85,6 +89,10 @@ class SweepConfig:
             raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
         if self.encoder not in ENCODERS:
             raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise SweepConfigError(f"protocol={self.protocol!r} is unknown; the protocols are {', '.join(PROTOCOLS)}.")
+        if self.cache not in CACHES:
+            raise SweepConfigError(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
         policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
@@ -104,11 +112,11 @@ SWEEP_EPILOG = """\
 With no option at all, the embedded demo model runs on its synthetic suite (no download).
 
 A results folder holds one configuration. Every run is identified by what determines its outputs
-(the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --long-audio, each
-task's config, the method's full spec with its layer, the ratio, the prompt and the audio files'
-content): rerunning the same command resumes a folder; new methods, ratios, tasks or samples extend
-it; other settings are refused (use another --out, or --overwrite). One sweep writes to a folder at a
-time. Exit status: 0 all runs succeeded, 1 some runs failed (each is recorded with its error and
+(the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as resolved,
+--protocol, --long-audio, each task's config, the method's full spec with its layer and keep rule,
+the ratio, the prompt and the audio files' content): rerunning the same command resumes a folder;
+new methods, ratios, tasks or samples extend it; other settings are refused (use another --out, or
+--overwrite). One sweep writes to a folder at a time. Exit status: 0 all runs succeeded, 1 some runs failed (each is recorded with its error and
 counts as a wrong answer), 2 the configuration is wrong (nothing ran), 130 interrupted (rerun the
 same command to resume)."""
 
@@ -129,6 +137,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--max-new-tokens", type=int, help="tokens to generate per answer (default: each task's own)")
     add("--long-audio", choices=POLICIES, help="clips longer than the model takes as one audio item: split them into "
         "several clips, truncate them (the report warns), or record an error (default: split)")
+    add("--protocol", choices=sorted(PROTOCOLS),
+        help="run every task under this protocol (audiomarathon: AudioMarathon's scripts' conventions, see "
+             "docs/protocols.md); default: each task's own")
     add("--retry-errors", action="store_true", help="rerun the runs recorded with an error (default: keep them)")
     add("--overwrite", action="store_true", help="discard the results already in --out instead of refusing a folder "
         "made with other settings (default: off)")
@@ -136,7 +147,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
-             quiet=False, stock_encoder=False),
+             quiet=False, stock_encoder=False, cache=None),
         notes=dict(
             methods="default: every registered token-dropping press (built in: fastv, random, frame, dart); cache presses "
             "run only when named",
@@ -147,6 +158,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             attn_implementation="default: sdpa; pruning works under all three",
             quiet="default: progress bars",
             stock_encoder="default: the fast encoder",
+            cache="default: auto; each result records the cache it ran on, and whether the call compiled "
+            "(compiling calls are left out of timing statistics, like the warm-up)",
         ),
     )
 
@@ -158,8 +171,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
         device_map=args.device_map, attn_implementation=args.attn_implementation,
         trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
-        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None,
-        long_audio=args.long_audio, overwrite=args.overwrite or None,
+        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
+        protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None,
     )
 
 

@@ -5,12 +5,13 @@ A run (one sample under one method at one ratio) is identified by
 
 * ``settings_id``, per model x task: the model's fingerprint (a Hugging Face id and the revision its
   files come from, or a digest of a local folder's files), the weights' dtype, the attention
-  backend, the generation settings (new tokens, greedy), the protocol, the long-audio policy and the
-  task's resolved config;
-* ``method_id``: the method's full spec, every parameter of every press (its layer included), not
-  just the label it is shown under;
-* ``sample_id`` and ``input_hash``: the prompt's text and each audio file's content (a digest,
-  cached by path, size and modification time in ``audio-digests.json``);
+  backend, the generation settings (new tokens, greedy), the decoding cache (``--cache`` as resolved:
+  static or dynamic), the protocol, the long-audio policy and the task's resolved config (its channel
+  policy included);
+* ``method_id``: the method's full spec, every parameter of every press (its layer and keep rule
+  included), not just the label it is shown under;
+* ``sample_id`` and ``input_hash``: the prompt's text and the content of each audio file it reads
+  (a digest, cached by path, size and modification time in ``audio-digests.json``);
 * the ratio.
 
 A sweep writes its ``SweepPlan`` (all of the above for everything the configuration asks for) to

@@ -1,13 +1,14 @@
-"""Accuracy against pruning ratio and against prefill latency, per task and averaged over tasks.
+"""Accuracy against pruning ratio and against prefill latency, per task and averaged over tasks; KV
+cache saved against pruning ratio, per method.
 
 Every method stays visible when methods tie: each has its own colour, marker and line style, lines
-drawn first are wider (a tied later line shows inside an earlier one), and in the score-vs-ratio
-figure each method's points are shifted sideways by a hair. Each method's line starts
-at ratio 0 from the unpruned score. Each figure has one legend, for all of its panels (its labels
-are also stored in the PNG's ``Legend`` text field, for tools and tests). Panels say how many
-samples each point averages; the task average covers only the tasks every method ran. In the
-score-vs-prefill figure each point is labelled with its ratio, horizontal bars span the middle half
-of the per-sample prefill times, and the figure says so when the timings are within noise.
+drawn first are wider (a tied later line shows inside an earlier one), and in the figures against
+ratio each method's points are shifted sideways by a hair. Each method's score line starts at ratio
+0 from the unpruned score. Each figure has one legend, for all of its panels (its labels are also
+stored in the PNG's ``Legend`` text field, for tools and tests). Panels say how many samples each
+point averages; the task average covers only the tasks every method ran. In the score-vs-prefill
+figure each point is labelled with its ratio, horizontal bars span the middle half of the
+per-sample prefill times, and the figure says so when the timings are within noise.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def slug(text: str) -> str:
 
 
 def plot_summary(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
-    """Write the two figures per model; returns the PNG paths."""
+    """Write the three figures per model; returns the PNG paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for model, frame in summary.groupby("model"):
@@ -48,6 +49,7 @@ def plot_summary(summary: pd.DataFrame, out_dir: Path) -> list[Path]:
         paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_ratio.png", _score_vs_ratio, styles))
         note = "timings are within noise: prefill differences here are not measurable" if noisy else None
         paths.append(_figure(panels, model, out_dir / f"{slug(model)}_score_vs_prefill.png", _score_vs_prefill, styles, note))
+        paths.append(plot_kv_saved(frame, model, out_dir / f"{slug(model)}_kv_saved.png", styles))
     return paths
 
 
@@ -104,9 +106,13 @@ def _figure(panels, model, path: Path, draw, styles: dict, note: str | None = No
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), frameon=False)
     fig.suptitle(Path(str(model)).name + (f"\n{note}" if note else ""))
     fig.tight_layout(rect=(0, 0.06 + 0.03 * (len(legend) > 6), 1, 0.94 if note else 0.96))
+    _save(fig, path, legend)
+    return path
+
+
+def _save(fig, path: Path, legend: dict) -> None:
     fig.savefig(path, dpi=110, metadata={"Legend": json.dumps(list(legend))})
     plt.close(fig)
-    return path
 
 
 def _legend_entries(fig, order: list[str]) -> dict:
@@ -128,12 +134,16 @@ def _score_vs_ratio(ax, frame: pd.DataFrame, styles) -> None:
         ratios, scores = list(rows["ratio"]), list(rows["score"])
         if start is not None and ratios[0] > 0:  # ratio 0 is the unpruned run
             ratios, scores = [0.0, *ratios], [start, *scores]
-        style = styles[method]
-        ax.plot([r + style["offset"] for r in ratios], scores, color=style["color"], marker=style["marker"],
-                linestyle=style["linestyle"], markersize=style["size"], linewidth=style["width"], label=method)
+        _line(ax, ratios, scores, styles[method], method)
     if start is not None:
         ax.axhline(start, color="black", linestyle=":", linewidth=1, label=UNPRUNED)
     ax.set_xlabel("pruning ratio (fraction of audio tokens removed)")
+
+
+def _line(ax, ratios, values, style: dict, label: str) -> None:
+    """One method's line against ratio, in its style (shifted sideways by its offset)."""
+    ax.plot([r + style["offset"] for r in ratios], values, color=style["color"], marker=style["marker"],
+            linestyle=style["linestyle"], markersize=style["size"], linewidth=style["width"], label=label)
 
 
 def _score_vs_prefill(ax, frame: pd.DataFrame, styles) -> None:
@@ -181,3 +191,23 @@ def pareto_front(frame: pd.DataFrame) -> pd.DataFrame:
             keep.append(index)
             best = better
     return points.loc[keep].drop(columns="_better")
+
+
+def plot_kv_saved(frame: pd.DataFrame, model, path: Path, styles: dict) -> Path:
+    """KV cache saved after the prefill (percent of the unpruned baseline's) against ratio, one line
+    per method, averaged over the tasks: where token dropping and cache presses pay in memory."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    pressed = frame[frame["method"] != BASELINE].dropna(subset=["kv_saved"])
+    for method, rows in pressed.groupby("method"):
+        saved = rows.groupby("ratio")["kv_saved"].mean() * 100
+        _line(ax, list(saved.index), list(saved.values), styles[method], method)
+    ax.set_xlabel("pruning ratio (fraction of audio tokens removed)")
+    ax.set_ylabel("KV cache saved after prefill (%)")
+    ax.set_title(f"{Path(str(model)).name}: KV cache saved (mean over tasks)")
+    ax.grid(alpha=0.3)
+    legend = _legend_entries(fig, order=list(styles))
+    if legend:
+        ax.legend(list(legend.values()), list(legend), fontsize=8)
+    fig.tight_layout()
+    _save(fig, path, legend)
+    return path

@@ -1,10 +1,11 @@
-"""The outputs of a sweep folder: ``summary.csv``, the plots, and ``report.md``.
+"""The outputs of a sweep folder: ``summary.csv``, ``breakdown.csv`` (when a task breaks its scores
+down or a suite aggregates them), the plots, and ``report.md``.
 
 ``report.md`` opens with what went wrong, if anything (runs that failed, audio that was cut), then
 the headline (per task, the unpruned score and each method's score and prefill speedup at each
 ratio), a word on whether the timings mean anything, where it ran, and per model the figures, the
-task average and one table per task. Columns have plain names and every number of a kind has one
-format (``headline``)."""
+task average, one table per task (with the KV cache each run held and saved) and the breakdowns.
+Columns have plain names and every number of a kind has one format (``headline``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .plots import plot_summary, slug
@@ -25,13 +27,18 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
     in ``out_dir`` (the runs its last sweep asked for, or ``everything``); returns the paths of the
     results and of what was written."""
     results = folder_results(out_dir, everything)
-    summary = summarize(results, recorded_tasks(out_dir))
+    tasks = recorded_tasks(out_dir)
+    summary = summarize(results, tasks)
     summary_path = out_dir / "summary.csv"
     summary.to_csv(summary_path, index=False)
     written = sorted(out_dir.glob("results*.jsonl")) + [summary_path]
+    breakdown = breakdown_table(results, tasks, summary)
+    if not breakdown.empty:
+        breakdown.to_csv(out_dir / "breakdown.csv", index=False)
+        written.append(out_dir / "breakdown.csv")
     if plots:
         written += plot_summary(summary, out_dir)
-    written.append(write_report(summary, out_dir, results))
+    written.append(write_report(summary, out_dir, results, breakdown))
     return [p for p in written if p.exists()]
 
 
@@ -47,6 +54,10 @@ def _percent(value) -> str:
     return "—" if pd.isna(value) else f"{100 * value:.0f}%"
 
 
+def _text(value) -> str:
+    return "—" if value is None or pd.isna(value) else str(value)
+
+
 def _count(value) -> str:
     return "—" if pd.isna(value) else f"{value:.0f}"
 
@@ -57,7 +68,9 @@ TASK_COLUMNS = {
     "score_change": ("change vs unpruned", _signed), "kept_tokens": ("audio tokens kept (mean)", _count),
     "prefill_ms_median": ("prefill ms (median)", _number(1)), "prefill_speedup": ("prefill speedup", None),
     "decode_ms_per_token_median": ("decode ms per token (median)", _number(1)),
-    "kv_saved": ("KV cache saved after prefill", _percent), "errors": ("failed runs", _count), "samples": ("samples", _count),
+    "kv_held_mib_median": ("KV cache held after prefill, MiB (median)", _number(2)),
+    "kv_saved": ("KV cache saved after prefill", _percent), "cache": ("decoding cache", _text),
+    "errors": ("failed runs", _count), "samples": ("samples", _count),
 }
 AVERAGE_COLUMNS = {
     "method": ("method", str), "ratio": ("ratio", ratio_text), "score": ("mean score", score_text),
@@ -130,25 +143,32 @@ def timing_note(summary: pd.DataFrame) -> str:
     return f"{share:.0%} of the pruned runs' prefill speedups are within the timing noise (marked ~).\n"
 
 
-def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None) -> Path:
-    """Write ``report.md`` next to the results; returns its path."""
+def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None,
+                 breakdown: pd.DataFrame | None = None) -> Path:
+    """Write ``report.md`` next to the results (with ``results``, the banners; with ``breakdown``, a
+    ``breakdown_table``, its sections); returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n"]
     if results is not None:
         parts += [banner for banner in (failure_banner(results), long_audio_banner(results)) if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), _provenance(out_dir),
               "## Details\n\nScores are each task's primary metric (0-100); the change is against the unpruned run of "
-              "the same task; timings are medians over the runs that succeeded, the first run (a warm-up) left out; "
-              "the prefill speedup is the unpruned run's median prefill time over this run's; the KV cache saved is "
-              "measured right after prefill.\n"]
+              "the same task; timings are medians over the runs that succeeded, the first run (a warm-up) and calls "
+              "that compiled left out; the prefill speedup is the unpruned run's median prefill time over this run's; "
+              "the KV cache held is measured right after prefill (a static cache's room for new tokens left out), and "
+              "the share saved is against the unpruned run's.\n"]
+    tasks = recorded_tasks(out_dir) if breakdown is not None else {}
     for model, frame in summary.groupby("model"):
         parts.append(f"### {model}\n")
-        parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n")
+        parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n"
+                     f"![KV saved]({slug(model)}_kv_saved.png)\n")
         if frame["task"].nunique() > 1:
             for title, rows in task_averages(frame):
                 parts.append(f"#### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
         for task, rows in frame.groupby("task"):
             metric = rows["metric"].iloc[0] + ("" if rows["higher_is_better"].iloc[0] else f", {direction(False)}")
             parts.append(f"#### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
+        if breakdown is not None:
+            parts += report_sections(breakdown, {name: t for name, t in tasks.items() if name in set(frame["task"])}, model)
     path = out_dir / "report.md"
     path.write_text("\n".join(p for p in parts if p))
     return path

@@ -6,12 +6,13 @@ other settings, and checks every method at every ratio against each model (a lay
 an error before the first sample, not one per sample). A start that fails leaves the folder as it
 found it.
 
-Samples are the outer loop: a sample's audio is loaded, fitted to what the model takes (the task's
-long-audio policy: ``harness.long_audio``) and its prompt built once, then the unpruned baseline and
-every method x ratio run on the same inputs, back to back. Each run is one ``generate`` call, timed
-by ``timing.timed_generate``, and its result line is appended immediately. A run whose identity is
-already in the results folder is skipped, so rerunning an interrupted command resumes it. A failure
-(unreadable audio, out of memory, a bug in one press) becomes an error line and the sweep goes on.
+Samples are the outer loop: a sample's audio is loaded (by the task's channel policy), fitted to what
+the model takes (the task's long-audio policy: ``harness.long_audio``) and its prompt built once, then
+the unpruned baseline and every method x ratio run on the same inputs, back to back. Each run is one
+``generate`` call on the cache ``--cache`` resolves to, timed by ``timing.timed_generate``, and its
+result line is appended immediately. A run whose identity is already in the results folder is
+skipped, so rerunning an interrupted command resumes it. A failure (an item that cannot be read,
+unreadable audio, out of memory, a bug in one press) becomes an error line and the sweep goes on.
 Under ``accelerate launch`` each process takes every N-th sample. Models run with
 ``kvprune.fast_audio_encoder`` unless the config says ``encoder: stock``. Each model loaded appends
 a line to ``runs.jsonl``: where it ran, the versions, the encoder path and what it changed, and
@@ -38,10 +39,13 @@ from kvprune.engine import validate_press
 from kvprune.models.loading import LoadedModel, family_of_checkpoint, load_model
 from kvprune.press import Press
 
-from ..audio import load_audio
 from ..demo import DEMO, DEMO_MODEL_DIR
 from ..long_audio import model_inputs
-from ..tasks.task import Sample, Task, get_task
+from ..options import resolve_cache
+from ..tasks.prompts import RenderedPrompt
+from ..tasks.protocols import keep_rule
+from ..tasks.suites import expand_suites
+from ..tasks.task import Sample, Task, TaskDataError, get_task
 from ..timing import timed_generate
 from .config import BASELINE, SweepConfig, SweepConfigError
 from .identity import AudioDigests, SweepPlan, digest, input_hash, model_fingerprint, read_plan, write_plan
@@ -77,17 +81,21 @@ class PlannedRun:
 
 
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
-    """The unpruned baseline once, then every method at every ratio."""
+    """The unpruned baseline once, then every method at every ratio (with the protocol's keep rule)."""
+    rule = keep_rule(config.protocol)
     runs = [PlannedRun(BASELINE, 0.0, None)]
     for method in config.methods:
-        spec = repr(method.build(0.0, config.layer))  # the ratio is the sweep's, apart
-        runs += [PlannedRun(method.label, r, method.build(r, config.layer), spec, digest(spec)) for r in config.ratios]
+        spec = repr(method.build(0.0, config.layer, rule))  # the ratio is the sweep's, apart
+        runs += [PlannedRun(method.label, r, method.build(r, config.layer, rule), spec, digest(spec)) for r in config.ratios]
     return runs
 
 
-def load_tasks(names: list[str]) -> list[Task]:
-    """The tasks of ``--tasks`` (names or YAML paths); two of one name would mix their results."""
+def load_tasks(names: list[str], protocol: str | None = None) -> list[Task]:
+    """The tasks of ``--tasks`` (names, suite names or YAML paths), under ``protocol`` when given;
+    two of one name would mix their results."""
+    names = expand_suites(names)
     tasks = [get_task(name) for name in names]
+    tasks = [task.under(protocol) for task in tasks] if protocol else tasks
     seen: dict[str, str] = {}
     for name, task in zip(names, tasks):
         if task.name in seen:
@@ -178,7 +186,8 @@ class SweepRunner:
         self.progress = progress
         self.rank, self.world_size, device = _distributed()
         self.device = config.device or device
-        self.tasks = load_tasks(config.tasks)
+        self.tasks = load_tasks(config.tasks, config.protocol)
+        self.cache = resolve_cache(config.cache, self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.runs = runs_of(config)
         self.store: ResultStore | None = None
         self.plan: SweepPlan | None = None
@@ -230,7 +239,7 @@ class SweepRunner:
         fingerprints = {name: model_fingerprint(_model_path(name), c.trust_remote_code) for name in c.models}
         settings = dict(
             dtype=c.dtype, attn_implementation=c.attn_implementation, max_new_tokens=c.max_new_tokens,
-            protocol=getattr(c, "protocol", None), long_audio=c.long_audio,
+            protocol=c.protocol, cache=self.cache, long_audio=c.long_audio,
         )
         methods = {
             run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer)
@@ -244,11 +253,14 @@ class SweepRunner:
             )
             for name in c.models:
                 settings_ids.setdefault(name, {})[task.name] = digest(dict(task_settings, model=fingerprints[name]))
-            loaded = task.load(c.data_root, limit=c.limit)
+            loaded = task.load(c.data_root, limit=c.limit, strict=False)  # a bad item is its own error
             samples[task.name] = {}
             for sample in loaded:
-                prompt = task.render(sample)
-                hashed = input_hash(prompt, [digests(path) for path in sample.audio])
+                if sample.problem:  # recorded as that sample's error, identified by what is wrong with it
+                    prompt, hashed = None, input_hash(sample.problem, [])
+                else:
+                    prompt = task.render(sample)
+                    hashed = input_hash(prompt.text, [digests(path) for path in prompt.files])
                 samples[task.name][sample.id] = hashed
                 self._inputs[task.name, sample.id] = (prompt, hashed)
             self._samples[task.name] = loaded[self.rank :: self.world_size]
@@ -366,10 +378,12 @@ class SweepRunner:
         base = dict(
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
             item=sample.item, input_hash=hashed, settings_id=self.plan.settings_ids[loaded.name][task.name],
-            reference=sample.answer, warmup=warmup,
+            reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
         )
         try:
-            base.update(self._prepare(loaded, task, sample, prompt))
+            if sample.problem:
+                raise TaskDataError(sample.problem)
+            base.update(self._prepare(loaded, task, prompt))
             inputs = base.pop("inputs")
         except Exception as error:  # one bad sample must not stop the sweep
             for run in todo:
@@ -385,11 +399,11 @@ class SweepRunner:
             self._record(task, sample, base, run, **outcome)
             bar.update()
 
-    def _prepare(self, loaded: LoadedModel, task: Task, sample: Sample, prompt: str) -> dict:
-        """The model inputs of a sample, its audio fitted to what the model takes (the task's
-        long-audio policy), with how much audio the model received."""
-        waves = [load_audio(path) for path in sample.audio]
-        return model_inputs(loaded, waves, prompt, self.config.long_audio_policy(task.name))
+    def _prepare(self, loaded: LoadedModel, task: Task, prompt: RenderedPrompt) -> dict:
+        """The model inputs of a sample, its audio read by the task's channel policy and fitted to
+        what the model takes (the task's long-audio policy), with how much audio the model received."""
+        waves, model_prompt = prompt.load(task.channels)
+        return model_inputs(loaded, waves, model_prompt, self.config.long_audio_policy(task.name))
 
     def _generate(self, loaded: LoadedModel, task: Task, inputs: dict, press: Press | None) -> dict:
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
@@ -398,6 +412,8 @@ class SweepRunner:
             do_sample=False,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
         )
+        if self.cache == "static":
+            generate_kwargs["cache_implementation"] = "static"  # generate compiles the decode step on a GPU
         with press(loaded.model) if press else nullcontext() as pressed:
             new_ids, timing = timed_generate(loaded.generator, inputs, **generate_kwargs)
         kept = sum(s.kept_tokens for s in pressed.stats) if pressed is not None else None
@@ -410,6 +426,10 @@ class SweepRunner:
                 parsed = task.parse(output, sample)
             except Exception as parse_error:  # a parser bug on one output is that sample's error
                 error = parse_error
+        try:
+            scores = task.score(parsed, sample)
+        except Exception as score_error:  # so is a metric that cannot score this item
+            error, scores = error or score_error, {}
         row = dict(
             base,
             method=run.method,
@@ -418,7 +438,7 @@ class SweepRunner:
             method_id=run.method_id,
             output=output,
             parsed=parsed,
-            **task.score(parsed, sample),
+            **scores,
             kept_tokens=kept_tokens if kept_tokens is not None else base.get("audio_tokens"),
             error=None if error is None else f"{type(error).__name__}: {error}",
             time=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -9,9 +9,11 @@ tells them apart (``fastv (layer 3)``). A folder is summarised as its last sweep
 Metrics use every sample, failed ones included (an error is an unanswered question), and are those
 of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
 summarises after its task was renamed or edited. Timings use only samples that ran and were not the
-warm-up. Speedups and KV savings compare medians with the unpruned baseline of the same model and
-task; the spread of the per-sample speedups (each sample against its own baseline run) says whether
-a speedup stands out of the timing noise.
+warm-up, and not calls that compiled (a static cache on a GPU compiles at every new length). Speedups
+and KV savings compare medians with the unpruned baseline of the same model, task and settings; KV
+savings compare the entries held after the prefill (a static cache's preallocated room left out). The
+spread of the per-sample speedups (each sample against its own baseline run) says whether a speedup
+stands out of the timing noise.
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             new_tokens_mean=timed["new_tokens"].mean(),
             peak_memory_mib_median=timed["peak_memory_bytes"].median() / MIB,
             kv_cache_mib_median=timed["kv_cache_bytes"].median() / MIB,
+            kv_held_mib_median=timed["kv_held_bytes"].median() / MIB,
+            cache=_kinds(group),
         ))
     summary = pd.DataFrame(rows)
     summary = _against_baseline(summary)
@@ -90,20 +94,39 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     return distinguish_labels(summary)
 
 
+def _timeable(rows: pd.DataFrame) -> pd.Series:
+    """The runs whose timings count: they ran, were not the warm-up and compiled nothing."""
+    return rows["error"].isna() & ~rows["warmup"].astype(bool) & ~_flag(rows, "compiled")
+
+
 def _timed(group: pd.DataFrame) -> pd.DataFrame:
-    ok = group["error"].isna() & ~group["warmup"].astype(bool)
-    columns = ["prefill_s", "decode_s", "new_tokens", "decode_tokens_per_s", "peak_memory_bytes", "kv_cache_bytes"]
+    ok = _timeable(group)
+    columns = ["prefill_s", "decode_s", "new_tokens", "decode_tokens_per_s", "peak_memory_bytes", "kv_cache_bytes",
+               "kv_held_bytes"]
     timed = group.loc[ok].reindex(columns=columns)
+    if "kv_held_bytes" not in group:  # results written before held bytes were recorded: dynamic caches
+        timed["kv_held_bytes"] = timed["kv_cache_bytes"]
     return timed.apply(pd.to_numeric, errors="coerce")
 
 
+def _flag(group: pd.DataFrame, column: str) -> pd.Series:
+    """A boolean column of the results, False where it is missing (results of older versions)."""
+    return group[column].eq(True) if column in group else pd.Series(False, index=group.index)
+
+
+def _kinds(group: pd.DataFrame) -> str | None:
+    """The caches the group's runs decoded on ("static", "dynamic", or both joined by "+")."""
+    kinds = group["cache"].dropna().unique() if "cache" in group else []
+    return "+".join(sorted(kinds)) or None
+
+
 def _against_baseline(summary: pd.DataFrame) -> pd.DataFrame:
-    compared = ["score", "prefill_ms_median", "decode_ms_per_token_median", "kv_cache_mib_median"]
+    compared = ["score", "prefill_ms_median", "decode_ms_per_token_median", "kv_held_mib_median"]
     baseline = summary.loc[summary["method"] == BASELINE, ["model", "task", "settings_id", *compared]]
     merged = summary.merge(baseline, on=["model", "task", "settings_id"], how="left", suffixes=("", "_baseline"))
     merged["prefill_speedup"] = merged["prefill_ms_median_baseline"] / merged["prefill_ms_median"]
     merged["decode_speedup"] = merged["decode_ms_per_token_median_baseline"] / merged["decode_ms_per_token_median"]
-    merged["kv_saved"] = 1.0 - merged["kv_cache_mib_median"] / merged["kv_cache_mib_median_baseline"]
+    merged["kv_saved"] = 1.0 - merged["kv_held_mib_median"] / merged["kv_held_mib_median_baseline"]
     merged["score_change"] = merged["score"] - merged["score_baseline"]
     return merged.drop(columns=[f"{c}_baseline" for c in compared])
 
@@ -117,7 +140,7 @@ def timing_spread(results: pd.DataFrame) -> pd.DataFrame:
     columns = [*keys, "prefill_ms_q25", "prefill_ms_q75", "prefill_speedup_q25", "prefill_speedup_q75", "prefill_within_noise"]
     if "prefill_s" not in results:
         return pd.DataFrame(columns=columns)
-    timed = results.loc[results["error"].isna() & ~results["warmup"].astype(bool)].copy()
+    timed = results.loc[_timeable(results)].copy()
     timed["prefill_s"] = pd.to_numeric(timed["prefill_s"], errors="coerce")
     if timed.empty:
         return pd.DataFrame(columns=columns)

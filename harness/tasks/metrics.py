@@ -1,22 +1,37 @@
 """Task metrics: plain scoring functions, and the registry that tasks name them from.
 
-Every metric returns a number on a 0-100 scale and says whether higher is better (WER: lower);
-the summary, its Pareto fronts and the plots follow that direction. An unparsed answer (``None``) is a wrong prediction:
-it matches no class, so it adds a false negative to the gold class and a false positive to none
-(AudioMarathon's scripts drop such answers before computing F1, which flatters weak models).
-WER is computed here on the normalisation of ``normalize_transcript``.
+A ``Metric`` has two halves. ``per_sample(parsed, sample, **options)`` sees one parsed answer with its
+sample (the options, the gold answer, the item's metadata) and returns the numbers stored in that
+sample's result row; ``compute(rows, **options)`` reduces the rows of one model x task x method x
+ratio, in the task's sample order, to one number. Scores that cross items (per-item ACR, AVI-Bench's
+double confirm over ``pre_`` entries, STAR-Bench's macro over sub-categories) are computed there,
+at summary time, over the whole ordered set of rows. ``options`` are the task's ``metric_options``
+the metric declares it takes.
+
+Every metric returns a number on a 0-100 scale (NaN when no row applies) and says whether higher is
+better (WER: lower); the summary, its Pareto fronts and the plots follow that direction. Here an
+unparsed answer (``None``) is a wrong prediction: it matches no class, so it adds a false negative to
+the gold class and a false positive to none (AudioMarathon's scripts drop such answers before
+computing F1: the ``audiomarathon`` protocol's metrics do so). WER is computed on the normalisation
+of ``normalize_transcript``. The benchmarks' own metrics are in ``official_metrics``.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from statistics import mean
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from kvprune.registry import Registry
+
+from ..benchmarks.classification import f1
+from ..benchmarks.edit_distance import edit_distance
+
+if TYPE_CHECKING:
+    from .sample import Sample
 
 # -- classification ---------------------------------------------------------------------------------
 
@@ -30,25 +45,15 @@ def accuracy(predictions: Sequence[str | None], references: Sequence[str]) -> fl
 def f1_score(
     predictions: Sequence[str | None], references: Sequence[str], average: Literal["macro", "weighted"]
 ) -> float:
-    """F1 over the classes seen in the references or predictions (scikit-learn's default label set).
+    """F1 in percent over the classes seen in the references or predictions (scikit-learn's default
+    label set), an unparsed prediction (None) being a miss of its reference's class.
 
     ``macro`` is the unweighted mean of the per-class F1; ``weighted`` weights each class by its
     number of references. A class with no true positive has F1 0 (scikit-learn's ``zero_division=0``).
     """
     _check_lengths(predictions, references)
     classes = sorted(set(references) | {p for p in predictions if p is not None})
-    per_class, support = [], []
-    for label in classes:
-        tp = sum(p == label and r == label for p, r in zip(predictions, references))
-        predicted = sum(p == label for p in predictions)
-        actual = sum(r == label for r in references)
-        per_class.append(2 * tp / (predicted + actual) if tp else 0.0)  # = 2PR / (P + R)
-        support.append(actual)
-    if average == "macro":
-        return 100.0 * mean(per_class)
-    if average == "weighted":
-        return 100.0 * sum(f * n for f, n in zip(per_class, support)) / sum(support)
-    raise ValueError(f"unknown F1 average {average!r}: use 'macro' or 'weighted'")
+    return 100.0 * f1(references, predictions, average, labels=classes)
 
 
 # -- speech recognition -----------------------------------------------------------------------------
@@ -67,14 +72,8 @@ def normalize_transcript(text: str) -> list[str]:
 
 def word_errors(reference: str, hypothesis: str) -> tuple[int, int]:
     """(substitutions + deletions + insertions, reference word count) after normalisation."""
-    ref, hyp = normalize_transcript(reference), normalize_transcript(hypothesis)
-    previous = list(range(len(hyp) + 1))  # edit distance from ref[:0] to each prefix of hyp
-    for i, ref_word in enumerate(ref, start=1):
-        current = [i]
-        for j, hyp_word in enumerate(hyp, start=1):
-            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref_word != hyp_word)))
-        previous = current
-    return previous[-1], len(ref)
+    ref = normalize_transcript(reference)
+    return edit_distance(ref, normalize_transcript(hypothesis)), len(ref)
 
 
 # -- repeated runs of one item ----------------------------------------------------------------------
@@ -101,36 +100,47 @@ def _check_lengths(a: Sequence, b: Sequence) -> None:
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric as a task uses it: what to record per sample, and how to reduce the records.
-
-    ``per_sample(parsed, reference)`` returns the JSON-serialisable numbers stored with each result;
-    ``compute(rows)`` reduces result rows (``parsed``, ``reference``, ``item`` and those numbers);
-    ``higher_is_better`` is False for error rates.
+    """A metric as a task uses it (module docstring): ``per_sample(parsed, sample, **options)`` returns
+    the JSON-serialisable numbers stored with each result; ``compute(rows, **options)`` reduces result
+    rows (``parsed``, ``reference``, ``item``, ``meta``, ``position`` and those numbers);
+    ``higher_is_better`` is False for error rates; ``options`` names the task ``metric_options`` it needs,
+    each with its allowed values (None: any).
     """
 
     name: str
-    compute: Callable[[list[dict]], float]
-    per_sample: Callable[[str | None, str], dict[str, float]]
+    compute: Callable[..., float]
+    per_sample: Callable[..., dict[str, float]]
     higher_is_better: bool = True
+    options: Mapping[str, tuple | None] = field(default_factory=dict)
 
 
-def _parsed(row: dict) -> str | None:
+def parsed_of(row: dict) -> str | None:
     """A row's parsed answer; anything but a string (None, or NaN after a DataFrame) is unparsed."""
     return row["parsed"] if isinstance(row["parsed"], str) else None
 
 
-def _correct(parsed: str | None, reference: str) -> dict[str, float]:
-    return {"correct": float(parsed == reference)}
+def row_meta(row: dict) -> dict:
+    """A row's item metadata (``{}`` for rows written before rows carried it)."""
+    return row.get("meta") if isinstance(row.get("meta"), dict) else {}
+
+
+def correct(parsed: str | None, sample: Sample) -> dict[str, float]:
+    return {"correct": float(parsed == sample.answer)}
+
+
+def mean_correct(rows: list[dict]) -> float:
+    """Percentage of rows whose per-sample ``correct`` is 1."""
+    return 100.0 * mean(float(r["correct"]) for r in rows)
 
 
 def _answers(rows: list[dict]) -> tuple[list[str | None], list[str]]:
-    return [_parsed(r) for r in rows], [r["reference"] for r in rows]
+    return [parsed_of(r) for r in rows], [r["reference"] for r in rows]
 
 
-def _asr_errors(parsed: str | None, reference: str) -> dict[str, float]:
-    errors, words = word_errors(reference, parsed or "")
+def _asr_errors(parsed: str | None, sample: Sample) -> dict[str, float]:
+    errors, words = word_errors(sample.answer, parsed or "")
     if not words:
-        raise ValueError(f"empty reference transcript: {reference!r}")
+        raise ValueError(f"empty reference transcript: {sample.answer!r}")
     return {"errors": float(errors), "ref_words": float(words), "wer": 100.0 * errors / words}
 
 
@@ -167,11 +177,13 @@ def register_metric(metric: Metric) -> Metric:
     return METRICS.register(metric.name, metric)
 
 
-register_metric(Metric("accuracy", _accuracy_of_rows, _correct))
-register_metric(Metric("f1_macro", _f1_of_rows("macro"), _correct))
-register_metric(Metric("f1_weighted", _f1_of_rows("weighted"), _correct))
-# STAR-Bench's AA, the mean accuracy over all runs of all items, is the accuracy over variants.
-register_metric(Metric("aa", _accuracy_of_rows, _correct))
-register_metric(Metric("acr", _acr_of_rows, _correct))
+register_metric(Metric("accuracy", _accuracy_of_rows, correct))
+register_metric(Metric("f1_macro", _f1_of_rows("macro"), correct))
+register_metric(Metric("f1_weighted", _f1_of_rows("weighted"), correct))
+# AA, the mean accuracy over all runs of all items, is the accuracy over variants (pooled).
+register_metric(Metric("aa", _accuracy_of_rows, correct))
+register_metric(Metric("acr", _acr_of_rows, correct))
 register_metric(Metric("wer", _corpus_wer_of_rows, _asr_errors, higher_is_better=False))
 register_metric(Metric("word_accuracy", _word_accuracy_of_rows, _asr_errors))
+
+from . import official_metrics  # noqa: E402,F401  (the benchmarks' metrics register themselves)

@@ -25,6 +25,11 @@ transcript, ``None`` when the output holds no answer it can trust (scored as wro
    negations are not understood (``not fake`` still names ``fake``).
 
 Only letters within the sample's choices count (``C`` means nothing on a two-choice task).
+
+The other parsers hand benchmarks' official scorers what they read: the reply itself (``raw``,
+``answer_span``), STAR-Bench's letter (``starbench``), AudioMarathon's per-task label
+(``audiomarathon_<task>``, its extractors: a letter, ``real``/``fake``, an option's text, a
+transcript; ``""`` when they find nothing).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import string
 from collections.abc import Callable, Sequence
 
 from kvprune.registry import Registry
+
+from ..benchmarks import audiomarathon, mmau, starbench
 
 Parser = Callable[[str, Sequence[str]], str | None]
 PARSERS: Registry[Parser] = Registry("parser")
@@ -148,26 +155,53 @@ def parse_transcript(output: str, choices: Sequence[str] = ()) -> str | None:
     return text or None
 
 
-# -- MMAU / MMAR token match ------------------------------------------------------------------------
+# -- the reply itself, for scorers that read text (MMAU, MMAR, AVI-Bench, ST-AudioQA) ----------------
 
 
-def _tokens(text: str) -> set[str]:
-    return set(re.findall(r"\w+", text.lower()))
+@register_parser("raw")
+def parse_raw(output: str, choices: Sequence[str] = ()) -> str:
+    """The whole reply: the official MMAU/MMAR, AVI-Bench and ST-AudioQA scorers read it as it is."""
+    return output
 
 
-def token_match(prediction: str, answer: str, choices: Sequence[str]) -> bool:
-    """MMAU's string match (also MMAR's): lower-case word tokens; right iff the prediction holds every
-    token of the answer and none of the wrong choices' tokens (those shared with the answer aside)."""
-    predicted, wanted = _tokens(prediction), _tokens(answer)
-    wrong = set().union(*(_tokens(c) - wanted for c in choices if _tokens(c) != wanted))
-    return bool(predicted) and wanted <= predicted and predicted.isdisjoint(wrong)
+@register_parser("answer_span")
+def parse_answer_span(output: str, choices: Sequence[str] = ()) -> str:
+    """The text of the last ``<answer>...</answer>`` in the reply, else the whole reply (ours, for
+    reasoning models: MMAR's scripts take the final answer apart from the reasoning)."""
+    return mmau.answer_span(output)
 
 
-@register_parser("token_match")
-def parse_token_match(output: str, choices: Sequence[str]) -> str | None:
-    """The letter of the one option that ``token_match`` accepts, so accuracy over these letters is
-    MMAU's score. Options with identical token sets (``dog, cat`` / ``cat, dog``) leave it ``None``,
-    where MMAU's script would count either as right."""
-    letters = string.ascii_uppercase
-    matched = [letter for letter, choice in zip(letters, choices) if token_match(output, choice, choices)]
-    return matched[0] if len(matched) == 1 else None
+# -- STAR-Bench -------------------------------------------------------------------------------------
+
+
+@register_parser("starbench")
+def parse_starbench(output: str, choices: Sequence[str]) -> str | None:
+    """STAR-Bench's ``parse_multi_choice_response`` with all its quirks (``starbench.parse_answer``):
+    its ``"<X>"`` as the letter ``X``, ``None`` for its ``"Z"``. A lower-case letter after a keyword
+    (``answer: b``) stays lower-case, so it never equals a gold letter, as there."""
+    parsed = starbench.parse_answer(output, choices)
+    return None if parsed == starbench.NO_ANSWER else parsed.strip("<>")
+
+
+# -- AudioMarathon's per-task extraction (the audiomarathon protocol) --------------------------------
+
+
+def _choice_fields(choices: Sequence[str]) -> dict[str, str]:
+    """Options keyed as AudioMarathon's items key them: ``choice_a``, ``choice_b``..."""
+    return {f"choice_{letter.lower()}": text for letter, text in zip(string.ascii_uppercase, choices)}
+
+
+_AUDIOMARATHON = {
+    "sed": lambda output, choices: audiomarathon.letter_desed(output),
+    "mc": lambda output, choices: audiomarathon.letter_gtzan(output),
+    "scr": lambda output, choices: audiomarathon.letter_race(output),
+    "ser": lambda output, choices: audiomarathon.letter_slue(output),
+    "asc": lambda output, choices: audiomarathon.letter_tau(output, choices),
+    "er": lambda output, choices: audiomarathon.letter_vesus(output, _choice_fields(choices)),
+    "sd": lambda output, choices: audiomarathon.label_had(output),
+    "sar": lambda output, choices: audiomarathon.label_age(output, _choice_fields(choices)),
+    "sgr": lambda output, choices: audiomarathon.label_gender(output, *choices[:2]),
+    "asr": lambda output, choices: audiomarathon.transcript(output),
+}
+for _task, _extract in _AUDIOMARATHON.items():
+    register_parser(f"audiomarathon_{_task}")(_extract)

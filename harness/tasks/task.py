@@ -1,17 +1,18 @@
 """Declarative benchmark tasks, in the spirit of EleutherAI's lm-evaluation-harness.
 
 A task is one YAML file (the built-in ones are in ``configs/``; ``include:`` lets one build on
-another, see ``config_files``): where its data lives and in which native layout, the prompt, the
-answer parser, the metrics (primary first) and the generation length. ``Task`` turns that into
-Samples, prompts, parsed answers and scores; no task has Python of its own. A task keeps the
-resolved config it was built from, which a sweep records so that its results stay readable after
-the task file changes.
+another, see ``config_files``): where its data lives and in which layout, the prompt (``prompts``),
+how the audio's channels become clips (``channels``), protocol variants (``variants``), the answer
+parser, the metrics (primary first) and the generation length. ``Task`` turns that into Samples,
+prompts, parsed answers and scores; no task has Python of its own. A task keeps the resolved config
+it was built from, which a sweep records so that its results stay readable after the task file
+changes. ``load_task_file`` lists the fields.
 """
 
 from __future__ import annotations
 
+import math
 import random
-import string
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -19,35 +20,19 @@ from typing import TYPE_CHECKING
 
 from kvprune.registry import Registry
 
+from ..channels import MEAN, Channels
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
-from .metrics import METRICS
+from .metrics import METRICS, Metric
 from .parsers import PARSERS
+from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
+from .protocols import OFFICIAL, PROTOCOLS
+from .sample import Sample, TaskDataError  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from .dataset_layouts import Layout
+    from .variants import Variant
 
-LETTERS = string.ascii_uppercase
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One prompt to run: its audio clips (in prompt order), question, options and gold answer."""
-
-    id: str  # unique within the task and stable across runs: sweeps resume by it
-    audio: tuple[Path, ...]
-    question: str
-    choices: tuple[str, ...]  # option texts in letter order A, B, ...; () for open answers (ASR)
-    answer: str  # a choice letter for multiple choice, the reference text for ASR
-    item: str = ""  # the underlying item when one item runs as several variants; defaults to id
-    meta: dict = field(default_factory=dict, compare=False)  # e.g. scene_label, emotion_label
-
-    def __post_init__(self):
-        if not self.item:
-            object.__setattr__(self, "item", self.id)
-
-
-class TaskDataError(ValueError):
-    """The data on disk does not fit the task: says what is wrong and which layout was expected."""
+DATA_LAYOUTS = ("official", "provisional", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -59,12 +44,19 @@ class Task:
     abbreviation: str
     data_dir: str  # the task's folder under --data-root
     layout: Layout  # built from the YAML's layout and layout_options
-    prompt: str  # str.format template over {question}, {options}, {letters}
+    prompt: PromptSpec
     parser: str
     metrics: tuple[str, ...]  # primary first
     max_new_tokens: int
-    option_format: str = "{letter}. {text}"  # one line of {options}
-    variants: str | None = None  # "rotate_options": one run per rotation of the options
+    channels: Channels = MEAN
+    variant: Variant | None = None  # one item -> several runs ("<id>@<r>")
+    metric_options: dict = field(default_factory=dict)
+    breakdown_by: tuple[str, ...] = ()
+    benchmark: str = ""
+    data_layout: str = "official"  # whether the data layout is the benchmark's published one
+    protocol: str = OFFICIAL  # the protocol this config follows
+    protocols: dict = field(default_factory=dict, repr=False)  # other protocols: name -> the fields they change
+    notes: str = ""  # what a reader of the results must know (shown in report.md)
     config: dict = field(default_factory=dict, compare=False, repr=False)  # the resolved YAML it was built from
 
     @property
@@ -76,20 +68,26 @@ class Task:
         """The direction of the primary metric (WER: lower is better)."""
         return METRICS.get(self.primary_metric).higher_is_better
 
-    def load(self, data_root: Path | str, limit: int | None = None) -> list[Sample]:
+    def load(self, data_root: Path | str, limit: int | None = None, strict: bool = True) -> list[Sample]:
         """The task's samples in a fixed order. ``limit`` keeps that many items, a fixed pseudo-random
         subset (seed 0) in dataset order, so short runs see every class and a larger limit keeps the
-        smaller one's samples; variants of a kept item all stay."""
+        smaller one's samples; variants of a kept item all stay. An item that cannot run (missing
+        audio, a malformed record, a prompt field it lacks) raises TaskDataError, or with
+        ``strict=False`` stays as a sample with a ``problem`` (a sweep records it and goes on)."""
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be a positive number of items, got {limit}")
+        expected = f" Expected layout: {self.layout.describe(f'<data_root>/{self.data_dir}')}"
         try:
             samples = self._read(Path(data_root) / self.data_dir)
         except TaskDataError as error:
-            expected = self.layout.describe(f"<data_root>/{self.data_dir}")
-            raise TaskDataError(f"{self.name} ({self.abbreviation}): {error} Expected layout: {expected}") from None
-        samples = _subset(samples, limit)
-        if self.variants:
-            samples = [variant for sample in samples for variant in VARIANTS.get(self.variants)(sample)]
+            raise TaskDataError(f"{self.name} ({self.abbreviation}): {error}{expected}") from None
+        samples = [run for sample in _subset(samples, limit) for run in self._runs(sample)]
+        samples = [replace(self._checked(s), position=i) for i, s in enumerate(samples)]
+        samples = [replace(s, problem=f"{self.name} ({self.abbreviation}): {s.problem}{expected}") if s.problem else s
+                   for s in samples]
+        broken = [s for s in samples if s.problem]
+        if strict and broken:
+            raise TaskDataError(broken[0].problem)
         return samples
 
     def _read(self, task_dir: Path) -> list[Sample]:
@@ -100,37 +98,75 @@ class Task:
             raise TaskDataError(f"no samples found in {task_dir}.")
         return samples
 
-    def render(self, sample: Sample) -> str:
-        """The text of the user turn; the model side adds the audio."""
-        lines = [self.option_format.format(letter=letter, text=text) for letter, text in zip(LETTERS, sample.choices)]
-        letters = _letters_phrase(len(sample.choices))
-        return self.prompt.format(question=sample.question, options="\n".join(lines), letters=letters)
+    def _runs(self, sample: Sample) -> list[Sample]:
+        if self.variant is None or sample.problem:
+            return [sample]
+        try:
+            return self.variant(sample)
+        except TaskDataError as error:
+            return [replace(sample, problem=str(error))]
+
+    def _checked(self, sample: Sample) -> Sample:
+        """The sample, or the sample with a problem when its prompt cannot be rendered."""
+        if sample.problem:
+            return sample
+        try:
+            self.render(sample)
+        except KeyError as error:
+            return replace(sample, problem=(
+                f"sample {sample.id}: the prompt names {error}, which this item does not have: add the field to the "
+                "item, or to the layout's meta_fields (named_audio for an audio segment)."
+            ))
+        return sample
+
+    def render(self, sample: Sample) -> RenderedPrompt:
+        """The sample's prompt: ordered text and clip references, and the system turn."""
+        return self.prompt.render(sample, self.channels)
 
     def parse(self, output: str, sample: Sample) -> str | None:
-        """The answer in a model's output (a letter or a transcript); None when there is none."""
+        """The answer in a model's output (a letter, a transcript, the reply itself); None when there is none."""
         return PARSERS.get(self.parser)(output, sample.choices)
 
     def score(self, parsed: str | None, sample: Sample) -> dict[str, float]:
         """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts)."""
         scores: dict[str, float] = {}
         for name in self.metrics:
-            scores.update(METRICS.get(name).per_sample(parsed, sample.answer))
+            metric = METRICS.get(name)
+            scores.update(metric.per_sample(parsed, sample, **self._options(metric)))
         return scores
 
     def summarize(self, rows: list[dict]) -> dict[str, float]:
-        """The task's metrics, primary first, on a 0-100 scale, from result rows holding ``parsed``,
-        ``reference`` (the sample's answer), ``item`` and what ``score`` returned."""
+        """The task's metrics, primary first, from result rows holding ``parsed``, ``reference`` (the
+        sample's answer), ``item``, ``meta``, ``position`` and what ``score`` returned. Rows are taken
+        in the task's sample order (metrics that pair items by order need it)."""
         if not rows:
             raise ValueError(f"{self.name}: no results to summarize")
-        return {name: METRICS.get(name).compute(rows) for name in self.metrics}
+        if all(_number(r.get("position")) for r in rows):
+            rows = sorted(rows, key=lambda r: r["position"])
+        return {name: METRICS.get(name).compute(rows, **self._options(METRICS.get(name))) for name in self.metrics}
+
+    def _options(self, metric: Metric) -> dict:
+        return {key: self.metric_options[key] for key in metric.options}
+
+    def under(self, protocol: str) -> Task:
+        """This task under another protocol (``protocols``): the protocol's fields replace the task's
+        (``layout_options`` and ``metric_options`` key by key), and the name becomes ``<name>@<protocol>``."""
+        if protocol == self.protocol:
+            return self
+        if protocol not in self.protocols:
+            have = ", ".join([self.protocol, *self.protocols])
+            raise TaskConfigError(f"task {self.name} has no {protocol!r} protocol (it has: {have})")
+        config = {k: v for k, v in self.config.items() if k != "protocols"}
+        changes = self.protocols[protocol]
+        for key, value in changes.items():
+            merge = key in ("layout_options", "metric_options") and isinstance(value, dict)
+            config[key] = {**config.get(key, {}), **value} if merge else value
+        config.update(name=f"{self.name}@{protocol}", protocol=protocol)
+        return task_from_config(config, source=f"task {self.name}, protocol {protocol}")
 
 
-def _letters_phrase(count: int) -> str:
-    """'A, B, C, or D' for four options, 'A or B' for two, '' for none."""
-    letters = list(LETTERS[:count])
-    if count < 2:
-        return "".join(letters)
-    return f"{', '.join(letters[:-1])}{',' if count > 2 else ''} or {letters[-1]}"
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
 
 
 def _subset(samples: list[Sample], limit: int | None) -> list[Sample]:
@@ -139,25 +175,6 @@ def _subset(samples: list[Sample], limit: int | None) -> list[Sample]:
     order = list(range(len(samples)))
     random.Random(0).shuffle(order)
     return [samples[i] for i in sorted(order[:limit])]
-
-
-def _rotations(sample: Sample) -> list[Sample]:
-    """One variant per cyclic rotation of the options (rotation r starts with option r), the gold
-    letter following its option: STAR-Bench's robust protocol against letter bias."""
-    if len(sample.choices) < 2:
-        raise ValueError(f"sample {sample.id}: rotate_options needs a multiple-choice sample")
-    count, gold = len(sample.choices), LETTERS.index(sample.answer)
-    return [
-        replace(
-            sample, id=f"{sample.id}@rot{r}", item=sample.item, answer=LETTERS[(gold - r) % count],
-            choices=sample.choices[r:] + sample.choices[:r],
-        )
-        for r in range(count)
-    ]
-
-
-VARIANTS: Registry[Callable[[Sample], list[Sample]]] = Registry("variant")
-VARIANTS.register("rotate_options", _rotations)
 
 
 # -- the registry and YAML ---------------------------------------------------------------------------
@@ -193,21 +210,31 @@ def get_task(name: str) -> Task:
 
 _REQUIRED = {
     "name": str, "title": str, "abbreviation": str, "data_dir": str, "layout": str,
-    "prompt": str, "parser": str, "metrics": list, "max_new_tokens": int,
+    "prompt": (str, list), "parser": str, "metrics": list, "max_new_tokens": int,
 }
-_OPTIONAL = {"layout_options": dict, "option_format": str, "variants": str}
+_OPTIONAL = {
+    "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
+    "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
+    "protocol": str, "protocols": dict, "notes": str,
+}
 
 
 def load_task_file(path: Path | str) -> Task:
     """The task in a YAML file (its ``include:`` resolved: see ``config_files``), with the fields
 
     - ``name`` (default: the file name), ``title``, ``abbreviation``; ``data_dir``: the task's folder
-      under the data root;
+      under the data root; ``benchmark``: the benchmark it belongs to; ``data_layout``: ``official``
+      (the benchmark's published layout), ``provisional`` (ours, until one is published) or
+      ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
-    - ``prompt``: a ``str.format`` template over ``{question}``, ``{options}`` (one ``option_format``
-      line per option, default ``"{letter}. {text}"``) and ``{letters}`` (``A, B, C, or D``);
+    - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``
+      (see ``prompts``); ``channels``: the channel policy (see ``kvprune.harness.channels``);
+    - ``variants``: a name from ``variants.VARIANTS``, or ``{name: ..., <options>}``;
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
-    - ``max_new_tokens``; optional ``variants: rotate_options``.
+      ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
+      metadata fields to score per value (``breakdown.csv``);
+    - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
+      ``protocols``: other protocols by name, each the fields it changes (``Task.under``).
 
     Raises TaskConfigError naming the file and the field when anything is off.
     """
@@ -231,29 +258,37 @@ def task_from_config(config: dict, source: str) -> Task:
     for key, kind in {**_REQUIRED, **_OPTIONAL}.items():
         value = raw.get(key)
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            raise fail(f"expected {kind.__name__}, got {type(value).__name__} {value!r}", key)
-
-    known = {"parser": PARSERS, "variants": VARIANTS}
-    for key, registry in known.items():
-        if raw.get(key) is not None and raw[key] not in registry:
-            raise fail(f"unknown {raw[key]!r}; choose from {sorted(registry)}", key)
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            raise fail(f"expected {names}, got {type(value).__name__} {value!r}", key)
+    if raw["parser"] not in PARSERS:
+        raise fail(f"unknown {raw['parser']!r}; choose from {sorted(PARSERS)}", "parser")
     if not raw["metrics"] or not all(isinstance(m, str) and m in METRICS for m in raw["metrics"]):
         raise fail(f"{raw['metrics']!r} must list metrics from {sorted(METRICS)}, primary first", "metrics")
     if raw["max_new_tokens"] < 1:
         raise fail("must be at least 1", "max_new_tokens")
-
+    if raw.get("data_layout", "official") not in DATA_LAYOUTS:
+        raise fail(f"choose one of {DATA_LAYOUTS}", "data_layout")
+    protocol = raw.get("protocol", OFFICIAL)
+    for name in [protocol, *raw.get("protocols", {})]:
+        if name not in PROTOCOLS:
+            raise fail(f"unknown protocol {name!r}; the protocols are {sorted(PROTOCOLS)}", "protocols")
+    metrics = tuple(raw["metrics"])
+    layout = _build_layout(raw["layout"], raw.get("layout_options") or {}, fail)
     task = Task(
-        **{k: v for k, v in raw.items() if k not in ("layout", "layout_options", "metrics")},
-        layout=_build_layout(raw["layout"], raw.get("layout_options") or {}, fail),
-        metrics=tuple(raw["metrics"]),
-        config=raw,
+        name=raw["name"], title=raw["title"], abbreviation=raw["abbreviation"], data_dir=raw["data_dir"],
+        layout=layout, prompt=_build_prompt(raw, fail), parser=raw["parser"], metrics=metrics,
+        max_new_tokens=raw["max_new_tokens"], channels=_build_channels(raw.get("channels"), fail),
+        variant=_build_variant(raw.get("variants"), fail), metric_options=_metric_options(raw, metrics, fail),
+        breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail), benchmark=raw.get("benchmark", ""),
+        data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
+        notes=raw.get("notes", ""), config=raw,
     )
-    _check_templates(task, fail)
+    _check_fields(task, fail)
     return task
 
 
 def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]) -> Layout:
-    from .dataset_layouts import LAYOUTS  # layouts build Samples, so they import this module: import lazily
+    from .dataset_layouts import LAYOUTS  # layouts import this module's neighbours: import lazily
 
     if name not in LAYOUTS:
         raise fail(f"unknown {name!r}; choose from {sorted(LAYOUTS)}", "layout")
@@ -264,13 +299,73 @@ def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]
         raise fail(f"{error} (layout {name!r} takes {allowed})", "layout_options") from None
 
 
-def _check_templates(task: Task, fail: Callable[..., TaskConfigError]) -> None:
-    """Render both templates once so a bad placeholder fails at load time, not mid-sweep."""
+def _build_prompt(raw: dict, fail: Callable[..., TaskConfigError]) -> PromptSpec:
     try:
-        task.option_format.format(letter="A", text="text")
-    except (KeyError, IndexError, ValueError) as error:
-        raise fail(f"bad placeholder {error}; use {{letter}} and {{text}}", "option_format") from None
+        return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"))
+    except PromptConfigError as error:
+        key = "option_format" if str(error).startswith("option_format") else "prompt"
+        raise fail(str(error), key) from None
+
+
+def _build_channels(value, fail: Callable[..., TaskConfigError]) -> Channels:
     try:
-        task.prompt.format(question="", options="", letters="")
-    except (KeyError, IndexError, ValueError) as error:
-        raise fail(f"bad placeholder {error}; use {{question}}, {{options}}, {{letters}}", "prompt") from None
+        return MEAN if value is None else Channels.from_config(value)
+    except (TypeError, ValueError) as error:
+        raise fail(str(error), "channels") from None
+
+
+def _build_variant(value, fail: Callable[..., TaskConfigError]) -> Variant | None:
+    from .variants import VARIANTS
+
+    if value is None:
+        return None
+    options = {"name": value} if isinstance(value, str) else dict(value)
+    name = options.pop("name", None)
+    if name not in VARIANTS:
+        raise fail(f"unknown {name!r}; choose from {sorted(VARIANTS)} (a name, or {{name: ..., <options>}})", "variants")
+    try:
+        return VARIANTS.get(name)(**options)
+    except (TypeError, ValueError) as error:
+        allowed = [f.name for f in fields(VARIANTS.get(name))]
+        raise fail(f"{error} (variant {name!r} takes {allowed})", "variants") from None
+
+
+def _metric_options(raw: dict, metrics: tuple[str, ...], fail: Callable[..., TaskConfigError]) -> dict:
+    options = raw.get("metric_options") or {}
+    taken = {key for name in metrics for key in METRICS.get(name).options}
+    unused = sorted(set(options) - taken)
+    if unused:
+        raise fail(f"no metric of this task takes {unused} (they take {sorted(taken) or 'none'})", "metric_options")
+    missing = sorted(taken - set(options))
+    if missing:
+        users = [name for name in metrics if set(METRICS.get(name).options) & set(missing)]
+        raise fail(f"metrics {users} need {missing}", "metric_options")
+    for name in metrics:
+        for key, allowed in METRICS.get(name).options.items():
+            if allowed is not None and options[key] not in allowed:
+                raise fail(f"{key}={options[key]!r} is not one of {list(allowed)}", "metric_options")
+    return dict(options)
+
+
+def _breakdown(value: list, fail: Callable[..., TaskConfigError]) -> tuple[str, ...]:
+    if not all(isinstance(v, str) and v for v in value):
+        raise fail("expected a list of metadata field names", "breakdown_by")
+    return tuple(value)
+
+
+def _check_fields(task: Task, fail: Callable[..., TaskConfigError]) -> None:
+    """Fields the prompt and the breakdowns name must be ones the layout keeps (when it says which)."""
+    kept = task.layout.metadata_fields()
+    if kept is None:
+        return
+    kept |= {"run", "runs", "clip_order"} if task.variant is not None else set()
+    for key, wanted in (("prompt", task.prompt.fields_used()), ("breakdown_by", set(task.breakdown_by))):
+        missing = sorted(wanted - kept)
+        if missing:
+            raise fail(f"names {missing}, which the layout does not keep: add them to layout_options.meta_fields "
+                       f"(kept: {sorted(kept) or 'none'})", key)
+    named = task.prompt.named_audio - set(task.layout.audio_names())
+    if named:
+        raise fail(f"audio segment(s) {sorted(named)} name audio the layout does not keep: add them to "
+                   "layout_options.named_audio", "prompt")
+

@@ -17,13 +17,11 @@ from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioEncod
 from . import tiny
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs, split_chunks
+from .prompting import ChatFormat
 
-
-def build_inputs(processor, waves, prompt):
-    return chat_template_inputs(
-        processor, split_chunks(waves, 30.0), prompt, audio_item={"type": "audio_url", "audio": "placeholder"}, audio_kwarg="audios"
-    )
+build_inputs = ChatFormat(
+    audio_item=lambda wave: {"type": "audio_url", "audio": "placeholder"}, chunk_seconds=30.0, audio_kwarg="audios"
+)
 
 
 class AeroConfig(PreTrainedConfig):

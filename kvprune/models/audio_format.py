@@ -44,6 +44,10 @@ class AudioFormat:
     def piece_tokens(self, config, frames: int) -> int:
         raise NotImplementedError
 
+    def fixed_tokens(self, config) -> int | None:
+        """Audio tokens of every clip whatever its length, for families that pad clips to one size."""
+        return None
+
     def tokens(self, config, frames: int) -> int:
         """LLM audio tokens of one clip of ``frames`` mel frames."""
         return sum(self.piece_tokens(config, piece) for piece in self.pieces(config, frames))

@@ -9,6 +9,7 @@ asks the family. The tests, ``kvprune bench`` and the demo build their models fr
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -16,6 +17,7 @@ import torch.nn as nn
 import transformers
 
 from .audio_format import AudioFormat
+from .layer_io import LayerIO
 
 from ..registry import Registry
 
@@ -61,18 +63,57 @@ class ModelFamily:
     bench_note: str = ""
     #: ``config.model_type`` -> the class ``from_pretrained`` loads (``""``: AutoModelForCausalLM, remote code)
     model_types: dict[str, str] = field(default_factory=dict)
-    #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes them
+    #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes
+    #: them; ``prompt`` is text (every clip first) or a ``prompting.Prompt`` (ordered segments, system
+    #: turn). Usually a ``prompting.ChatFormat``, which says how one audio and one text item are written
     build_inputs: Callable[..., Any] | None = None
     #: ``load_processor(name_or_path, trust_remote_code)``; None: ``AutoProcessor.from_pretrained``
     load_processor: Callable[..., Any] | None = None
     #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
     load_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: adapter name -> the checkpoint subfolder of a LoRA adapter that ``load_model`` loads (peft) and
+    #: activates when the checkpoint carries it (Phi-4-multimodal's ``speech-lora``)
+    adapters: dict[str, str] = field(default_factory=dict)
     notes: str = ""
+    #: ``builder(config, **kwargs)`` where ``model_class._from_config`` does not fit (Gemma-3n: no timm vision tower)
+    builder: Callable[..., nn.Module] | None = None
+    #: how its decoder layers take and pass on the token sequence, where that is unusual
+    layer_io: LayerIO = field(default_factory=LayerIO)
+    #: the oldest transformers release whose classes and module layout this declaration matches
+    min_transformers: str = "5.17"
     #: what the family's processor and encoder do with audio longer than one chunk, in words
     long_audio: str = "whole"
     #: the longest clip in seconds the family takes as one audio item (None: no limit), so that callers
     #: can split or refuse longer audio instead of having it truncated silently
     max_clip_seconds: float | None = None
+    #: fixed audio tokens per clip, whatever its length (None: ``llm_tokens_per_second`` applies)
+    tokens_per_clip: int | None = None
+
+    @property
+    def available(self) -> bool:
+        """Whether the installed transformers has this family's classes (older ones lack some)."""
+        if _version(transformers.__version__) < _version(self.min_transformers):
+            return False
+        return not isinstance(self.model_class, str) or hasattr(transformers, self.model_class)
+
+    @property
+    def token_rate(self) -> str:
+        """The audio token rate as people read it: per second, or per clip for fixed-size families."""
+        if self.tokens_per_clip is not None:
+            return f"{self.tokens_per_clip} per clip"
+        return f"{self.llm_tokens_per_second:g}/s"
+
+    def listing(self) -> dict[str, str]:
+        """What ``kvprune families`` and the README table show of this family, as labelled text."""
+        return {
+            "family": self.display_name,
+            "classes": ", ".join(self.architectures),
+            "decoder layers": f"{self.decoder_paths[0]}.layers",
+            "audio tokens": self.token_rate,
+            "long audio": self.long_audio,
+            "longest clip": "any" if self.max_clip_seconds is None else f"{self.max_clip_seconds:g} s",
+            "transformers": f">= {self.min_transformers}",
+        }
 
     @property
     def architectures(self) -> tuple[str, ...]:
@@ -106,6 +147,8 @@ class ModelFamily:
     def build(self, config, **kwargs) -> nn.Module:
         """A model of this family with random weights from ``config``, nothing downloaded; ``kwargs``
         (``dtype``, ``attn_implementation``) go to ``_from_config``."""
+        if self.builder is not None:
+            return self.builder(config, **kwargs)
         return self._model_class()._from_config(config, **kwargs)
 
     def _model_class(self) -> type:
@@ -128,6 +171,11 @@ class ModelFamily:
             f"{self.display_name}: {names} is not set, so the audio placeholder token is unknown. "
             f"Set it from the processor, e.g. `model.config.{self.audio_token_attrs[0]} = processor.audio_token_id`."
         )
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(major, minor, patch) of a version string; pre-release suffixes ('5.25.0.dev0') are ignored."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def _merged(base: dict, overrides: dict) -> dict:

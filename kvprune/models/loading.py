@@ -15,6 +15,7 @@ import torch.nn as nn
 import transformers
 
 from .base import ModelFamily, UnsupportedModelError, list_families
+from .prompting import Prompt
 
 DTYPES = {"auto": "auto", "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -27,12 +28,14 @@ class LoadedModel:
     family: ModelFamily
     model: nn.Module
     processor: Any
+    adapters: tuple[str, ...] = ()  # the LoRA adapters loaded and active
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
-    def build_inputs(self, waves, prompt: str):
+    def build_inputs(self, waves, prompt: str | Prompt):
+        """The model inputs of ``waves`` and a prompt (text after every clip, or ordered segments)."""
         inputs = self.family.build_inputs(self.processor, waves, prompt)
         dtype = next(self.model.parameters()).dtype
         return {k: _to(v, self.device, dtype) for k, v in inputs.items()}
@@ -113,8 +116,45 @@ def load_model(
         trust_remote_code=trust_remote_code,
         **family.load_kwargs.get(class_name, {}),
     )
+    adapters = tuple(name for name, subfolder in family.adapters.items() if _carries_adapter(path, subfolder))
+    for name in adapters:
+        _load_adapter(model, path, name, family.adapters[name])
     if device_map is None:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     load_processor = family.load_processor or transformers.AutoProcessor.from_pretrained
     processor = load_processor(path, trust_remote_code=trust_remote_code)
-    return LoadedModel(name=path, family=family, model=model.eval(), processor=processor)
+    return LoadedModel(name=path, family=family, model=model.eval(), processor=processor, adapters=adapters)
+
+
+def _carries_adapter(path: str, subfolder: str) -> bool:
+    """Whether the checkpoint (folder or Hub id) has a LoRA adapter in ``subfolder``."""
+    if _looks_local(path):
+        return (Path(path).expanduser() / subfolder / "adapter_config.json").is_file()
+    found = transformers.utils.cached_file(
+        path, "adapter_config.json", subfolder=subfolder, _raise_exceptions_for_missing_entries=False
+    )
+    return found is not None
+
+
+def _load_adapter(model: nn.Module, path: str, name: str, subfolder: str) -> None:
+    """Insert a LoRA adapter the checkpoint carries into the model's own modules (no wrapper model,
+    so the family still recognises it); it is active from then on. peft is needed only here."""
+    try:
+        import peft
+    except ImportError:
+        raise ModelLoadError(
+            f"{path} carries a LoRA adapter in {subfolder}/ that the model needs for audio; install peft "
+            "(pip install 'kvprune[lora]') to load it."
+        ) from None
+    config = peft.PeftConfig.from_pretrained(path, subfolder=subfolder)
+    peft.inject_adapter_in_model(config, model, adapter_name=name)
+    weights = peft.utils.load_peft_weights(path, subfolder=subfolder)
+    # saved from a PeftModel, whose keys start with base_model.model.
+    weights = {key.removeprefix("base_model.model."): value for key, value in weights.items()}
+    result = peft.set_peft_model_state_dict(model, weights, adapter_name=name)
+    missing = [key for key in result.missing_keys if f".{name}." in key]
+    if result.unexpected_keys or missing:
+        raise ModelLoadError(
+            f"the LoRA adapter in {path}/{subfolder} does not fit the model: "
+            f"unexpected {result.unexpected_keys[:3]}, missing {missing[:3]}"
+        )

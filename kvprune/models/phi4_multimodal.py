@@ -1,25 +1,49 @@
-"""Phi-4-multimodal. Real checkpoints also need their speech LoRA adapter (peft), which is the
-caller's to load; audio goes in whole."""
+"""Phi-4-multimodal. Its checkpoints keep a speech LoRA adapter in ``speech-lora/``, trained with
+the audio path: ``load_model`` loads and activates it (peft, the ``lora`` extra). Its LoRA layers
+wrap the projections inside the decoder layers kvprune hooks, so pruning works the same with it.
+Audio goes in whole."""
 
+import math
 from dataclasses import dataclass
 
 import torch
-from transformers import Phi4MultimodalConfig
+from transformers import Phi4MultimodalConfig, Phi4MultimodalProcessor
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
+from .audio_only import processor_loader
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import SAMPLING_RATE, ChatFormat
+
+WINDOW, HOP = 400, 160  # its feature extractor's STFT, in samples
+
+
+class AudioOnlyPhi4Processor(Phi4MultimodalProcessor):
+    """``Phi4MultimodalProcessor`` with only its audio feature extractor and tokenizer.
+
+    Like the ``audio_only`` forms of the Omni processors (its audio part is named ``audio_processor``):
+    the stock one insists on an image processor, which needs torchvision."""
+
+    def __init__(self, audio_processor=None, tokenizer=None, chat_template=None, **kwargs):
+        self.image_token, self.image_token_id = tokenizer.image_token, tokenizer.image_token_id
+        self.audio_token, self.audio_token_id = tokenizer.audio_token, tokenizer.audio_token_id
+        # skip Phi4MultimodalProcessor.__init__, which passes an image processor up
+        super(Phi4MultimodalProcessor, self).__init__(audio_processor, tokenizer, chat_template=chat_template, **kwargs)
 
 
 @dataclass(frozen=True)
 class Phi4Audio(AudioFormat):
-    """100 frames/s reduced 8x by the conformer (12.5 tokens/s); a clip's features are trimmed to a
-    whole number of tokens, whose count goes in as ``audio_embed_sizes``. As the processor does, a
-    padding mask comes only with several clips."""
+    """Its feature extractor's frames (400-sample windows every 160 samples, none partial: 98 per
+    second of 16 kHz audio), reduced 8x by the conformer, a partial group counting whole (12.5
+    tokens/s); a clip's features are padded to a whole number of tokens, whose count goes in as
+    ``audio_embed_sizes``. As the processor does, a padding mask comes only with several clips."""
+
+    def frames(self, config, seconds):
+        samples = round(seconds * SAMPLING_RATE)
+        return max(1, (samples - WINDOW) // HOP + 1)
 
     def piece_tokens(self, config, frames):
-        return max(1, round(frames / config.audio_config.time_reduction))
+        return math.ceil(frames / config.audio_config.time_reduction)
 
     def features(self, config, clip_frames, generator=None):
         audio = config.audio_config
@@ -68,8 +92,10 @@ PHI4_MULTIMODAL = register_family(
         tiny_preset="tiny-phi4",
         bench_shapes={"phi4-mm": Phi4MultimodalConfig},  # the default config is the released shape
         bench_note="without the speech LoRA adapter real checkpoints run with (that adds compute)",
+        adapters={"speech": "speech-lora"},
         model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one audio item (its template's <|audio|>) per clip, in prompt order
+        load_processor=processor_loader(AudioOnlyPhi4Processor),
         long_audio="whole (its feature extractor neither chunks nor truncates)",
     )
 )

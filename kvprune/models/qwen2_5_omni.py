@@ -5,47 +5,29 @@ Audio goes in whole (no chunking): the processor's feature extractor covers up t
 """
 
 from dataclasses import dataclass
-from types import SimpleNamespace
 
 import torch
-from transformers import AutoProcessor, Qwen2_5OmniProcessor, Qwen2_5OmniThinkerConfig
-from transformers.utils import is_torchvision_available
+from transformers import Qwen2_5OmniProcessor, Qwen2_5OmniThinkerConfig
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask, whisper_tokens
+from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs
+from .prompting import ChatFormat
 
-_TOKEN_ATTRIBUTES = (
+OMNI_TOKENS = (
     "image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token",
     "audio_bos_token", "audio_eos_token", "image_token_id", "audio_token_id", "video_token_id",
 )
 
 
-class AudioOnlyOmniProcessor(Qwen2_5OmniProcessor):
-    """``Qwen2_5OmniProcessor`` with only its feature extractor and tokenizer (text and audio input).
+class AudioOnlyOmniProcessor(AudioOnlyProcessor, Qwen2_5OmniProcessor):
+    """``Qwen2_5OmniProcessor`` with only its feature extractor and tokenizer (see ``audio_only``)."""
 
-    The stock processor insists on a video processor, and transformers' video processors need
-    torchvision, which kvprune does not depend on. This keeps the standard text and audio path
-    (chat template, ``<|AUDIO|>`` expansion, Whisper features) and reads the same saved files,
-    ignoring their image and video parts.
-    """
-
-    def __init__(self, feature_extractor=None, tokenizer=None, chat_template=None):
-        # skip Qwen2_5OmniProcessor.__init__, which passes image and video processors up
-        super(Qwen2_5OmniProcessor, self).__init__(feature_extractor, tokenizer, chat_template=chat_template)
-        for name in _TOKEN_ATTRIBUTES:
-            setattr(self, name, getattr(tokenizer, name))
-
-    # transformers 5.17 reads the merge sizes even when no image or video is given; nothing else is read
-    image_processor = video_processor = SimpleNamespace(merge_size=1)
+    token_attributes = OMNI_TOKENS
 
 
-def load_processor(name_or_path, trust_remote_code: bool = False):
-    """The checkpoint's processor; its audio-only form where torchvision is not installed."""
-    if is_torchvision_available():
-        return AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-    return AudioOnlyOmniProcessor.from_pretrained(name_or_path)
+load_processor = processor_loader(AudioOnlyOmniProcessor)
 
 
 @dataclass(frozen=True)
@@ -140,7 +122,7 @@ QWEN2_5_OMNI = register_family(
             "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration",
             "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
         },
-        build_inputs=chat_template_inputs,
+        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         load_processor=load_processor,
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},

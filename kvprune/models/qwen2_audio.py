@@ -4,11 +4,9 @@ one placeholder run each; placeholders are expanded by the processor."""
 from . import tiny
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
-from .prompting import chat_template_inputs, split_chunks
+from .prompting import ChatFormat
 
-
-def build_inputs(processor, waves, prompt):
-    return chat_template_inputs(processor, split_chunks(waves, 30.0), prompt, audio_item={"type": "audio", "audio_url": ""})
+build_inputs = ChatFormat(audio_item=lambda wave: {"type": "audio", "audio_url": ""}, chunk_seconds=30.0)
 
 
 TINY = dict(

@@ -1,7 +1,8 @@
 """Voxtral (Mini-3B, Small-24B): Whisper encoder, projector, Llama decoder.
 
 Its processor loads audio from the message itself and pads it to 30 s chunks stacked on the
-batch axis; clips are handed over as base64 WAV of the already resampled waveform.
+batch axis; clips are handed over as base64 WAV of the already resampled waveform, each an audio
+chunk of the message in prompt order.
 """
 
 import math
@@ -13,13 +14,9 @@ from transformers import VoxtralConfig
 from . import tiny
 from .audio_format import AudioFormat
 from .base import ModelFamily, register_family
-from .prompting import user_turn, wav_base64
+from .prompting import ChatFormat, wav_base64
 
-
-def build_inputs(processor, waves, prompt):
-    conversation = user_turn(0, prompt, {})
-    conversation[0]["content"][:0] = [{"type": "audio", "base64": wav_base64(w)} for w in waves]
-    return processor.apply_chat_template(conversation, tokenize=True, return_dict=True, return_tensors="pt")
+build_inputs = ChatFormat(audio_item=lambda wave: {"type": "audio", "base64": wav_base64(wave)}, audio_kwarg=None)
 
 
 @dataclass(frozen=True)

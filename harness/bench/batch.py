@@ -1,0 +1,58 @@
+"""Throughput at batch sizes, and the largest batch that fits: the memory pruning frees (KV cache and
+activations of the layers >= K), turned into requests per second.
+
+A batch holds the same prompt in every row. Throughput follows from one timed request at that batch
+size (prefill, then the forced tokens): requests/s = batch / request time, prefill tokens/s = batch
+x prompt length / prefill time, decoded tokens/s = batch x forced tokens / decoding time.
+
+The largest batch is first predicted from the measured requests: each row costs at most
+``(peak - memory before the request + the row's inputs) / batch`` over the batch sizes timed, and
+the device can give the allocator what is free plus what it already reserved. The prediction is then
+run (its prefill and one decoding step); if that runs out of memory, 10% fewer rows are tried, up to
+``TRIES`` times. Only on CUDA, where memory is measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from .measure import RequestTiming
+
+TRIES = 4
+LIMIT = 4096  # no batch beyond this is tried
+
+
+def row_bytes(samples: dict[int, RequestTiming], input_bytes: dict[int, int]) -> float:
+    """The most device memory one row needed, over the batch sizes measured (NaN if unmeasured)."""
+    costs = [(s.peak_bytes - s.base_bytes + input_bytes[b]) / b for b, s in samples.items()]
+    costs = [c for c in costs if not math.isnan(c)]
+    return max(costs) if costs else math.nan
+
+
+def predicted_batch(per_row: float, fixed_bytes: float, capacity_bytes: float) -> int:
+    """Rows that fit beside ``fixed_bytes`` (weights and whatever else stays) in ``capacity_bytes``."""
+    if math.isnan(per_row) or per_row <= 0:
+        return 0
+    return max(0, min(LIMIT, int((capacity_bytes - fixed_bytes) // per_row)))
+
+
+def allocatable_bytes(device: torch.device) -> float:
+    """Memory the allocator can hand out in all: free on the device plus what it holds already."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return float(free + torch.cuda.memory_reserved(device))
+
+
+def largest_fitting(predicted: int, fits: Callable[[int], bool]) -> int:
+    """The prediction if it runs (``fits(batch)``: False when out of memory), else 10% fewer rows at
+    a time, ``TRIES`` tries in all; 0 if none ran."""
+    batch = predicted
+    for _ in range(TRIES):
+        if batch < 1:
+            return 0
+        if fits(batch):
+            return batch
+        batch = int(batch * 0.9)
+    return 0

@@ -1,0 +1,103 @@
+"""``kvprune bench --compare-stock``: what a user gets from stock Hugging Face against kvprune, in one
+run per preset and audio length, and the targets of that comparison.
+
+Rows (whole ``generate`` calls of ``--decode-tokens`` new tokens): stock HF unpruned on its dynamic
+cache; stock HF unpruned with its static-cache compile (the best a user gets without kvprune);
+kvprune unpruned (fast audio encoder, compiled static decoding); kvprune with each method at each
+ratio (the same); and the ideal at each ratio (prefill only). The targets are ratios against the
+stock rows of the same run; each comes with the bound the measurement itself sets: what the ideal
+would give, and the floor no pruning ratio can go below (kvprune's encoder, embedding and layers < K,
+timed inside kvprune's unpruned prefill).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+TARGET_RATIO = 0.9
+ENCODER_SPEEDUP, PREFILL_SPEEDUP, DECODE_MS = 4.0, 4.0, 10.0
+REQUEST_SPEEDUP_DYNAMIC, REQUEST_SPEEDUP_STATIC = 3.0, 1.8
+
+
+def variant(row) -> str:
+    """What a compare row is, in words."""
+    cache = f"{row['cache']} cache" + (", compiled" if row["decode_compiled"] is True else "")
+    if row["method"] == "stock":
+        return f"stock HF, {cache}"
+    encoder = f"{row['encoder']} encoder"
+    if row["method"] == "ideal":
+        return f"ideal {row['ratio']:g} ({encoder}, prefill only)"
+    name = "kvprune unpruned" if row["method"] == "none" else f"kvprune {row['method']} {row['ratio']:g}"
+    return f"{name}, {encoder}, {cache}"
+
+
+def _one(rows: pd.DataFrame, **match) -> pd.Series | None:
+    picked = rows
+    for column, value in match.items():
+        picked = picked[picked[column] == value]
+    return None if picked.empty else picked.iloc[0]
+
+
+def _times(value: float) -> str:
+    return "—" if value is None or math.isnan(value) else f"{value:.2f}×"
+
+
+def _met(value: float, goal: float, higher: bool = True) -> str:
+    if value is None or math.isnan(value):
+        return "not measured"
+    return "met" if (value >= goal if higher else value <= goal) else "missed"
+
+
+def targets(rows: pd.DataFrame, ratio: float = TARGET_RATIO) -> list[dict]:
+    """The targets, per method at ``ratio``, from one preset and audio length's compare rows: a dict
+    each with the target, its measured value, the bound the measurement allows, and whether it is met."""
+    dynamic = _one(rows, method="stock", cache="dynamic")
+    static = _one(rows, method="stock", cache="static")
+    unpruned = _one(rows, method="none")
+    ideal = _one(rows, method="ideal", ratio=ratio)
+    if dynamic is None or unpruned is None:
+        return []
+    floor_ms = unpruned["head_ms"]
+    speedup = dynamic["encoder_ms"] / unpruned["encoder_ms"]
+    identical = unpruned.get("encoder_identical")
+    identity = {True: "bit-identical", False: "NOT bit-identical"}.get(identical, "identity not checked")
+    results = [dict(
+        target=f"audio encoder ≥ {ENCODER_SPEEDUP:g}× faster than stock, bit-identical",
+        measured=f"{_times(speedup)}, {identity}",
+        bound="—",
+        met="missed: the outputs differ" if identical is False else _met(speedup, ENCODER_SPEEDUP),
+    )]
+    pressed = rows[(~rows["method"].isin(["stock", "none", "ideal"])) & (rows["ratio"] == ratio)]
+    ideal_prefill = ideal["prefill_ms"] if ideal is not None else math.nan
+    for _, press in pressed.iterrows():
+        name = f"{press['method']} {ratio:g}"
+        decode_total = press["request_ms"] - press["prefill_ms"]
+        prefill = dynamic["prefill_ms"] / press["prefill_ms"]
+        results.append(dict(
+            target=f"prefill at {name} ≥ {PREFILL_SPEEDUP:g}× faster than stock HF unpruned",
+            measured=_times(prefill),
+            bound=f"ideal {_times(dynamic['prefill_ms'] / ideal_prefill)}; floor (encoder + layers < K) "
+                  f"{_times(dynamic['prefill_ms'] / floor_ms)}",
+            met=_met(prefill, PREFILL_SPEEDUP),
+        ))
+        results.append(dict(
+            target=f"decode at {name} ≤ {DECODE_MS:g} ms per token (on an H200)",
+            measured=f"{press['decode_ms_per_token']:.2f} ms per token ({press['cache']} cache)",
+            bound="—",
+            met=_met(press["decode_ms_per_token"], DECODE_MS, higher=False),
+        ))
+        for baseline, goal, words in ((dynamic, REQUEST_SPEEDUP_DYNAMIC, "dynamic cache"),
+                                      (static, REQUEST_SPEEDUP_STATIC, "static-cache compile")):
+            if baseline is None:
+                continue
+            request = baseline["request_ms"] / press["request_ms"]
+            results.append(dict(
+                target=f"request (prefill + {int(press['decode_tokens'])} tokens) at {name} ≥ {goal:g}× faster than stock HF "
+                       f"with its {words}",
+                measured=_times(request),
+                bound=f"with the ideal prefill {_times(baseline['request_ms'] / (ideal_prefill + decode_total))}",
+                met=_met(request, goal),
+            ))
+    return results

@@ -1,0 +1,154 @@
+"""What the bench times at one audio length, and how: requests run in interleaved rounds, summarised
+with medians after an outlier rule.
+
+Every request (unpruned, the ideal at each ratio, each press at each ratio, the stock baselines)
+runs once per round, starting one place later each round, so that slow drift (the card's clocks,
+the host's load) spreads over all of them instead of biasing whichever ran in a bad minute.
+``warmup`` rounds come first and are not counted; they also absorb compilation.
+
+Outliers: every request runs the same audio encoder on the same features, so a round whose encoder
+time is far from the encoder's usual time (more than 3 median absolute deviations and 5% from the
+median of all requests' rounds on that encoder path and batch size) caught the device disturbed,
+and that round of that request is left out, as long as at least half of its rounds remain. What
+the medians then compare, besides the whole prefill, is its LLM part (prefill minus its own encoder
+time, per round), which an encoder outlier cannot move.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvprune.press import Press
+
+from .measure import RequestTiming
+
+GIB = 2.0**30
+SKIPPED = "skipped: --max-minutes reached"
+MAD_SIGMA = 1.4826  # median absolute deviation -> standard deviation, for normal noise
+
+
+@dataclass(frozen=True)
+class Request:
+    """One configuration timed in the rounds."""
+
+    method: str  # "none" (kvprune, unpruned), "ideal", "stock" (Hugging Face alone) or a method label
+    ratio: float
+    kind: str  # none, ideal, stock, or the press's kind: token, cache, composed
+    press: Press | None = None
+    keep: int | None = None  # the ideal: the prompt positions layers >= K run on
+    drop_ratio: float | None = None  # the fraction of audio tokens dropped before layer K (token presses, ideal)
+    cache: str = "dynamic"  # dynamic or static
+    encoder: str = "fast"  # fast (kvprune.fast_audio_encoder) or stock
+    batch: int = 1
+    generate: bool = False  # a whole generate call instead of prefill + forced decoding
+
+    @property
+    def decodes(self) -> bool:
+        return self.kind != "ideal"  # the ideal is a prefill bound: its cache is not decoded
+
+
+@dataclass
+class Outcome:
+    """A request's timed rounds (or the error that stopped it) and what its prefills kept."""
+
+    samples: list[RequestTiming]
+    kept_tokens: int | None = None
+    error: str | None = None
+
+
+def run_rounds(requests: list[Request], rounds: int, warmup: int, run_one: Callable[[Request], tuple],
+               expired: Callable[[], bool], describe: Callable[[Exception], str], on_round=None) -> dict[Request, Outcome]:
+    """Run every request once per round (``run_one(request) -> (RequestTiming, kept tokens)``); the
+    first ``warmup`` rounds are not kept. A request that raises is not run again: its error is kept.
+    Past the deadline (``expired``) no request starts: the rounds already timed are what the medians
+    use, and only a request with no timed round at all is reported skipped."""
+    outcomes = {request: Outcome([]) for request in requests}
+    for round_ in range(rounds):
+        if expired():
+            break
+        if on_round is not None:
+            on_round(round_)
+        shift = round_ % max(1, len(requests))
+        for request in requests[shift:] + requests[:shift]:
+            outcome = outcomes[request]
+            if outcome.error is not None:
+                continue
+            if expired():
+                break
+            try:
+                timing, kept = run_one(request)
+            except Exception as error:
+                outcome.error = describe(error)
+                continue
+            outcome.kept_tokens = kept
+            if round_ >= warmup:
+                outcome.samples.append(timing)
+    for outcome in outcomes.values():
+        if outcome.error is None and not outcome.samples:
+            outcome.error = SKIPPED if expired() else "no timed round"
+    return outcomes
+
+
+def disturbed(outcomes: dict[Request, Outcome]) -> dict[Request, list[bool]]:
+    """Per request and timed round, whether its encoder time marks the round as disturbed (see the
+    module's docstring); never more than half of a request's rounds."""
+    pools: dict[tuple, list[float]] = {}
+    for request, outcome in outcomes.items():
+        pools.setdefault((request.encoder, request.batch), []).extend(
+            s.encoder_ms for s in outcome.samples if not math.isnan(s.encoder_ms)
+        )
+    flags = {}
+    for request, outcome in outcomes.items():
+        pool = pools[request.encoder, request.batch]
+        if len(pool) < 3:
+            flags[request] = [False] * len(outcome.samples)
+            continue
+        centre = statistics.median(pool)
+        limit = max(3 * MAD_SIGMA * statistics.median(abs(x - centre) for x in pool), 0.05 * centre)
+        flagged = [abs(s.encoder_ms - centre) > limit for s in outcome.samples]
+        flags[request] = flagged if sum(flagged) <= len(flagged) // 2 else [False] * len(flagged)
+    return flags
+
+
+def summary(outcome: Outcome, dropped: list[bool]) -> dict:
+    """A request's row fields: medians over its kept rounds, the LLM part's spread, the largest peak."""
+    if outcome.error is not None:
+        return {"error": outcome.error}
+    kept = [s for s, out in zip(outcome.samples, dropped) if not out]
+
+    def median(name: str) -> float:
+        values = [getattr(s, name) for s in kept]
+        values = [v for v in values if not math.isnan(v)]
+        return statistics.median(values) if values else math.nan
+
+    llm = [s.llm_ms for s in kept if not math.isnan(s.llm_ms)]
+    last = kept[-1]
+    return dict(
+        prefill_ms=median("prefill_ms"),
+        encoder_ms=median("encoder_ms"),
+        llm_ms=statistics.median(llm) if llm else math.nan,
+        llm_noise_ms=spread(llm),
+        head_ms=median("head_ms"),
+        score_ms=median("score_ms"),
+        decode_ms_per_token=median("decode_ms_per_token"),
+        request_ms=median("request_ms"),
+        peak_gib=max(s.peak_bytes for s in kept) / GIB,
+        kv_bytes=last.kv_bytes,
+        kv_alloc_bytes=last.kv_alloc_bytes,
+        cache=last.cache,
+        compiled_in_timing=any(s.compiled for s in kept),
+        rounds=len(kept),
+        dropped_rounds=len(outcome.samples) - len(kept),
+        kept_tokens=outcome.kept_tokens,
+    )
+
+
+def spread(values: list[float]) -> float:
+    """Round-to-round noise of a median: the median absolute deviation, scaled to a standard deviation."""
+    if len(values) < 2:
+        return 0.0
+    centre = statistics.median(values)
+    return MAD_SIGMA * statistics.median(abs(v - centre) for v in values)

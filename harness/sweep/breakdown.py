@@ -1,0 +1,130 @@
+"""Scores per metadata value and per suite: ``breakdown.csv`` and the report's breakdown sections.
+
+A task's ``breakdown_by`` fields (category, sub-category, difficulty, modality...) split its rows by
+the item's value of that field; each part is scored with the task's own metrics, so a metric that
+works per item or per sub-category (STAR-Bench's perception parts average their sub-categories)
+does so within the part, as the official tables do. Rows whose item has no value for the field
+are left out of that field's table. A suite with an ``aggregate`` (``tasks.suites``) adds one row per
+model x method x ratio that ran all its tasks: the mean of each aggregated metric over them
+(STAR-Bench's Final MA).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+import pandas as pd
+
+from ..tasks.metrics import row_meta
+from ..tasks.suites import Suite, list_suites
+from ..tasks.task import Task, get_task
+from .config import BASELINE
+from .summary import GROUP, distinguish_labels
+
+SUITE_FIELD = "suite"
+
+
+def breakdown_table(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.DataFrame) -> pd.DataFrame:
+    """The breakdown table of a sweep's results (as its summary read them, with ``summary`` for the
+    suites): what ``breakdown.csv`` holds."""
+    return pd.concat([breakdown(results, tasks), suite_scores(summary, list_suites())], ignore_index=True)
+
+
+def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> pd.DataFrame:
+    """One row per run identity (model x task x method spec x settings x ratio, as the summary groups
+    them) x breakdown field x value: ``samples`` and the task's metrics on those rows (``score``: the
+    primary one)."""
+    tasks = tasks or {}
+    results = results.reindex(columns=list(dict.fromkeys([*results.columns, *GROUP])))  # older rows lack identity fields
+    rows = []
+    for (model, task_name, method, layer, method_id, settings_id, ratio), group in results.groupby(GROUP, sort=True, dropna=False):
+        task = tasks[task_name] if task_name in tasks else get_task(task_name)
+        records = group.to_dict("records")
+        identity = dict(model=model, task=task_name, method=method, ratio=ratio, layer=None if pd.isna(layer) else int(layer),
+                        method_id=method_id, settings_id=settings_id)
+        for field in task.breakdown_by:
+            by_value: dict[str, list[dict]] = {}
+            for record in records:
+                value = row_meta(record).get(field)
+                if value is not None:
+                    by_value.setdefault(_text(value), []).append(record)
+            for value, subset in sorted(by_value.items()):
+                metrics = task.summarize(subset)
+                rows.append(dict(identity, field=field, value=value, samples=len(subset), metric=task.primary_metric,
+                                 score=metrics[task.primary_metric], **metrics))
+    return distinguish_labels(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
+
+
+def suite_scores(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
+    """Per suite with an aggregate, model, method and ratio that ran all its tasks: the mean of each
+    aggregated metric over the suite's tasks (``task`` holds the suite's name)."""
+    rows = []
+    for suite in suites:
+        if not suite.aggregate or summary.empty:
+            continue
+        ran = summary[summary["task"].isin(suite.tasks)]
+        for (model, method, ratio), frame in ran.groupby(["model", "method", "ratio"], sort=True):
+            if set(frame["task"]) != set(suite.tasks):
+                continue
+            scores = {metric: frame[metric].mean() for metric in suite.aggregate}
+            rows.append(dict(model=model, task=suite.name, method=method, ratio=ratio, field=SUITE_FIELD,
+                             value=suite.aggregate_name, samples=int(frame["samples"].sum()),
+                             metric=suite.aggregate[0], score=scores[suite.aggregate[0]], **scores))
+    return pd.DataFrame(rows)
+
+
+def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) -> list[str]:
+    """The report's sections for one model: each task's notes, then per task and field a table of
+    the primary score per value (rows) and run (columns), then the suites' aggregates."""
+    parts = []
+    for name, task in sorted(tasks.items()):
+        if task.notes:
+            parts.append(f"**{name}**: {task.notes.strip()}\n")
+    if table.empty:
+        return parts
+    table = table[table["model"] == model]
+    for (task, field), rows in table[table["field"] != SUITE_FIELD].groupby(["task", "field"], sort=True):
+        metric = rows["metric"].iloc[0]
+        parts.append(f"#### {task} by {field} ({metric})\n\n" + _pivot(rows, "value"))
+    for suite, rows in table[table["field"] == SUITE_FIELD].groupby("task", sort=True):
+        name = rows["value"].iloc[0]
+        metrics = [c for c in rows.columns if c not in _NOT_METRICS and rows[c].notna().any()]
+        parts.append(f"#### {suite}: {name} over its tasks\n\n" + _suite_table(rows, metrics))
+    return parts
+
+
+_NOT_METRICS = {"model", "task", "method", "ratio", "layer", "method_id", "settings_id", "field", "value", "samples", "metric",
+                "score"}
+
+
+def _run_label(method: str, ratio: float) -> str:
+    return "baseline" if method == BASELINE else f"{method} {ratio:g}"
+
+
+def _pivot(rows: pd.DataFrame, index: str) -> str:
+    runs = rows.assign(run=[_run_label(m, r) for m, r in zip(rows["method"], rows["ratio"])])
+    order = sorted(set(runs["run"]), key=lambda run: (run != "baseline", run))
+    table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(columns=order)
+    samples = runs[runs["run"] == order[0]].set_index(index)["samples"]
+    header = f"| {index} | samples | " + " | ".join(order) + " |\n|" + "---|" * (len(order) + 2) + "\n"
+    lines = [f"| {value} | {samples.get(value, '—')} | " + " | ".join(_cell(v) for v in values) + " |"
+             for value, values in zip(table.index, table.to_numpy())]
+    return header + "\n".join(lines) + "\n"
+
+
+def _suite_table(rows: pd.DataFrame, metrics: list[str]) -> str:
+    header = "| method | ratio | samples | " + " | ".join(metrics) + " |\n|" + "---|" * (len(metrics) + 3) + "\n"
+    ordered = rows.assign(_base=rows["method"] != BASELINE).sort_values(["_base", "method", "ratio"])
+    lines = [f"| {r['method']} | {r['ratio']:g} | {r['samples']} | " + " | ".join(_cell(r[m]) for m in metrics) + " |"
+             for _, r in ordered.iterrows()]
+    return header + "\n".join(lines) + "\n"
+
+
+def _cell(value) -> str:
+    return "—" if value is None or pd.isna(value) else f"{value:.2f}"
+
+
+def _text(value) -> str:
+    """A metadata value as a table key (lists, as MMAU's category sometimes is, as JSON)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

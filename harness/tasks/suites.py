@@ -1,0 +1,84 @@
+"""Suites: a benchmark's tasks under one name (``--tasks starbench``), with its aggregate score.
+
+A suite is a YAML file in ``configs/suites/``::
+
+    title: STAR-Bench
+    benchmark: STAR-Bench
+    tasks: [starbench_pc, starbench_sr, starbench_tr]
+    aggregate: [starbench_aa, starbench_acr]   # metrics averaged over the tasks (optional)
+    aggregate_name: MA                          # what the benchmark calls that average
+
+``aggregate`` names metrics every task of the suite reports; the suite's score for each is the plain
+mean over its tasks (STAR-Bench's "Final MA" averages the three parts' AA and ACR so). The summary
+writes it beside the per-task breakdowns (``breakdown.csv``, report.md) for every model x method x
+ratio that ran all the suite's tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from kvprune.registry import Registry
+
+from .config_files import CONFIGS_DIR, TaskConfigError
+
+SUITES_DIR = CONFIGS_DIR / "suites"
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    title: str
+    benchmark: str
+    tasks: tuple[str, ...]
+    aggregate: tuple[str, ...] = ()
+    aggregate_name: str = "mean"
+
+
+_FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "aggregate_name": str}
+
+
+def read_suite(path: Path) -> Suite:
+    """The suite in a YAML file; TaskConfigError naming the file and field when it is malformed."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise TaskConfigError(f"{path}: cannot read the suite ({error})") from None
+    if not isinstance(raw, dict):
+        raise TaskConfigError(f"{path}: expected a mapping of suite fields")
+    unknown = sorted(set(raw) - set(_FIELDS))
+    if unknown:
+        raise TaskConfigError(f"{path}: unknown field(s) {unknown}; a suite has {sorted(_FIELDS)}")
+    for key, kind in _FIELDS.items():
+        if key in raw and not isinstance(raw[key], kind):
+            raise TaskConfigError(f"{path}: field {key!r}: expected {kind.__name__}")
+    if not raw.get("tasks") or not all(isinstance(t, str) for t in raw["tasks"]):
+        raise TaskConfigError(f"{path}: field 'tasks': list the suite's task names")
+    return Suite(path.stem, raw.get("title", path.stem), raw.get("benchmark", ""), tuple(raw["tasks"]),
+                 tuple(raw.get("aggregate", ())), raw.get("aggregate_name", "mean"))
+
+
+SUITES: Registry[Path] = Registry("suite")
+for _path in sorted(SUITES_DIR.glob("*.yaml")):
+    SUITES.register(_path.stem, _path)
+
+
+def get_suite(name: str) -> Suite:
+    return read_suite(SUITES.get(name))
+
+
+def list_suites() -> list[Suite]:
+    return [get_suite(name) for name in SUITES.names()]
+
+
+def expand_suites(names: list[str]) -> list[str]:
+    """Task names with every suite name replaced by its tasks (each task once, first place kept)."""
+    expanded: list[str] = []
+    for name in names:
+        for task in get_suite(name).tasks if name in SUITES else (name,):
+            if task not in expanded:
+                expanded.append(task)
+    return expanded
