@@ -508,11 +508,14 @@ def _describe(press) -> str:
     return " + ".join(type(part).__name__ for part in press.parts())
 
 
-def validate_press(model: nn.Module, press) -> None:
+def validate_press(model: nn.Module, press, static: bool = False) -> None:
     """Raise the error ``with press(model):`` would raise (unknown family, a layer out of range,
-    presses that cannot run together), without installing anything on the model: what the sweep
-    checks for every method before its first sample."""
-    PressSession(model, press)
+    presses that cannot run together), and with ``static`` the one generating on a static cache
+    would raise (a model whose static cache cannot hold a pruned prompt), without installing
+    anything on the model: what the sweep checks for every method before its first sample."""
+    session = PressSession(model, press)
+    if static and session.prunes:
+        static_cache.check_model(session.entry.config, session.family.display_name, session.kv_sources)
 
 
 def _check_cache_presses(presses, attn_implementation: str) -> None:

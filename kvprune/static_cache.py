@@ -30,7 +30,7 @@ cache prunes them exactly.
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import StaticLayer
+from transformers.cache_utils import StaticCache, StaticLayer
 
 from .attention_probe import key_validity
 from .compat import find_cache
@@ -141,6 +141,12 @@ def holds_tokens(cache, new_tokens: int) -> bool:
     if not first.is_initialized:
         return False
     return new_tokens == 1 or torch.compiler.is_compiling() or int(first.get_seq_length()) > 0
+
+
+def check_model(config, model_name: str, kv_sources: dict[int, int]) -> None:
+    """``check_prunable`` for the static cache ``generate`` makes from a model's ``config``, before the
+    model has run (the cache's layers allocate nothing until they are first filled)."""
+    check_prunable(StaticCache(config=config, max_cache_len=1), model_name, kv_sources)
 
 
 def check_prunable(cache, model_name: str, kv_sources: dict[int, int]) -> None:

@@ -25,6 +25,7 @@ from kvprune.harness.cli import main
 from kvprune.harness.sweep.identity import read_plan
 from kvprune.harness.sweep.lock import FolderLock, FolderLockedError
 from kvprune.harness.sweep.store import read_rows, read_runs, run_key
+from tiny_models import FAMILIES
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +168,19 @@ def test_a_bad_configuration_exits_2_before_any_sample_and_leaves_no_trace(data_
         assert message in capsys.readouterr().err
     assert not fresh.exists(), "a failed start creates no folder"
     assert snapshot(existing) == kept, "nor changes one"
+
+
+def test_a_model_whose_static_cache_cannot_hold_a_pruned_prompt_is_refused_before_anything_runs(data_root, tmp_path, capsys):
+    """--cache static (what auto means on a GPU) on Gemma-3n, whose sliding-window and KV-sharing layers a
+    pruned static cache cannot lay out: refused from the checkpoint's config, with both fixes named."""
+    model = tmp_path / "gemma3n"
+    FAMILIES["gemma3n"].config.save_pretrained(model)  # the check needs only the config: no weights are read
+    arguments = args(data_root, tmp_path / "out", "--cache", "static")
+    arguments[arguments.index("--model") + 1] = str(model)
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert f"method frame (ratio 0.5) cannot run on {model}: Gemma-3n: kvprune cannot prune into a static cache" in error
+    assert error.rstrip().endswith("In a sweep: --cache dynamic.") and not (tmp_path / "out").exists()
 
 
 def test_an_unwritable_output_folder_is_refused_with_a_message(data_root, tmp_path, capsys):

@@ -120,6 +120,8 @@ def _skeleton(path: str, config: SweepConfig) -> nn.Module | None:
         model_config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=config.trust_remote_code)
         class_name = family.model_types[model_type]
         with torch.device("meta"):
+            if class_name == family.model_class:  # the family's own build (Gemma-3n: without its vision tower)
+                return family.build(model_config, attn_implementation=config.attn_implementation)
             if class_name:
                 return getattr(transformers, class_name)._from_config(model_config, attn_implementation=config.attn_implementation)
             return transformers.AutoModelForCausalLM.from_config(model_config, trust_remote_code=config.trust_remote_code)
@@ -317,13 +319,18 @@ class SweepRunner:
                 self._check_presses(skeleton, name)
 
     def _check_presses(self, model: nn.Module, model_name: str) -> None:
+        """Every planned press against ``model``, and against the static cache when the sweep decodes on one."""
         for run in self.runs:
             if run.press is None:
                 continue
-            try:
-                validate_press(model, run.press)
-            except (ValueError, NotImplementedError) as error:
-                raise SweepConfigError(f"method {run.method} (ratio {run.ratio:g}) cannot run on {model_name}: {error}") from None
+            for static in (False, True) if self.cache == "static" else (False,):
+                try:
+                    validate_press(model, run.press, static=static)
+                except (ValueError, NotImplementedError) as error:
+                    fix = " In a sweep: --cache dynamic." if static else ""
+                    raise SweepConfigError(
+                        f"method {run.method} (ratio {run.ratio:g}) cannot run on {model_name}: {error}{fix}"
+                    ) from None
 
     # -- per model / task ------------------------------------------------------------------------
     def _run_model(self, model_name: str) -> None:
