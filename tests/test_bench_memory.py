@@ -40,3 +40,15 @@ def test_a_preset_that_cannot_fit_is_refused_up_front_with_its_estimate(monkeypa
     assert not out.exists(), "refused before anything was built or written"
     config = BenchConfig(presets=["tiny-omni"], audio_seconds=[2.0], out=None, progress=False, device="cpu")
     memory.check_fits(config, torch.device("cpu"), torch.float32)  # a tiny preset fits
+
+
+def test_the_batch_mode_is_refused_only_when_its_smallest_batch_cannot_fit(monkeypatch):
+    preset = PRESETS.get("tiny-omni")
+    one, four = (memory.estimate(preset, 2.0, torch.float32, decode_tokens=32, batch=b) for b in (1, 4))
+    assert four.weights == one.weights and four.kv_cache == 4 * one.kv_cache and four.activations == 4 * one.activations
+    monkeypatch.setattr(memory, "available_bytes", lambda device: (one.total + four.total) // 2)
+    config = BenchConfig(presets=["tiny-omni"], audio_seconds=[2.0], out=None, progress=False, device="cpu")
+    memory.check_fits(config, torch.device("cpu"), torch.float32)  # batch 1 fits
+    config = BenchConfig(presets=["tiny-omni"], audio_seconds=[2.0], out=None, progress=False, device="cpu", batch_sizes=[16, 4])
+    with pytest.raises(ValueError, match="preset tiny-omni at 2 s of audio x 4 prompts needs"):
+        memory.check_fits(config, torch.device("cpu"), torch.float32)

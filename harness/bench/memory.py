@@ -38,15 +38,15 @@ class MemoryEstimate:
                 f"activations {self.activations / GIB:.1f}, plus {MARGIN - 1:.0%}")
 
 
-def estimate(preset: Preset, seconds: float, dtype: torch.dtype, decode_tokens: int = 0) -> MemoryEstimate:
-    """What ``preset`` needs for one prompt of ``seconds`` of audio in ``dtype``."""
+def estimate(preset: Preset, seconds: float, dtype: torch.dtype, decode_tokens: int = 0, batch: int = 1) -> MemoryEstimate:
+    """What ``preset`` needs for ``batch`` prompts of ``seconds`` of audio in ``dtype``."""
     with torch.device("meta"):
         model = preset.family.build(preset.config(), dtype=dtype)
     size = torch.tensor([], dtype=dtype).element_size()
     weights = sum(p.numel() for p in model.parameters()) * size
     config, audio = model.config, preset.family.audio_format
     audio_tokens = audio.tokens(config, audio.frames(config, seconds))
-    tokens = TEXT_BEFORE + TEXT_AFTER + len(audio.placeholders(config, 0, audio_tokens)) + decode_tokens  # markers too
+    tokens = batch * (TEXT_BEFORE + TEXT_AFTER + len(audio.placeholders(config, 0, audio_tokens)) + decode_tokens)  # markers too
     text = preset.family.decoder(model).config
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     per_token_layer = 2 * text.num_key_value_heads * head_dim * size  # keys and values
@@ -66,19 +66,22 @@ def available_bytes(device: torch.device) -> int | None:
 
 
 def check_fits(config, device: torch.device, dtype: torch.dtype) -> None:
-    """Refuse a bench whose largest preset x audio length cannot fit ``device``, naming the estimate."""
+    """Refuse a bench whose largest preset x audio length cannot fit ``device`` at its smallest batch size,
+    naming the estimate (larger batches that do not fit are the batch mode's own finding, recorded as rows)."""
     available = available_bytes(device)
     if available is None:
         return
     longest = max(config.audio_seconds)
+    batch = min(config.batch_sizes or [1])
     for name in config.presets:
         try:
-            needed = estimate(PRESETS.get(name), longest, dtype, config.decode_tokens)
+            needed = estimate(PRESETS.get(name), longest, dtype, config.decode_tokens, batch)
         except Exception:  # a preset that cannot even be laid out fails when it is built, as a row
             continue
         if needed.total > available:
+            prompts = f" x {batch} prompts" if batch > 1 else ""
             raise ValueError(
-                f"preset {name} at {longest:g} s of audio needs {needed.describe()} ({dtype}), but {device} has "
+                f"preset {name} at {longest:g} s of audio{prompts} needs {needed.describe()} ({dtype}), but {device} has "
                 f"{available / GIB:.1f} GiB free: it would not fit (on a CPU the system would kill it). Run it on a "
                 "GPU with enough memory (--device cuda), or take a smaller preset (tiny-* run on a CPU) or shorter "
                 "--audio-seconds."
