@@ -1,26 +1,33 @@
 """Long audio is never cut silently: every family's limit is applied by an explicit policy, the
 processor is told to keep what the model can take, and what the model received is checked and
 recorded. A 10-minute clip on every family; end to end on the demo model (Qwen2.5-Omni, whose
-processor cuts at 30 s unless told otherwise) and on a tiny Qwen2-Audio checkpoint with its real
-processor (30 s chunks)."""
+processor cuts at 30 s unless told otherwise), on a tiny Qwen2-Audio checkpoint with its real
+processor (30 s chunks), and through the real processors of Voxtral (30 s chunks of its own),
+Phi-4-multimodal (whole) and Aero-1 (its published processor's behaviour; 30 s clips) into a
+pruned generation."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+import torch
 
 import task_fixtures
+from kvprune import FastVPress
 from kvprune.harness.audio import SAMPLING_RATE
 from kvprune.harness.cli import main
 from kvprune.harness.demo import DEMO_MODEL_DIR
 from kvprune.harness.long_audio import LongAudioError, fit_clips, model_inputs, received_seconds
 from kvprune.harness.sweep.store import read_rows
 from kvprune.models import QWEN2_5_OMNI
-from kvprune.models.loading import load_model
+from kvprune.models.loading import LoadedModel, load_model
+from kvprune.models.prompting import Prompt
 from kvprune.ratios import keep_count
 from tiny_checkpoints import qwen2_audio_checkpoint
 from tiny_models import FAMILIES
-from tiny_processors import wave
+from tiny_processors import processor_and_config, wave
 
 TEN_MINUTES = 600.0
 
@@ -86,6 +93,41 @@ def test_a_qwen2_audio_checkpoint_gets_all_ten_minutes_as_30_second_clips(ten_mi
     built = model_inputs(loaded, [ten_minutes], "What is heard ?", "split")
     assert built["audio_tokens"] == 15_000 and built["audio_clips"] == 20 and built["audio_seconds_received"] == TEN_MINUTES
     assert tuple(built["inputs"]["input_features"].shape) == (20, 16, 3000)
+
+    # prompt segments: the pieces of a split clip stand where it stood, in order, between the same texts
+    prompt = Prompt(("A\n", 0, "B\n", 1, "What is heard ?"))  # its template writes text items as they are
+    built = model_inputs(loaded, [wave(1.0), wave(65.0, seed=1)], prompt, "split")
+    tokens = loaded.processor.tokenizer.convert_ids_to_tokens(built["inputs"]["input_ids"][0].tolist())
+    audio = [t == "<|AUDIO|>" for t in tokens]
+    runs = [len(list(group)) for is_audio, group in itertools.groupby(audio) if is_audio]
+    assert runs == [25, 750, 750, 125] and built["audio_clips"] == 4
+    assert tokens.index("A") < audio.index(True) < tokens.index("B") < tokens.index("What")
+    assert fit_clips([wave(1.0), wave(65.0)], 30.0, "split").prompt(prompt) == Prompt(("A\n", 0, "B\n", 1, 2, 3, "What is heard ?"))
+
+
+@pytest.mark.parametrize(("name", "clips", "features", "shape"), [
+    ("voxtral", 1, "input_features", (20, 16, 3000)),  # one clip: its processor stacks 30 s chunks itself
+    ("phi4_multimodal", 1, "audio_input_features", (1, 59_998, 16)),  # whole
+    ("aero", 20, "audio_values", (20, 16, 3000)),  # split into its 30 s clips, one audio item each
+])
+def test_real_processors_get_all_ten_minutes_and_a_pruned_model_runs_on_what_they_give(name, clips, features, shape, ten_minutes,
+                                                                                         tmp_path):
+    processor, config = processor_and_config(name, tmp_path)
+    family = FAMILIES[name].family
+    torch.manual_seed(0)
+    loaded = LoadedModel(name, family, family.build(config).eval(), processor)
+    built = model_inputs(loaded, [ten_minutes], "What is heard ?", "split")
+    assert built["audio_tokens"] == TEN_MINUTES * family.llm_tokens_per_second and built["audio_clips"] == clips
+    assert (built["audio_seconds"], built["audio_seconds_received"]) == (TEN_MINUTES, TEN_MINUTES)
+    assert built["long_audio"] == (None if clips == 1 else f"split 1 clip(s) into {clips} clips of at most 30 s")
+    assert tuple(built["inputs"][features].shape) == shape
+
+    shorter = model_inputs(loaded, [ten_minutes[: 65 * SAMPLING_RATE]], "What is heard ?", "split")  # Aero-1: 30 + 30 + 5 s
+    with torch.no_grad(), FastVPress(layer=2)(loaded.model, ratio=0.5) as run:
+        loaded.generator.generate(**shorter["inputs"], max_new_tokens=2, do_sample=False)
+    # the model accepted the processor's placeholders (it refuses any other count); the template here writes
+    # Aero-1's three items back to back, one run of placeholders the engine prunes as one clip
+    assert [(s.audio_tokens, s.kept_tokens) for s in run.stats] == [(shorter["audio_tokens"], keep_count(shorter["audio_tokens"], 0.5))]
 
 
 @pytest.fixture
