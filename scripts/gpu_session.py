@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAIN, OTHERS = "qwen2.5-omni-7b", "aero-1-audio-1.5b,voxtral-mini-3b,phi4-mm,qwen2.5-omni-3b"
-TINY_SECONDS = {"300": "2", "120": "1"}
+TINY_SECONDS = {"300": "2", "120": "1", "30": "1"}
 NEW_FAMILIES = "audio-flamingo-3,granite-speech-3.3-8b,qwen3-omni-30b-a3b"  # at 5 min; Gemma-3n takes 30 s at most
 CACHE_METHODS = "knorm,random_kv,tova,snapkv,streaming_llm,expected_attention,pyramidkv,adakv,frame+knorm"
 
