@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MAIN, OTHERS = "qwen2.5-omni-7b", "aero-1-audio-1.5b,voxtral-mini-3b,phi4-mm,qwen2.5-omni-3b"
-TINY_SECONDS = {"300": "2", "120": "1"}
+TINY_SECONDS = {"300": "2", "120": "1", "30": "1"}
 NEW_FAMILIES = "audio-flamingo-3,granite-speech-3.3-8b,qwen3-omni-30b-a3b"  # at 5 min; Gemma-3n takes 30 s at most
 CACHE_METHODS = "knorm,random_kv,tova,snapkv,streaming_llm,expected_attention,pyramidkv,adakv,frame+knorm"
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=7.5,
                         help="the session's budget; a request started before its pass's deadline still finishes (a "
                         "first compile can take a minute), so 7.5 (the default) fits a 9-minute call")
-    parser.add_argument("--passes", default="targets,cache,batch,others", help="which passes, in this order")
+    parser.add_argument("--passes", default="targets,cache,batch,others", help="which passes, run in the order given")
     parser.add_argument("--others", default=OTHERS, help="the presets of the others pass")
     parser.add_argument("--tiny", action="store_true", help="tiny presets on the CPU (a check of the session, in seconds)")
     parser.add_argument("--in-process", action="store_true", help="run the passes in this process (tests)")
@@ -171,8 +171,11 @@ def main(argv: list[str] | None = None) -> int:
 
     session = Session(args.out, args.minutes, args.in_process)
     environment(args.out, args.tiny)
-    chosen = args.passes.split(",")
-    todo = [p for p in passes(args.others) if p.name in chosen]
+    known = {p.name: p for p in passes(args.others)}
+    unknown = [name for name in args.passes.split(",") if name not in known]
+    if unknown:
+        parser.error(f"unknown pass(es) {', '.join(unknown)}; the passes are {', '.join(known)}")
+    todo = [known[name] for name in args.passes.split(",")]  # in the order given
     with tempfile.TemporaryDirectory() as scratch:
         tables = session.run(todo, Path(scratch), args.tiny)
         if tables:

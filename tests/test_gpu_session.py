@@ -47,3 +47,14 @@ def test_passes_past_the_budget_are_skipped(session, tmp_path):
     assert session.main(["--tiny", "--in-process", "--out", str(tmp_path), "--minutes", "0"]) == 0
     assert sorted(path.name for path in tmp_path.iterdir()) == ["env.txt", "log.txt"]
     assert (tmp_path / "log.txt").read_text().count("skipped, 0.0 min left") == 4
+
+
+def test_passes_run_in_the_order_given_and_cover_the_newer_families(session, tmp_path):
+    out = tmp_path / "out"
+    assert session.main(["--tiny", "--in-process", "--out", str(out), "--passes", "gemma,families"]) == 0
+    log = (out / "log.txt").read_text()
+    assert log.index("== gemma:") < log.index("== families:")
+    rows = pd.read_csv(out / "bench.csv")
+    assert rows["error"].isna().all(), rows["error"].dropna().tolist()
+    assert set(rows["preset"]) == {"tiny-gemma3n", "tiny-af3", "tiny-granite-speech", "tiny-qwen3-omni"}
+    assert sorted(path.name for path in out.iterdir()) == ["bench.csv", "env.txt", "gemma3n.md", "log.txt", "new_families.md"]
