@@ -137,7 +137,9 @@ class PrefillCompression:
             groups = torch.where(candidate, 0, -1)
         evidence = CacheEvidence(
             layer=layer.index, keys=layer.cache.keys, values=layer.cache.values, positions=positions, valid=valid,
-            is_audio=clip >= 0, clip=clip, groups=groups, rope=layer.rope, rope_frequencies=layer.rope_frequencies,
+            is_audio=clip >= 0, clip=clip, groups=groups, rope_frequencies=layer.rope_frequencies,
+            # the decoder computes the rotary embedding once, on its first layer's device
+            rope=None if layer.rope is None else tuple(t.to(layer.cache.keys.device) for t in layer.rope),
             scaling=layer.scaling, sample_keys=self.sample_keys, prompt_lengths=tuple(self.lengths),
         )
         if layer.queries is not None:

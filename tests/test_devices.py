@@ -130,9 +130,10 @@ def test_cache_presses_keep_the_same_entries_with_each_layer_on_its_device(recor
     for state, press, n_layers, (slots, before, after), keys in calls:
         compression, layer = copy.deepcopy(state)
         here = device(layer.index, split)
-        for tensor in (layer.cache.keys, layer.cache.values, layer.queries, *(layer.rope or ())):
+        for tensor in (layer.cache.keys, layer.cache.values, layer.queries):
             on(tensor, here)
-        on(layer.rope_frequencies, 0)  # the rotary embedding is the decoder's, on the first device
+        for tensor in (layer.rope_frequencies, *(layer.rope or ())):  # the decoder's rotary embedding, on the first device
+            on(tensor, 0)
         for slot_map in (layer.slots, layer.query_slots):  # token-dropping slots are laid out on the prompt's device
             on(slot_map.index, 0), on(slot_map.valid, 0)
         (first,) = compression._tables.values()
@@ -153,11 +154,16 @@ def test_slot_maps_follow_the_layer_they_serve():
         assert slots.index.device == torch.device("cuda", 0) and slots.to("cuda:0") is slots
 
 
-def test_the_multi_gpu_check_runs_on_the_cpu():
+def _multi_gpu_script():
     path = Path(__file__).parents[1] / "scripts" / "check_multi_gpu.py"
     spec = importlib.util.spec_from_file_location("check_multi_gpu", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_multi_gpu_check_runs_on_the_cpu():
+    script = _multi_gpu_script()
     out = io.StringIO()
     families = [FAMILIES["voxtral"].family]
     assert script.check(families, ["dart", "snapkv"], ["eager"], [2, N_LAYERS], ("cpu", "cpu"), out=out) == 0
@@ -171,3 +177,29 @@ def test_the_multi_gpu_check_runs_on_the_cpu():
     assert layers == {f"model.language_model.layers.{j}": "first" if j < 3 else "second" for j in range(N_LAYERS)}
     assert device_map["model.language_model.norm"] == device_map["lm_head"] == "second"
     assert device_map["model.audio_tower"] == "first"
+
+
+def test_the_multi_gpu_check_keeps_a_tied_head_with_the_embeddings():
+    script = _multi_gpu_script()
+    family = FAMILIES["granite_speech"]
+    m = family.build()
+    assert m.get_output_embeddings().weight is m.get_input_embeddings().weight
+    device_map = script.split_device_map(m, family.family, 2, "first", "second")
+    assert device_map["lm_head"] == "first" and device_map["model.language_model.norm"] == "second"
+
+
+def test_the_multi_gpu_check_leaves_out_a_split_the_model_cannot_run_without_a_press(monkeypatch):
+    script = _multi_gpu_script()
+    dispatch = script.dispatch_model
+
+    def broken(model, *args, **kwargs):  # a stock model that fails once dispatched
+        model = dispatch(model, *args, **kwargs)
+        model.generate = lambda **inputs: (_ for _ in ()).throw(KeyError(2))
+        return model
+
+    monkeypatch.setattr(script, "dispatch_model", broken)
+    out = io.StringIO()
+    assert script.check([FAMILIES["voxtral"].family], ["dart"], ["eager"], [2], ("cpu", "cpu"), out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "voxtral        eager  (no press)         split 2: the split model fails without kvprune, left out: KeyError: 2"
+    assert lines[-1] == "0 split runs compared with one device; 0 differ. 1 splits fail without kvprune (left out)."
