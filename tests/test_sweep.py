@@ -232,6 +232,24 @@ def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterru
     assert by_key(read_rows(out)) == by_key(read_rows(uninterrupted))
 
 
+def test_a_sweep_launched_as_two_processes_shares_the_samples(data_root, uninterrupted, tmp_path):
+    """Two real processes (``torchrun``, what ``accelerate launch`` starts; a process group over gloo on
+    a host without GPUs) each take every 2nd sample into their own file, and together give exactly the
+    single-process results; the first process writes the outputs."""
+    out = tmp_path / "launched"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+               "-m", "kvprune.harness.cli", *sweep_args(data_root, out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("results*.jsonl")) == ["results.rank0.jsonl", "results.rank1.jsonl"]
+    rank0 = {r["sample_id"] for r in read_rows_of(out / "results.rank0.jsonl")}
+    rank1 = {r["sample_id"] for r in read_rows_of(out / "results.rank1.jsonl")}
+    assert rank0 and rank1 and not rank0 & rank1
+    assert by_key(read_rows(out)) == by_key(read_rows(uninterrupted))
+    assert (out / "summary.csv").exists() and (out / "report.md").exists()
+    assert not list(out.glob(".kvprune.rank*.lock"))
+
+
 def read_rows_of(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 

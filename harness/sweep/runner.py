@@ -59,7 +59,9 @@ def _distributed() -> tuple[int, int, str | None]:
         from accelerate import PartialState
     except ImportError:  # accelerate is a dependency, but keep single-process runs independent of it
         return 0, 1, None
-    state = PartialState()
+    # accelerate starts a process group on a host without GPUs only when told to use the CPU
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    state = PartialState(cpu=launched and not torch.cuda.is_available())
     if state.num_processes == 1:
         return 0, 1, None
     return state.process_index, state.num_processes, str(state.device)
