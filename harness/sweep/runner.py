@@ -234,6 +234,8 @@ class SweepRunner:
             if not self._plan_written:
                 _remove_if_empty(out, created)
         _barrier()  # every process has finished before the outputs are written
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()  # nothing is exchanged after this barrier
         return SweepOutcome(out, self.rank, self.world_size, self.store.written, self.notes)
 
     # -- identity ---------------------------------------------------------------------------------
