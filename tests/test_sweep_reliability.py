@@ -146,6 +146,22 @@ def test_a_smaller_limit_summarises_only_its_samples(data_root, tmp_path):
     assert (pd.read_csv(out / "summary.csv")["samples"] == 4).all()
 
 
+def test_the_report_of_an_unfinished_sweep_says_which_runs_are_missing(data_root, tmp_path):
+    out = tmp_path / "out"
+    assert main(args(data_root, out)) == 0  # 2 samples x (unpruned + frame 0.5)
+    assert "Incomplete" not in (out / "report.md").read_text()
+    results = out / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    assert len(lines) == 4
+    results.write_text("".join(lines[:-1]))  # the last run never finished
+    assert main(["report", str(out)]) == 0
+    report = (out / "report.md").read_text()
+    assert "> **Incomplete: 1 of the runs the last sweep asked for have no result yet**" in report
+    assert "> - demo / had: 3 of 4 runs" in report
+    assert main(["report", str(out), "--all"]) == 0  # every result, whatever a sweep asked for: nothing to miss
+    assert "Incomplete" not in (out / "report.md").read_text()
+
+
 # -- fail fast, leave no trace -------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "change,message",

@@ -159,6 +159,15 @@ class SweepPlan:
                 found.append(f"task {task}: its config changed ({', '.join(changed)})")
         return found
 
+    def gaps(self, rows: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
+        """(model, task) -> (runs with a result, runs planned), for the pairs ``rows`` (the plan's own
+        selection) does not complete: what an interrupted sweep has not run yet."""
+        done: dict[tuple[str, str], int] = {}
+        for row in rows:
+            done[row["model"], row["task"]] = done.get((row["model"], row["task"]), 0) + 1
+        planned = {(model, task): len(samples) * len(self.runs) for model in self.models for task, samples in self.samples.items()}
+        return {pair: (done.get(pair, 0), n) for pair, n in planned.items() if done.get(pair, 0) < n}
+
     def changed_samples(self, recorded: "SweepPlan") -> int:
         """Samples both plans hold whose prompt or audio changed since ``recorded``: they run again."""
         return sum(

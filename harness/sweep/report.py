@@ -1,10 +1,11 @@
 """The outputs of a sweep folder: ``summary.csv``, ``breakdown.csv`` (when a task breaks its scores
 down or a suite aggregates them), the plots, and ``report.md``.
 
-``report.md`` opens with what went wrong, if anything (runs that failed, audio that was cut), then
-the headline (per task, the unpruned score and each method's score and prefill speedup at each
-ratio), a word on whether the timings mean anything, where it ran, and per model the figures, the
-task average, one table per task (with the KV cache each run held and saved) and the breakdowns.
+``report.md`` opens with what went wrong, if anything (runs not done yet, runs that failed, audio
+that was cut), then the headline (per task, the unpruned score and each method's score and prefill
+speedup at each ratio), a word on whether the timings mean anything, where it ran, and per model the
+figures, the task average, one table per task (with the KV cache each run held and saved) and the
+breakdowns.
 Columns have plain names and every number of a kind has one format (``headline``)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pandas as pd
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
+from .identity import SweepPlan, read_plan
 from .plots import plot_summary, slug
 from .store import read_runs, recorded_tasks
 from .summary import direction, failures, folder_results, summarize, task_averages
@@ -38,7 +40,8 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
         written.append(out_dir / "breakdown.csv")
     if plots:
         written += plot_summary(summary, out_dir)
-    written.append(write_report(summary, out_dir, results, breakdown))
+    plan = None if everything else read_plan(out_dir)
+    written.append(write_report(summary, out_dir, results, breakdown, plan))
     return [p for p in written if p.exists()]
 
 
@@ -115,6 +118,19 @@ def failure_banner(results: pd.DataFrame) -> str:
             f"{listed}\n")
 
 
+def incomplete_banner(plan: SweepPlan, results: pd.DataFrame) -> str:
+    """A warning when runs the folder's last sweep asked for have no result yet (it was interrupted):
+    until they do, a method may be scored on fewer samples than the unpruned run."""
+    gaps = plan.gaps(results.to_dict("records"))
+    if not gaps:
+        return ""
+    missing = sum(planned - done for done, planned in gaps.values())
+    lines = [f"> **Incomplete: {missing} of the runs the last sweep asked for have no result yet**, so scores may "
+             "compare methods over different samples. Rerun the same `kvprune sweep` command to finish them.\n>"]
+    lines += [f"> - {model} / {task}: {done} of {planned} runs" for (model, task), (done, planned) in sorted(gaps.items())]
+    return "\n".join(lines) + "\n"
+
+
 def long_audio_banner(results: pd.DataFrame) -> str:
     """A note on the samples whose audio was split or truncated to fit the model."""
     if "long_audio" not in results:
@@ -144,12 +160,15 @@ def timing_note(summary: pd.DataFrame) -> str:
 
 
 def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None,
-                 breakdown: pd.DataFrame | None = None) -> Path:
-    """Write ``report.md`` next to the results (with ``results``, the banners; with ``breakdown``, a
-    ``breakdown_table``, its sections); returns its path."""
+                 breakdown: pd.DataFrame | None = None, plan: SweepPlan | None = None) -> Path:
+    """Write ``report.md`` next to the results (with ``results``, the banners, and with the folder's
+    ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections);
+    returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n"]
     if results is not None:
-        parts += [banner for banner in (failure_banner(results), long_audio_banner(results)) if banner]
+        banners = (incomplete_banner(plan, results) if plan is not None else "", failure_banner(results),
+                   long_audio_banner(results))
+        parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), _provenance(out_dir),
               "## Details\n\nScores are each task's primary metric (0-100); the change is against the unpruned run of "
               "the same task; timings are medians over the runs that succeeded, the first run (a warm-up) and calls "
