@@ -22,7 +22,7 @@ def _presses(args) -> int:
     (every press also takes ``ratio``), then what it keeps."""
     import dataclasses
 
-    from kvprune.press import PRESSES, list_presses
+    from kvprune.press import PRESSES, list_presses, list_scorers
 
     print(f"{'press':20s} {'kind':6s} {'scope':13s} parameters (defaults; every press also takes ratio)")
     for kind in ("token", "cache"):
@@ -34,10 +34,12 @@ def _presses(args) -> int:
             summary = (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").strip().splitlines()[:1]
             print(f"{name:20s} {kind:6s} {scope:13s} {parameters}")
             print(f"{'':4s}{''.join(summary)}")
+    scorers = list_scorers()
+    policies = [name for name in list_presses(kind="cache") if name not in scorers]
     print("\nscope: token presses drop audio tokens; cache presses evict audio entries (scope=audio) or any prompt "
-          "entry but the chat template's header and the last `window` (scope=prompt). scorer= names the cache "
-          "press whose scores a budget policy (pyramidkv, adakv) uses. Specs: `kvprune sweep --methods "
-          "'snapkv:window=32,pyramidkv:scorer=tova,frame+knorm'`.")
+          "entry but the chat template's header and the last `window` (scope=prompt). scorer= names the press "
+          f"whose scores a budget policy ({', '.join(policies)}) uses: one of {', '.join(scorers)}. Specs: "
+          "`kvprune sweep --methods 'snapkv:window=32,pyramidkv:scorer=tova,frame+knorm'`.")
     return 0
 
 
@@ -76,16 +78,15 @@ def _tasks(args) -> int:
 # -- sweep and its outputs ------------------------------------------------------------------------
 def _sweep(args) -> int:
     """0 if every run succeeded, 1 if some failed, 130 if interrupted (the rows so far are kept)."""
+    from .demo.default import prepare_default, runs_demo_suite
     from .sweep.config import SweepConfig, overrides_from_args
     from .sweep.runner import SweepInterrupted, run_sweep
 
-    overrides = overrides_from_args(args)
-    if args.config is None and args.model in (None, "demo"):
-        from .demo.default import prepare_default
-
-        overrides = prepare_default(overrides)
+    given = overrides_from_args(args)
+    demo = args.config is None and args.model in (None, "demo")
+    config = SweepConfig.build(args.config, **(prepare_default(given) if demo else given))
+    if demo and runs_demo_suite(given, config):
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
-    config = SweepConfig.build(args.config, **overrides)
     try:
         outcome = run_sweep(config, progress=not args.quiet)
     except SweepInterrupted as stop:
@@ -160,20 +161,22 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.set_defaults(run=_sweep)
     everything = dict(action="store_true", help="every result in the folder, grouped by everything that identifies a run "
                       "(default: the runs its last sweep asked for)")
-    plot = commands.add_parser("plot", help="write the PNG plots of a results folder")
-    plot.add_argument("results", type=Path, help="a folder written by `kvprune sweep`")
-    plot.add_argument("--all", **everything)
-    plot.set_defaults(run=_plot)
-    report = commands.add_parser("report", help="write summary.csv and report.md of a results folder")
-    report.add_argument("results", type=Path, help="a folder written by `kvprune sweep`")
-    report.add_argument("--all", **everything)
-    report.set_defaults(run=_report)
-    bench = commands.add_parser("bench", help=DESCRIPTION, description=DESCRIPTION)
-    add_bench_arguments(bench)
-    bench.set_defaults(run=_bench)
-    commands.add_parser("tasks", help="list the benchmark tasks").set_defaults(run=_tasks)
-    commands.add_parser("presses", help="list the presses").set_defaults(run=_presses)
-    commands.add_parser("families", help="list the supported model families").set_defaults(run=_families)
+    for name, summary, run in (("plot", "write the PNG plots of a results folder", _plot),
+                               ("report", "write summary.csv and report.md of a results folder", _report)):
+        outputs = _command(commands, name, summary, run)
+        outputs.add_argument("results", type=Path, help="a folder written by `kvprune sweep`")
+        outputs.add_argument("--all", **everything)
+    add_bench_arguments(_command(commands, "bench", DESCRIPTION, _bench))
+    _command(commands, "tasks", "list the benchmark tasks and suites: benchmark, metric, protocols, data layout", _tasks)
+    _command(commands, "presses", "list the presses: kind, scope, parameters with their defaults, what each keeps", _presses)
+    _command(commands, "families", "list the supported model families: audio tokens per second, architectures", _families)
+    return parser
+
+
+def _command(commands, name: str, summary: str, run) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` opens with the line ``kvprune --help`` lists it by."""
+    parser = commands.add_parser(name, help=summary, description=summary)
+    parser.set_defaults(run=run)
     return parser
 
 

@@ -3,7 +3,8 @@
 A command adds the shared options it takes with ``add_shared_options(parser, defaults)``: the keys of
 ``defaults`` name the options (argparse destinations) and give the command's own default; ``notes``
 append what only that command needs to say. Names, types, choices and help live here alone, so
-``--attn-implementation eager`` means the same on both commands.
+``--attn-implementation eager`` means the same on both commands. ``check_device`` and ``check_presses``
+are the checks of those options that both commands make before anything is loaded or run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import argparse
 from pathlib import Path
 
 import torch
+import torch.nn as nn
+
+from kvprune.engine import validate_press
+from kvprune.press import Press
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
@@ -58,6 +63,42 @@ def add_shared_options(parser: argparse.ArgumentParser, defaults: dict[str, obje
             continue
         help_text = "; ".join(part for part in (spec["help"], notes.get(dest)) if part)
         parser.add_argument(f"--{dest.replace('_', '-')}", **dict(spec, help=help_text), default=defaults[dest])
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a ``--device`` that torch cannot read or this machine does not have, before a model is
+    loaded (torch would say so only when the first tensor moves there, after minutes of loading)."""
+    if device is None:
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {device!r} is not a device: give e.g. cpu, cuda or cuda:1.") from None
+    if parsed.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"--device {device}: this machine has no CUDA device (torch {torch.__version__} built without CUDA "
+            "or no GPU visible); use --device cpu."
+        )
+    count = torch.cuda.device_count()
+    if parsed.index is not None and parsed.index >= count:
+        raise ValueError(
+            f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}; give one of them."
+        )
+
+
+def check_presses(model: nn.Module, model_name: str, presses: dict[tuple[str, float], Press], static: bool = False) -> None:
+    """Every press (by its method's label and ratio) against ``model``, and with ``static`` against the
+    static cache decoding runs on: a layer out of range or presses that cannot run together stop a
+    command before its first run, not once per sample or request."""
+    for (label, ratio), press in presses.items():
+        for on_static in (False, True) if static else (False,):
+            try:
+                validate_press(model, press, static=on_static)
+            except (ValueError, NotImplementedError) as error:
+                fix = " On the command line: --cache dynamic." if on_static else ""
+                raise ValueError(f"method {label} (ratio {ratio:g}) cannot run on {model_name}: {error}{fix}") from None
 
 
 def resolve_cache(choice: str, device) -> str:

@@ -169,9 +169,11 @@ class DelegatingCachePress(CachePress):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        cache_presses = list_presses(kind="cache")
-        if self.scorer not in cache_presses:
-            raise ValueError(f"scorer={self.scorer!r} is not a cache press; choose one of {', '.join(cache_presses)}.")
+        scorers = list_scorers()
+        if self.scorer not in scorers:
+            policy = self.scorer in PRESSES and issubclass(PRESSES.get(self.scorer), DelegatingCachePress)
+            why = "a budget policy, which takes another press's scores" if policy else "not a cache press"
+            raise ValueError(f"scorer={self.scorer!r} is {why}; choose a press that scores: {', '.join(scorers)}.")
 
     @functools.cached_property
     def scoring_press(self) -> CachePress:
@@ -264,6 +266,12 @@ def list_presses(kind: str | None = None) -> list[str]:
     if kind not in PRESS_KINDS:
         raise ValueError(f"kind={kind!r} is invalid; choose one of {', '.join(PRESS_KINDS)}.")
     return [name for name, cls in PRESSES.items() if cls.kind == kind]
+
+
+def list_scorers() -> list[str]:
+    """The cache presses that score entries themselves: what a budget policy's ``scorer`` may name (a
+    budget policy such as pyramidkv takes another press's scores, so it cannot be one)."""
+    return [name for name in list_presses(kind="cache") if not issubclass(PRESSES.get(name), DelegatingCachePress)]
 
 
 def get_press(name: str, **kwargs) -> Press:

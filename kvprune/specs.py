@@ -156,7 +156,18 @@ def _parse_text(text: str) -> list[list[PartSpec]]:
             methods[-1] += [_split_part(piece, text) for piece in pieces[1:]]
         else:
             methods.append([_split_part(piece, text) for piece in pieces])
-    return [[PartSpec.of(name, params) for name, params in parts] for parts in methods]
+    return [_parts(parts) for parts in methods]
+
+
+def _parts(parts: list[tuple[str, dict]]) -> list[PartSpec]:
+    """The checked parts of one method, each a press name and its parameters; an error names the
+    method as written, as the method's own checks do."""
+    try:
+        return [PartSpec.of(name, params) for name, params in parts]
+    except MethodSpecError as error:
+        written = "+".join(name + (":" + ",".join(f"{key}={value}" for key, value in params.items()) if params else "")
+                           for name, params in parts)
+        raise MethodSpecError(f"method {written!r}: {error}") from None
 
 
 def _split_part(piece: str, text: str) -> tuple[str, dict]:
@@ -186,7 +197,7 @@ def _parts_of_dict(value: dict) -> list[PartSpec]:
     if "press" not in value:
         raise MethodSpecError(f"{value!r} names no press; {_FORMS}")
     params = {key: item for key, item in value.items() if key != "press"}
-    return [PartSpec.of(str(value["press"]), params)]
+    return _parts([(str(value["press"]), params)])
 
 
 def _field_types(press_class) -> dict[str, Any]:

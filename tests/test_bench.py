@@ -312,7 +312,7 @@ def test_a_preset_that_fails_is_recorded_and_the_bench_goes_on(tmp_path, broken_
 
 def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
     config = BenchConfig(
-        presets=["tiny-omni"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5], out=None, max_minutes=0, **FAST
+        presets=["tiny-omni"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5], out=None, max_minutes=1e-9, **FAST
     )
     frame = run_bench(config)
     assert (frame["error"] == "skipped: --max-minutes reached").all()
@@ -326,6 +326,29 @@ def test_command_line(tmp_path):
     assert csv[csv["method"] == "frame"]["ratio"].tolist() == [0.1, 0.2, 0.3]
     assert set(csv[csv["method"] != "ideal"]["cache"]) == {"static"}
     assert csv["command"].iloc[0].startswith("kvprune bench ")
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [(["--layer", "9"], "method fastv (ratio 0.5) cannot run on tiny-aero: layer=9 is invalid for Aero-1-Audio with 4 "
+                        "decoder layers: it must be in [1, 3]"),
+     (["--methods", "frame,knorm:layer=4"], "method knorm:layer=4 (ratio 0.5) cannot run on tiny-aero: layer=4 is invalid"),
+     (["--audio-seconds", "1,0"], "audio lengths 1,0 are invalid: give positive seconds"),
+     (["--audio-seconds", "-1"], "audio lengths -1 are invalid: give positive seconds"),
+     (["--decode-tokens", "-3"], "decode_tokens=-3 is invalid: give --decode-tokens 0 or more (0: prefills only)."),
+     (["--decode-tokens", "0", "--compare-stock"], "decode_tokens=0 is invalid: give --decode-tokens 1 or more"),
+     (["--max-minutes", "-1"], "max_minutes=-1 is invalid: give a positive number of minutes (--max-minutes)"),
+     (["--max-minutes", "0"], "max_minutes=0 is invalid")],
+)
+def test_bad_input_exits_2_before_the_first_request_and_writes_nothing(flags, message, tmp_path, capsys):
+    """What the bench could only fail on request by request (or report as nonsense) stops it at once."""
+    out = tmp_path / "out"
+    assert main(["bench", "--preset", "tiny-aero,tiny-omni", "--audio-seconds", "1", "--device", "cpu", "--quiet",
+                 "--out", str(out), *flags]) == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error
+    assert not out.exists()
+    assert BenchConfig(decode_tokens=0, presets=["tiny-aero"]).decode_tokens == 0, "prefills only is a measurement"
 
 
 def test_methods_are_specs_of_any_press_with_one_token_layer():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from kvprune.harness.cli import build_parser, main
 
@@ -19,6 +20,8 @@ def test_listings(capsys):
     assert listed["snapkv"] == ["cache", "audio|prompt", "layer=1", "scope=audio", "window=64", "keep_rule=round", "kernel=5", "pool=avg"]
     assert listed["pyramidkv"][:2] == ["cache", "audio|prompt"] and "scorer=snapkv" in listed["pyramidkv"]
     assert "use_covariance=true" in listed["expected_attention"], "booleans as a method spec writes them"
+    scorers = presses.split("uses: one of ")[1].split(". ")[0].split(", ")
+    assert "snapkv" in scorers and not {"pyramidkv", "adakv"} & set(scorers), "a budget policy scores with another press"
     assert main(["families"]) == 0
     families = capsys.readouterr().out
     for name in ["qwen2_5_omni", "phi4_multimodal", "voxtral", "aero", "qwen2_audio"]:
@@ -69,13 +72,50 @@ def test_both_commands_refuse_the_same_bad_options(argv, capsys):
             parser.parse_args([command, *argv])
 
 
-def test_sweep_help_explains_every_option_with_its_default_and_the_exit_status():
-    parser = build_parser()
-    sweep = parser._subparsers._group_actions[0].choices["sweep"]
-    for action in sweep._actions:
+@pytest.mark.parametrize(
+    "device,gpus,message",
+    [("nonsense", 0, "--device 'nonsense' is not a device: give e.g. cpu, cuda or cuda:1."),
+     ("cuda:0", 0, "--device cuda:0: this machine has no CUDA device (torch "),
+     ("cuda:2", 2, "--device cuda:2: this machine has 2 CUDA device(s), cuda:0 to cuda:1; give one of them.")],
+)
+def test_both_commands_refuse_a_device_this_machine_lacks_before_anything_runs(device, gpus, message, tmp_path,
+                                                                              monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    data = tmp_path / "data"
+    data.mkdir()
+    sweep = ["sweep", "--model", "demo", "--tasks", "had", "--data-root", str(data), "--out", str(tmp_path / "sweep")]
+    bench = ["bench", "--preset", "tiny-omni", "--out", str(tmp_path / "bench")]
+    for argv in (sweep, bench):
+        assert main([*argv, "--device", device, "--quiet"]) == 2
+        error = capsys.readouterr().err
+        assert message in error and "Traceback" not in error
+    assert [path.name for path in tmp_path.iterdir()] == ["data"], "nothing written"
+
+
+def _commands() -> dict:
+    return build_parser()._subparsers._group_actions[0].choices
+
+
+@pytest.mark.parametrize("command", ["sweep", "bench"])
+def test_every_option_says_its_default(command):
+    for action in _commands()[command]._actions:
         if action.dest == "help":
             continue
-        assert action.help and "default" in action.help, f"--{action.dest} says nothing of its default"
+        assert action.help and "default" in action.help, f"{command} --{action.dest} says nothing of its default"
+
+
+def test_every_command_says_what_it_does():
+    parser = build_parser()
+    listed = {action.dest: action.help for action in parser._subparsers._group_actions[0]._choices_actions}
+    for name, command in _commands().items():
+        if name != "sweep":  # the sweep's help is its options and epilog
+            assert command.description == listed[name], f"kvprune {name} --help does not say what it does"
+
+
+def test_sweep_help_explains_every_option_with_its_default_and_the_exit_status():
+    sweep = _commands()["sweep"]
+    assert max(len(line) for line in sweep.epilog.splitlines()) <= 100, "the epilog is printed as written"
     methods = next(action for action in sweep._actions if action.dest == "methods")
     assert "default: every registered token-dropping press (built in: fastv, random, frame, dart)" in methods.help
     from kvprune.harness.sweep.config import SweepConfig

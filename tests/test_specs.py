@@ -73,13 +73,13 @@ def test_values_are_converted_by_the_field_type(typed):
 
 
 @pytest.mark.parametrize("value,message", [
-    ("typed:steps=2.5", "typed.steps='2.5' is not a valid int"),
-    ("typed:flag=maybe", "typed.flag='maybe' is not a valid bool"),
-    ({"press": "typed", "steps": True}, "typed.steps=True is not a valid int"),
-    ({"press": "typed", "mode": 3}, "typed.mode=3 is not a valid str"),
+    ("typed:steps=2.5", "method 'typed:steps=2.5': typed.steps='2.5' is not a valid int"),
+    ("typed:flag=maybe", "method 'typed:flag=maybe': typed.flag='maybe' is not a valid bool"),
+    ({"press": "typed", "steps": True}, "method 'typed:steps=True': typed.steps=True is not a valid int"),
+    ({"press": "typed", "mode": 3}, "method 'typed:mode=3': typed.mode=3 is not a valid str"),
 ])
-def test_a_value_of_the_wrong_type_names_the_field(typed, value, message):
-    with pytest.raises(MethodSpecError, match=message):
+def test_a_value_of_the_wrong_type_names_the_method_and_the_field(typed, value, message):
+    with pytest.raises(MethodSpecError, match=re.escape(message)):
         parse_method(value)
 
 
@@ -95,7 +95,14 @@ def test_build_gives_the_ratio_and_layer_to_parts_without_their_own():
 
 @pytest.mark.parametrize("value,message", [
     ("fastv,h2o", "unknown press 'h2o'; available: fastv, random, frame, dart, knorm, random_kv, tova, snapkv"),
-    ("dart:pivots=3", "press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, keep_rule, pivot_audio, pivot_text, budget"),
+    ("dart:pivots=3", "method 'dart:pivots=3': press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, "
+                      "keep_rule, pivot_audio, pivot_text, budget"),
+    ("fastv:layer=abc", "method 'fastv:layer=abc': fastv.layer='abc' is not a valid int."),
+    ("pyramidkv:scorer=pyramidkv", "scorer='pyramidkv' is a budget policy, which takes another press's scores; choose a "
+                                   "press that scores: knorm, random_kv, tova, snapkv, streaming_llm, expected_attention."),
+    ("adakv:scorer=adakv", "scorer='adakv' is a budget policy"),
+    ("pyramidkv:scorer=adakv", "scorer='adakv' is a budget policy"),
+    ("adakv:scorer=fastv", "scorer='fastv' is not a cache press; choose a press that scores: knorm,"),
     ("dart:budget=most", "method 'dart:budget=most': budget='most' is invalid"),
     ("fastv+dart", "at most one token-dropping press"),
     ("budget=reference,dart", "parameter 'budget=reference' comes before any press"),

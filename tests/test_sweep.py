@@ -203,6 +203,9 @@ def test_sweep_config_file_with_overrides(data_root, tmp_path):
         from kvprune.harness.sweep.config import SweepConfig
 
         SweepConfig.build(config, data_root=data_root)
+    config.write_text("model: demo\ntasks: [had]\nmax_new_tokens: -1\n")
+    with pytest.raises(ValueError, match="max_new_tokens=-1 is invalid: it must be a whole number, at least 1"):
+        SweepConfig.build(config, data_root=data_root)
 
 
 def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
@@ -214,6 +217,12 @@ def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
     assert {r["task"] for r in rows} == {"demo_pitch", "demo_count", "demo_event", "demo_order"}
     assert {r["model"] for r in rows} == {"demo"} and len(rows) == 8
     assert "embedded demo model" in capsys.readouterr().out
+
+
+def test_the_demo_model_on_other_tasks_and_data_is_not_announced_as_the_demo_suite(data_root, tmp_path, capsys):
+    arguments = [*sweep_args(data_root, tmp_path / "out"), "--limit", "1", "--methods", "frame", "--ratios", "0.5"]
+    assert main(arguments) == 0
+    assert "embedded demo model" not in capsys.readouterr().out
 
 
 def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterrupted, tmp_path, monkeypatch):

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import soundfile as sf
+import torch
 
 import task_fixtures
 from kvprune.harness.cli import main
@@ -167,9 +168,13 @@ def test_the_report_of_an_unfinished_sweep_says_which_runs_are_missing(data_root
     "change,message",
     [(("--layer", "9"), "method frame (ratio 0.5) cannot run on demo: layer=9 is invalid for Qwen2.5-Omni with 4 decoder layers"),
      (("--methods", "fastv,knorm:layer=4"), "method knorm:layer=4 (ratio 0.5) cannot run on demo: layer=4 is invalid"),
-     (("--tasks", "nope"), "unknown task 'nope'")],
+     (("--tasks", "nope"), "unknown task 'nope'"),
+     (("--max-new-tokens", "0"), "max_new_tokens=0 is invalid: it must be a whole number, at least 1"),
+     (("--device", "cuda"), "--device cuda: this machine has no CUDA device (torch "),
+     (("--device", "nonsense"), "--device 'nonsense' is not a device: give e.g. cpu, cuda or cuda:1.")],
 )
-def test_a_bad_configuration_exits_2_before_any_sample_and_leaves_no_trace(data_root, tmp_path, capsys, change, message):
+def test_a_bad_configuration_exits_2_before_any_sample_and_leaves_no_trace(data_root, tmp_path, capsys, monkeypatch, change, message):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU, for --device cuda
     fresh, existing = tmp_path / "fresh", tmp_path / "existing"
     assert main(args(data_root, existing)) == 0
     kept = snapshot(existing)
@@ -196,7 +201,7 @@ def test_a_model_whose_static_cache_cannot_hold_a_pruned_prompt_is_refused_befor
     assert main(arguments) == 2
     error = capsys.readouterr().err
     assert f"method frame (ratio 0.5) cannot run on {model}: Gemma-3n: kvprune cannot prune into a static cache" in error
-    assert error.rstrip().endswith("In a sweep: --cache dynamic.") and not (tmp_path / "out").exists()
+    assert error.rstrip().endswith("On the command line: --cache dynamic.") and not (tmp_path / "out").exists()
 
 
 def test_an_unwritable_output_folder_is_refused_with_a_message(data_root, tmp_path, capsys):

@@ -29,7 +29,7 @@ from pathlib import Path
 from kvprune.press import Press
 from kvprune.specs import MethodSpec, parse_methods
 
-from ..options import CACHES, add_shared_options
+from ..options import CACHES, add_shared_options, check_device
 from ..sweep.ratios import parse_ratios
 from .presets import PRESETS
 
@@ -85,6 +85,8 @@ class BenchConfig:
                 raise ValueError(f"batch sizes {self.batch_sizes} are invalid: give positive sizes, e.g. --batch-sizes 1,4,16.")
         if self.largest_batch and self.batch_sizes is None:
             raise ValueError("--largest-batch predicts from the batch sizes measured: give --batch-sizes too.")
+        self._check_amounts()
+        check_device(self.device)
         methods = DEFAULT_METHODS[self.mode] if self.methods is None else self.methods
         self.methods = list({method.label: method for method in parse_methods(methods)}.values())
         if not self.methods:
@@ -100,6 +102,25 @@ class BenchConfig:
                 f"at layers {', '.join(map(str, layers))}: give them the same layer (--layer)."
             )
         self.k = layers[0] if layers else None
+
+    def _check_amounts(self) -> None:
+        """Refuse lengths, token counts and time limits that would only fail later, request by request."""
+        if not all(seconds > 0 for seconds in self.audio_seconds):
+            raise ValueError(
+                f"audio lengths {_joined(self.audio_seconds)} are invalid: give positive seconds, e.g. --audio-seconds 30,120."
+            )
+        least = 1 if self.compare_stock else 0  # generate decodes at least one token; a forward call may decode none
+        if self.decode_tokens < least:
+            raise ValueError(
+                f"decode_tokens={self.decode_tokens} is invalid: give --decode-tokens {least} or more"
+                + (" (--compare-stock times whole generate calls, which decode at least one token)." if least
+                   else " (0: prefills only).")
+            )
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ValueError(
+                f"max_minutes={self.max_minutes:g} is invalid: give a positive number of minutes (--max-minutes), "
+                "or leave it out for no limit."
+            )
 
     @property
     def mode(self) -> str:
@@ -160,17 +181,23 @@ def _command(argv: list[str] | None = None) -> str:
 def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     defaults = BenchConfig()
     add = parser.add_argument
-    add("--preset", default=",".join(defaults.presets), help=f"comma list of: {', '.join(PRESETS)}")
-    add("--audio-seconds", default=_joined(defaults.audio_seconds), help="comma list of audio lengths in seconds")
-    add("--decode-tokens", type=int, default=defaults.decode_tokens, help="forced tokens decoded after the prefill")
-    add("--repeats", type=int, default=defaults.repeats, help="timed rounds per request (median)")
-    add("--warmup", type=int, default=defaults.warmup, help="untimed rounds before them (they absorb compilation)")
-    add("--max-minutes", type=float, default=None, help="start no run after this many minutes")
-    add("--batch-sizes", help="batch mode: comma list of batch sizes, e.g. 1,4,16 (throughput at each)")
-    add("--largest-batch", action="store_true", help="batch mode: also find the largest batch that fits (CUDA)")
+    add("--preset", default=",".join(defaults.presets), help=f"comma list of: {', '.join(PRESETS)} (default: %(default)s)")
+    add("--audio-seconds", default=_joined(defaults.audio_seconds),
+        help="comma list of audio lengths in seconds (default: %(default)s)")
+    add("--decode-tokens", type=int, default=defaults.decode_tokens,
+        help="forced tokens decoded after the prefill; 0: prefills only, except with --compare-stock (default: %(default)s)")
+    add("--repeats", type=int, default=defaults.repeats, help="timed rounds per request (median; default: %(default)s)")
+    add("--warmup", type=int, default=defaults.warmup,
+        help="untimed rounds before them (they absorb compilation; default: %(default)s)")
+    add("--max-minutes", type=float, default=defaults.max_minutes,
+        help="start no run after this many minutes (default: no limit)")
+    add("--batch-sizes", help="batch mode: comma list of batch sizes, e.g. 1,4,16 (throughput at each); "
+        "default: the ratios mode, batch 1")
+    add("--largest-batch", action="store_true",
+        help="batch mode: also find the largest batch that fits (CUDA); default: off")
     add("--compare-stock", action="store_true",
         help="compare mode: stock Hugging Face (dynamic and compiled static cache) beside kvprune unpruned and pruned, "
-        "whole generate calls, with the targets")
+        "whole generate calls, with the targets (default: off)")
     add_shared_options(
         parser,
         dict(
@@ -188,6 +215,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
             dtype="default: auto, bfloat16 on cuda and float32 on cpu",
             attn_implementation="default: %(default)s",
             seed="default: %(default)s",
+            quiet="default: progress bars",
+            stock_encoder="default: the fast encoder",
             cache="default: %(default)s",
         ),
     )

@@ -21,7 +21,7 @@ import kvprune
 from kvprune import fast_audio_encoder, resolve_family
 from kvprune.ratios import keep_count
 
-from ..options import resolve_cache
+from ..options import check_presses, resolve_cache
 from . import batch as batching
 from .config import BenchConfig
 from .ideal import kept_prefix
@@ -55,6 +55,8 @@ class _Run:
 
 def run_presets(config: BenchConfig) -> pd.DataFrame:
     """Every preset x audio length in the configured mode; one row per request."""
+    for name in config.presets:
+        _check_methods(config, PRESETS.get(name))
     run = _Run(config)
     meta = _environment(config, run)
     try:
@@ -67,6 +69,17 @@ def run_presets(config: BenchConfig) -> pd.DataFrame:
     finally:
         run.bar.close()
     return bench_frame(run.rows, meta)
+
+
+def _check_methods(config: BenchConfig, preset: Preset) -> None:
+    """Every method at every ratio against the preset's skeleton (its modules on the meta device: no
+    memory, no weights), so that a bad layer stops the bench before its first request, not as one
+    error row per request. A preset that cannot be built so is checked by its build (an error row)."""
+    try:
+        skeleton = preset.build(torch.device("meta"), torch.float32, config.attn_implementation)
+    except Exception:
+        return
+    check_presses(skeleton, preset.name, config.presses)
 
 
 def _bench_preset(run: _Run, preset: Preset) -> None:

@@ -25,3 +25,9 @@ def prepare_default(overrides: dict) -> dict:
     if filled.get("data_root") is None:
         filled["data_root"] = demo_suite()
     return filled
+
+
+def runs_demo_suite(given: dict, config) -> bool:
+    """Whether a sweep filled by ``prepare_default`` runs the demo's own suite: its data (no data folder
+    ``given``) and none but its tasks."""
+    return given.get("data_root") is None and set(config.tasks) <= set(DEMO_TASKS)

@@ -21,7 +21,7 @@ from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
 from ..long_audio import DEFAULT_POLICY, POLICIES
-from ..options import CACHES, add_shared_options
+from ..options import CACHES, add_shared_options, check_device
 from ..tasks.protocols import PROTOCOLS
 from .ratios import parse_ratios
 
@@ -95,6 +95,13 @@ class SweepConfig:
             raise SweepConfigError(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
+        tokens = self.max_new_tokens
+        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
+            raise SweepConfigError(
+                f"max_new_tokens={tokens!r} is invalid: it must be a whole number, at least 1 (--max-new-tokens; "
+                "leave it out for each task's own)."
+            )
+        check_device(self.device)
         policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
         for policy in policies:
             if policy not in POLICIES:
@@ -112,13 +119,15 @@ SWEEP_EPILOG = """\
 With no option at all, the embedded demo model runs on its synthetic suite (no download).
 
 A results folder holds one configuration. Every run is identified by what determines its outputs
-(the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as resolved,
---protocol, --long-audio, each task's config, the method's full spec with its layer and keep rule,
-the ratio, the prompt and the audio files' content): rerunning the same command resumes a folder;
-new methods, ratios, tasks or samples extend it; other settings are refused (use another --out, or
---overwrite). One sweep writes to a folder at a time. Exit status: 0 all runs succeeded, 1 some runs failed (each is recorded with its error and
-counts as a wrong answer), 2 the configuration is wrong (nothing ran), 130 interrupted (rerun the
-same command to resume)."""
+(the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as
+resolved, --protocol, --long-audio, each task's config, the method's full spec with its layer and
+keep rule, the ratio, the prompt and the audio files' content): rerunning the same command resumes
+a folder; new methods, ratios, tasks or samples extend it; other settings are refused (use another
+--out, or --overwrite). One sweep writes to a folder at a time.
+
+Exit status: 0 all runs succeeded, 1 some runs failed (each is recorded with its error and counts
+as a wrong answer), 2 the configuration is wrong (nothing ran), 130 interrupted (rerun the same
+command to resume)."""
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:

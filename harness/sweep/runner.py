@@ -35,13 +35,12 @@ from tqdm.auto import tqdm
 
 import kvprune
 from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
-from kvprune.engine import validate_press
 from kvprune.models.loading import LoadedModel, family_of_checkpoint, load_model
 from kvprune.press import Press
 
 from ..demo import DEMO, DEMO_MODEL_DIR
 from ..long_audio import model_inputs
-from ..options import resolve_cache
+from ..options import check_presses, resolve_cache
 from ..tasks.prompts import RenderedPrompt
 from ..tasks.protocols import keep_rule
 from ..tasks.suites import expand_suites
@@ -324,17 +323,8 @@ class SweepRunner:
 
     def _check_presses(self, model: nn.Module, model_name: str) -> None:
         """Every planned press against ``model``, and against the static cache when the sweep decodes on one."""
-        for run in self.runs:
-            if run.press is None:
-                continue
-            for static in (False, True) if self.cache == "static" else (False,):
-                try:
-                    validate_press(model, run.press, static=static)
-                except (ValueError, NotImplementedError) as error:
-                    fix = " In a sweep: --cache dynamic." if static else ""
-                    raise SweepConfigError(
-                        f"method {run.method} (ratio {run.ratio:g}) cannot run on {model_name}: {error}{fix}"
-                    ) from None
+        presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
+        check_presses(model, model_name, presses, static=self.cache == "static")
 
     # -- per model / task ------------------------------------------------------------------------
     def _run_model(self, model_name: str) -> None:
