@@ -351,6 +351,14 @@ def test_bad_input_exits_2_before_the_first_request_and_writes_nothing(flags, me
     assert BenchConfig(decode_tokens=0, presets=["tiny-aero"]).decode_tokens == 0, "prefills only is a measurement"
 
 
+def test_audio_longer_than_a_preset_can_hear_is_refused_not_timed_as_a_shorter_clip():
+    with pytest.raises(ValueError, match=re.escape("tiny-gemma3n hears at most 30 s of audio (one clip is at most 30 s")):
+        BenchConfig(presets=["tiny-gemma3n"], audio_seconds=[1, 60])
+    assert BenchConfig(presets=["tiny-gemma3n"], audio_seconds=[1, 30]).audio_seconds == [1.0, 30.0]
+    # a longer clip that still yields more tokens is what the preset times (Aero-1's 30 s clips, joined)
+    assert BenchConfig(presets=["tiny-aero"], audio_seconds=[300]).audio_seconds == [300.0]
+
+
 def test_methods_are_specs_of_any_press_with_one_token_layer():
     config = BenchConfig(methods="fastv,dart:budget=reference,knorm,frame+snapkv:window=8", ratios=[0.5],
                          presets=["tiny-aero"], out=None)

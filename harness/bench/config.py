@@ -86,6 +86,7 @@ class BenchConfig:
         if self.largest_batch and self.batch_sizes is None:
             raise ValueError("--largest-batch predicts from the batch sizes measured: give --batch-sizes too.")
         self._check_amounts()
+        self._check_lengths()
         check_device(self.device)
         methods = DEFAULT_METHODS[self.mode] if self.methods is None else self.methods
         self.methods = list({method.label: method for method in parse_methods(methods)}.values())
@@ -121,6 +122,24 @@ class BenchConfig:
                 f"max_minutes={self.max_minutes:g} is invalid: give a positive number of minutes (--max-minutes), "
                 "or leave it out for no limit."
             )
+
+    def _check_lengths(self) -> None:
+        """Refuse audio longer than a preset's model can hear: where its audio stops yielding more tokens
+        (Gemma-3n's 30 s), a longer request would time the shorter clip under the longer length's name."""
+        for name in self.presets:
+            preset = PRESETS.get(name)
+            longest = preset.family.max_clip_seconds
+            beyond = [seconds for seconds in self.audio_seconds if longest is not None and seconds > longest]
+            if not beyond:
+                continue
+            config, audio = preset.config(), preset.family.audio_format
+            ceiling = audio.tokens(config, audio.frames(config, longest))
+            for seconds in beyond:
+                if audio.tokens(config, audio.frames(config, seconds)) <= ceiling:
+                    raise ValueError(
+                        f"{name} hears at most {longest:g} s of audio ({preset.family.long_audio}): --audio-seconds "
+                        f"{seconds:g} would time {longest:g} s. Give {longest:g} or less for this preset."
+                    )
 
     @property
     def mode(self) -> str:
