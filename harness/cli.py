@@ -180,6 +180,13 @@ def _command(commands, name: str, summary: str, run) -> argparse.ArgumentParser:
     return parser
 
 
+def _hide_library_progress() -> None:
+    """``--quiet`` means no progress bars at all: transformers draws its own while loading weights."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -187,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 0
+    if getattr(args, "quiet", False):
+        _hide_library_progress()
     try:
         return args.run(args)
     except KeyboardInterrupt:

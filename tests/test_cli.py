@@ -126,3 +126,16 @@ def test_sweep_help_explains_every_option_with_its_default_and_the_exit_status()
     for code in ("0 all runs succeeded", "1 some runs failed", "2 the configuration is wrong", "130 interrupted"):
         assert code in epilog
     assert "--overwrite" in epilog and "One sweep writes to a folder at a time" in epilog
+
+
+def test_quiet_hides_the_progress_bars_of_transformers_too(tmp_path):
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.enable_progress_bar()
+    try:
+        assert main(["bench", "--preset", "tiny-omni", "--audio-seconds", "1", "--methods", "frame", "--ratios", "0.5",
+                     "--decode-tokens", "1", "--repeats", "1", "--warmup", "0", "--device", "cpu", "--out", str(tmp_path),
+                     "--quiet"]) == 0
+        assert not transformers_logging.is_progress_bar_enabled()
+    finally:
+        transformers_logging.enable_progress_bar()

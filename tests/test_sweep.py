@@ -199,7 +199,7 @@ def test_sweep_config_file_with_overrides(data_root, tmp_path):
     rows = read_rows(tmp_path / "from_yaml")
     assert {r["method"] for r in rows} == {"none", "random"} and len(rows) == 4
     config.write_text("model: x\nratio: 0.5\n")
-    with pytest.raises(ValueError, match="unknown setting\\(s\\) ratio"):
+    with pytest.raises(ValueError, match="unknown setting\\(s\\) ratio; known: .*, model, models, "):
         from kvprune.harness.sweep.config import SweepConfig
 
         SweepConfig.build(config, data_root=data_root)

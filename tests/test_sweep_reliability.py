@@ -312,9 +312,13 @@ def test_the_sweep_ends_with_a_headline_and_the_file_to_open(data_root, tmp_path
     assert "Timings are noise-level here" in report or "within the timing noise" in report
 
 
-def test_runs_jsonl_records_the_identity_of_each_start(data_root, tmp_path):
+def test_runs_jsonl_records_the_identity_of_each_start(data_root, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(args(data_root, out, "--layer", "3", methods="fastv")) == 0
+    assert "nothing left to run" not in capsys.readouterr().err
+    assert main(args(data_root, out, "--layer", "3", methods="fastv")) == 0  # everything is done: said, not run
+    assert "note: nothing left to run: every run this sweep asks for has a result" in capsys.readouterr().err
+    assert len(read_runs(out)) == 1, "a start that runs nothing records no run"
     run = read_runs(out)[-1]
     assert run["settings"]["dtype"] == "auto" and run["settings"]["long_audio"] == "split"
     assert run["model_fingerprint"].startswith("local:")

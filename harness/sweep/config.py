@@ -218,5 +218,6 @@ def _read_yaml(path: Path) -> dict:
     known = {f.name for f in fields(SweepConfig)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise SweepConfigError(f"sweep config {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+        spelled = sorted(known | {"model"})  # "model: one" is the usual spelling of "models: [one]"
+        raise SweepConfigError(f"sweep config {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(spelled)}.")
     return values

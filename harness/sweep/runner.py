@@ -221,8 +221,10 @@ class SweepRunner:
             self._check_recorded(self.plan)
             _barrier()
             self.store = ResultStore(out, self.rank, self.world_size)
-            for model_name in self.config.models:
-                self._run_model(model_name)
+            todo = sum(self._run_model(model_name) for model_name in self.config.models)
+            if not todo:
+                self.notes.append(f"nothing left to run: every run this sweep asks for has a result in {out} already "
+                                  "(--retry-errors reruns the failed ones); the outputs are written again from them.")
             self._write_plan()
         except KeyboardInterrupt:
             raise SweepInterrupted(self.store.written if self.store else 0, out) from None
@@ -327,12 +329,13 @@ class SweepRunner:
         check_presses(model, model_name, presses, static=self.cache == "static")
 
     # -- per model / task ------------------------------------------------------------------------
-    def _run_model(self, model_name: str) -> None:
+    def _run_model(self, model_name: str) -> int:
+        """Run what is not done yet of ``model_name``'s share; returns how many runs that was."""
         done = self.store.done_keys(self.config.retry_errors)
         plan = [(task, self._work(model_name, task, done)) for task in self.tasks]
         plan = [(task, work) for task, work in plan if work]
         if not plan:
-            return
+            return 0
         loaded = self._load(model_name)
         self._check_presses(loaded.model, model_name)
         self._write_plan()
@@ -347,6 +350,7 @@ class SweepRunner:
                     self._run_sample(loaded, task, sample, prompt, digest_, todo, warmup=not warm, bar=bar)
                     warm = True
                 bar.close()
+        return sum(len(todo) for _, work in plan for *_, todo in work)
 
     def _work(self, model_name: str, task: Task, done: set[tuple]) -> list[tuple]:
         """(sample, prompt, input hash, runs not done yet) for each of this process's samples of ``task``."""
