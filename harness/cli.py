@@ -78,14 +78,16 @@ def _tasks(args) -> int:
 # -- sweep and its outputs ------------------------------------------------------------------------
 def _sweep(args) -> int:
     """0 if every run succeeded, 1 if some failed, 130 if interrupted (the rows so far are kept)."""
-    from .demo.default import prepare_default, runs_demo_suite
-    from .sweep.config import SweepConfig, overrides_from_args
+    from .demo.default import asks_for_demo, prepare_default, runs_demo_suite
+    from .sweep.config import SweepConfig, overrides_from_args, read_config_file
     from .sweep.runner import SweepInterrupted, run_sweep
 
     given = overrides_from_args(args)
-    demo = args.config is None and args.model in (None, "demo")
-    config = SweepConfig.build(args.config, **(prepare_default(given) if demo else given))
-    if demo and runs_demo_suite(given, config):
+    from_file = read_config_file(args.config) if args.config else {}
+    settings = dict(from_file, **{name: value for name, value in given.items() if value is not None})
+    demo = asks_for_demo(settings.get("models"))
+    config = SweepConfig.build(None, **(prepare_default(settings) if demo else settings))
+    if demo and runs_demo_suite(settings, config):
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
     try:
         outcome = run_sweep(config, progress=not args.quiet)

@@ -219,6 +219,19 @@ def test_no_arguments_runs_the_embedded_demo(tmp_path, monkeypatch, capsys):
     assert "embedded demo model" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("model_line", ["model: demo\n", ""])
+def test_a_sweep_file_naming_the_demo_or_no_model_gets_the_demos_defaults(model_line, tmp_path, monkeypatch, capsys):
+    """As on the command line: the demo's tasks, suite and folder fill what the file leaves unset."""
+    monkeypatch.setenv("KVPRUNE_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "demo"
+    config = tmp_path / "sweep.yaml"
+    config.write_text(f"{model_line}tasks: [demo_count]\nmethods: [frame]\nratios: 0.5\nlimit: 1\nout: {out}\n")
+    assert main(["sweep", "--config", str(config), "--quiet"]) == 0
+    rows = read_rows(out)
+    assert {(r["model"], r["task"]) for r in rows} == {("demo", "demo_count")} and len(rows) == 2
+    assert "embedded demo model" in capsys.readouterr().out
+
+
 def test_the_demo_model_on_other_tasks_and_data_is_not_announced_as_the_demo_suite(data_root, tmp_path, capsys):
     arguments = [*sweep_args(data_root, tmp_path / "out"), "--limit", "1", "--methods", "frame", "--ratios", "0.5"]
     assert main(arguments) == 0

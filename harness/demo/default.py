@@ -16,6 +16,15 @@ DEMO_TASKS = [f"demo_{task}" for task in TASKS]
 DEMO_OUT = Path("kvprune-results") / "demo"
 
 
+def asks_for_demo(models) -> bool:
+    """Whether a sweep's models (None: not given, on the command line or in its file; a comma-separated
+    string; a list) are the demo's alone: then the demo's tasks, data and folder fill what is unset."""
+    if models is None:
+        return True
+    names = models.split(",") if isinstance(models, str) else models
+    return [str(name).strip() for name in names] == [DEMO]
+
+
 def prepare_default(overrides: dict) -> dict:
     """Fill what the user left unset with the demo's model, tasks, data and output folder."""
     filled = dict(overrides, models=[DEMO])

@@ -59,7 +59,7 @@ class SweepConfig:
     @classmethod
     def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
         """Defaults, then the YAML file, then every override that is not None."""
-        values = _read_yaml(Path(yaml_path)) if yaml_path else {}
+        values = read_config_file(yaml_path) if yaml_path else {}
         values.update({k: v for k, v in overrides.items() if v is not None})
         config = cls(**{k: _normalise(k, v) for k, v in values.items()})
         config.validate()
@@ -204,7 +204,9 @@ def _normalise(name: str, value):
     return value
 
 
-def _read_yaml(path: Path) -> dict:
+def read_config_file(path: str | Path) -> dict:
+    """The settings of a sweep YAML file (``model: one`` read as ``models: [one]``), checked by name."""
+    path = Path(path)
     if not path.is_file():
         raise SweepConfigError(f"sweep config {path} not found.")
     try:
