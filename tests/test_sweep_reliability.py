@@ -121,13 +121,14 @@ def test_other_settings_are_refused_by_name_and_overwrite_starts_afresh(data_roo
     assert all(r["new_tokens"] <= 3 for r in rows)
 
 
-def test_the_decoding_cache_the_protocol_and_a_keep_rule_are_part_of_a_runs_identity(data_root, tmp_path, capsys):
+def test_the_decoding_cache_the_protocol_the_encoder_and_a_keep_rule_are_part_of_a_runs_identity(data_root, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(args(data_root, out)) == 0
     capsys.readouterr()
-    assert main(args(data_root, out, "--cache", "static", "--protocol", "audiomarathon")) == 2
+    assert main(args(data_root, out, "--cache", "static", "--protocol", "audiomarathon", "--stock-encoder")) == 2
     error = capsys.readouterr().err
     assert "cache: dynamic before, static now" in error and "protocol: unset before, audiomarathon now" in error
+    assert "encoder: fast before, stock now" in error, "the same outputs, not the same prefill times"
     assert main(args(data_root, out, "--cache", "dynamic")) == 0, "auto resolves to dynamic on a CPU: the same runs"
     assert len(read_rows(out)) == 4
     assert main(args(data_root, out, methods="frame,frame:keep_rule=floor")) == 0, "another keep rule is another method"

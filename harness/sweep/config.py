@@ -120,10 +120,10 @@ With no option at all, the embedded demo model runs on its synthetic suite (no d
 
 A results folder holds one configuration. Every run is identified by what determines its outputs
 (the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as
-resolved, --protocol, --long-audio, each task's config, the method's full spec with its layer and
-keep rule, the ratio, the prompt and the audio files' content): rerunning the same command resumes
-a folder; new methods, ratios, tasks or samples extend it; other settings are refused (use another
---out, or --overwrite). One sweep writes to a folder at a time.
+resolved, --stock-encoder, --protocol, --long-audio, each task's config, the method's full spec with
+its layer and keep rule, the ratio, the prompt and the audio files' content): rerunning the same
+command resumes a folder; new methods, ratios, tasks or samples extend it; other settings are
+refused (use another --out, or --overwrite). One sweep writes to a folder at a time.
 
 Exit status: 0 all runs succeeded, 1 some runs failed (each is recorded with its error and counts
 as a wrong answer), 2 the configuration is wrong (nothing ran), 130 interrupted (rerun the same

@@ -247,6 +247,7 @@ class SweepRunner:
         settings = dict(
             dtype=c.dtype, attn_implementation=c.attn_implementation, max_new_tokens=c.max_new_tokens,
             protocol=c.protocol, cache=self.cache, long_audio=c.long_audio,
+            encoder=c.encoder,  # the same outputs either way, but not the same prefill times
         )
         methods = {
             run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer)
