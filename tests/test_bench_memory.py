@@ -31,8 +31,9 @@ def test_the_estimate_counts_the_weights_and_the_kv_cache_a_model_really_holds(n
 def test_a_preset_that_cannot_fit_is_refused_up_front_with_its_estimate(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(memory, "available_bytes", lambda device: 8 * GIB)
     out = tmp_path / "bench"
-    assert main(["bench", "--preset", "qwen2.5-omni-7b", "--device", "cpu", "--quiet", "--out", str(out)]) == 2
+    assert main(["bench", "--preset", "qwen2.5-omni-7b", "--device", "cpu", "--out", str(out)]) == 2
     error = capsys.readouterr().err
+    assert "request" not in error, "no empty progress bar before the refusal"
     needed = memory.estimate(PRESETS.get("qwen2.5-omni-7b"), 300.0, torch.float32, decode_tokens=32)
     assert f"preset qwen2.5-omni-7b at 300 s of audio needs about {needed.total / GIB:.1f} GiB" in error
     assert "cpu has 8.0 GiB free" in error and "--device cuda" in error

@@ -46,7 +46,8 @@ class _Run:
         self.meter = Meter(self.device, config.warmup, config.repeats, config.compile, config.compile_config)
         self.cache = resolve_cache(config.cache, self.device)
         self.deadline = math.inf if config.max_minutes is None else time.monotonic() + 60 * config.max_minutes
-        self.bar = tqdm(total=0, disable=not config.progress, unit="request", dynamic_ncols=True)
+        # shown once work has started (a run refused up front draws nothing); one count per audio length
+        self.bar = tqdm(total=0, disable=not config.progress, unit="request", dynamic_ncols=True, delay=1)
         self.rows: list[dict] = []
 
     def expired(self) -> bool:
@@ -127,8 +128,7 @@ def _bench_length(run: _Run, model, preset: Preset, base: dict, fast_path: bool)
     prompts = {b: prompt if b == 1 else preset.prompt(model, base["audio_seconds"], config.decode_tokens, config.seed, b)
                for b in sorted({r.batch for r in requests})}
     rounds = run.meter.warmup + run.meter.repeats
-    run.bar.total += len(requests) * rounds
-    run.bar.refresh()
+    run.bar.reset(total=len(requests) * rounds)
 
     def run_one(request: Request):
         run.bar.update(1)
