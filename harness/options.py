@@ -39,7 +39,7 @@ SHARED_OPTIONS: dict[str, dict] = {
     "dtype": dict(choices=DTYPES, help="weights' dtype"),
     "attn_implementation": dict(choices=ATTN_IMPLEMENTATIONS, help="the model's attention backend"),
     "seed": dict(type=int, help="seed of the random inputs"),
-    "quiet": dict(action="store_true", help="no progress bars"),
+    "quiet": dict(action="store_true", help="no progress bars; default: progress bars"),
     "cache": dict(
         choices=CACHES,
         help="KV cache of decoding: static (Hugging Face's static cache; on a GPU the decode step is compiled, "
@@ -47,7 +47,8 @@ SHARED_OPTIONS: dict[str, dict] = {
     ),
     "stock_encoder": dict(
         action="store_true",
-        help="run the model's stock audio encoder instead of kvprune.fast_audio_encoder (same outputs, slower)",
+        help="run the model's stock audio encoder instead of kvprune.fast_audio_encoder (same outputs, slower); "
+        "default: the fast encoder",
     ),
 }
 
@@ -63,6 +64,13 @@ def add_shared_options(parser: argparse.ArgumentParser, defaults: dict[str, obje
             continue
         help_text = "; ".join(part for part in (spec["help"], notes.get(dest)) if part)
         parser.add_argument(f"--{dest.replace('_', '-')}", **dict(spec, help=help_text), default=defaults[dest])
+
+
+def name_list(value) -> list[str]:
+    """Names given as one comma-separated string (the command line) or as a list (a YAML file)."""
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return [str(name) for name in value]
 
 
 def check_device(device: str | None) -> None:

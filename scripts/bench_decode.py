@@ -35,6 +35,7 @@ from torch._dynamo.utils import counters
 
 from kvprune import parse_method, resolve_family
 from kvprune.harness.bench.presets import PRESETS
+from kvprune.harness.markdown import markdown_table
 from kvprune.harness.timing import timed_generate
 
 
@@ -97,8 +98,7 @@ def run(model, inputs: dict, name: str, cache: str, press, new_tokens: int, repe
 def markdown(rows: list[dict], header: str) -> str:
     columns = ["run", "cache", "prefill_ms", "decode_ms_per_token", "request_ms", "kv_cache_mib",
                "tokens_agree", "max_logit_diff", "graphs", "graph_breaks"]
-    lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
+    lines = [header, "", markdown_table(columns, ([str(row.get(c, "")) for c in columns] for row in rows))]
     return "\n".join(lines) + "\n"
 
 

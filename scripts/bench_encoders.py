@@ -30,6 +30,7 @@ from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAu
 from kvprune import fast_audio_encoder
 from kvprune.harness.bench.measure import Meter
 from kvprune.harness.bench.presets import PRESETS
+from kvprune.harness.markdown import markdown_table
 
 
 @dataclass(frozen=True)
@@ -151,8 +152,7 @@ def profile(module: nn.Module, inputs: dict, meter: Meter, path: Path) -> None:
 
 def markdown(rows: list[dict], header: str) -> str:
     columns = ["encoder", "seconds", "output_frames", "stock_ms", "fast_ms", "speedup", "max_abs_diff", "bit_identical"]
-    lines = [header, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(row.get(c, "")) for c in columns) + " |" for row in rows]
+    lines = [header, "", markdown_table(columns, ([str(row.get(c, "")) for c in columns] for row in rows))]
     changes = {row["encoder"]: row.get("changes") or row.get("error") for row in rows}
     lines += ["", *(f"- **{name}**: {change}" for name, change in changes.items())]
     return "\n".join(lines) + "\n"

@@ -29,7 +29,7 @@ from pathlib import Path
 from kvprune.press import Press
 from kvprune.specs import MethodSpec, parse_methods
 
-from ..options import CACHES, add_shared_options, check_device
+from ..options import CACHES, add_shared_options, check_device, name_list
 from ..sweep.ratios import parse_ratios
 from .presets import PRESETS
 
@@ -149,8 +149,8 @@ class BenchConfig:
     def from_args(cls, args: argparse.Namespace) -> BenchConfig:
         """The configuration ``kvprune bench`` was given (see ``add_bench_arguments``)."""
         return cls(
-            presets=_list(args.preset),
-            audio_seconds=[float(s) for s in _list(args.audio_seconds)],
+            presets=name_list(args.preset),
+            audio_seconds=[float(s) for s in name_list(args.audio_seconds)],
             methods=args.methods,
             ratios=parse_ratios(args.ratios),
             layer=args.layer,
@@ -160,7 +160,7 @@ class BenchConfig:
             attn_implementation=args.attn_implementation,
             encoder="stock" if args.stock_encoder else "fast",
             cache=args.cache,
-            batch_sizes=None if args.batch_sizes is None else [int(b) for b in _list(args.batch_sizes)],
+            batch_sizes=None if args.batch_sizes is None else [int(b) for b in name_list(args.batch_sizes)],
             largest_batch=args.largest_batch,
             compare_stock=args.compare_stock,
             device=args.device,
@@ -182,10 +182,6 @@ def run_bench(config: BenchConfig):
 
 
 # -- command line ------------------------------------------------------------------------------------
-def _list(text: str) -> list[str]:
-    return [item.strip() for item in text.split(",") if item.strip()]
-
-
 def _joined(numbers: list[float]) -> str:
     return ",".join(f"{n:g}" for n in numbers)
 
@@ -234,8 +230,6 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
             dtype="default: auto, bfloat16 on cuda and float32 on cpu",
             attn_implementation="default: %(default)s",
             seed="default: %(default)s",
-            quiet="default: progress bars",
-            stock_encoder="default: the fast encoder",
             cache="default: %(default)s",
         ),
     )

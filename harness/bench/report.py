@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import pandas as pd  # noqa: E402
 
+from ..markdown import markdown_table  # noqa: E402
 from .compare import targets, variant  # noqa: E402
 from .presets import PRESETS  # noqa: E402
 
@@ -187,9 +188,7 @@ TABLES: dict[str, dict[str, Callable]] = {
 
 
 def _table(rows: pd.DataFrame, columns: dict[str, Callable]) -> str:
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(row) for cell in columns.values()) + " |" for _, row in rows.iterrows()]
-    return "\n".join(lines)
+    return markdown_table(list(columns), ([cell(row) for cell in columns.values()] for _, row in rows.iterrows()))
 
 
 def _scoring_line(rows: pd.DataFrame) -> str:

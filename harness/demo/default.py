@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..options import name_list
 from . import DEMO
 from .suite import demo_suite
 from .synthetic import TASKS
@@ -19,10 +20,7 @@ DEMO_OUT = Path("kvprune-results") / "demo"
 def asks_for_demo(models) -> bool:
     """Whether a sweep's models (None: not given, on the command line or in its file; a comma-separated
     string; a list) are the demo's alone: then the demo's tasks, data and folder fill what is unset."""
-    if models is None:
-        return True
-    names = models.split(",") if isinstance(models, str) else models
-    return [str(name).strip() for name in names] == [DEMO]
+    return models is None or name_list(models) == [DEMO]
 
 
 def prepare_default(overrides: dict) -> dict:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from ..markdown import markdown_table
 from ..tasks.metrics import row_meta
 from ..tasks.suites import Suite, list_suites
 from ..tasks.task import Task, get_task
@@ -107,18 +108,14 @@ def _pivot(rows: pd.DataFrame, index: str) -> str:
     order = sorted(set(runs["run"]), key=lambda run: (run != "baseline", run))
     table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(columns=order)
     samples = runs[runs["run"] == order[0]].set_index(index)["samples"]
-    header = f"| {index} | samples | " + " | ".join(order) + " |\n|" + "---|" * (len(order) + 2) + "\n"
-    lines = [f"| {value} | {samples.get(value, '—')} | " + " | ".join(_cell(v) for v in values) + " |"
-             for value, values in zip(table.index, table.to_numpy())]
-    return header + "\n".join(lines) + "\n"
+    cells = ([str(value), str(samples.get(value, "—")), *map(_cell, values)] for value, values in zip(table.index, table.to_numpy()))
+    return markdown_table([index, "samples", *order], cells) + "\n"
 
 
 def _suite_table(rows: pd.DataFrame, metrics: list[str]) -> str:
-    header = "| method | ratio | samples | " + " | ".join(metrics) + " |\n|" + "---|" * (len(metrics) + 3) + "\n"
     ordered = rows.assign(_base=rows["method"] != BASELINE).sort_values(["_base", "method", "ratio"])
-    lines = [f"| {r['method']} | {r['ratio']:g} | {r['samples']} | " + " | ".join(_cell(r[m]) for m in metrics) + " |"
-             for _, r in ordered.iterrows()]
-    return header + "\n".join(lines) + "\n"
+    cells = ([str(r["method"]), f"{r['ratio']:g}", str(r["samples"]), *(_cell(r[m]) for m in metrics)] for _, r in ordered.iterrows())
+    return markdown_table(["method", "ratio", "samples", *metrics], cells) + "\n"
 
 
 def _cell(value) -> str:

@@ -21,7 +21,7 @@ from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
 from ..long_audio import DEFAULT_POLICY, POLICIES
-from ..options import CACHES, add_shared_options, check_device
+from ..options import CACHES, add_shared_options, check_device, name_list
 from ..tasks.protocols import PROTOCOLS
 from .ratios import parse_ratios
 
@@ -165,8 +165,6 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             device="ignored with --device-map",
             dtype="default: auto, the dtype the checkpoint was saved in",
             attn_implementation="default: sdpa; pruning works under all three",
-            quiet="default: progress bars",
-            stock_encoder="default: the fast encoder",
             cache="default: auto; each result records the cache it ran on, and whether the call compiled "
             "(compiling calls are left out of timing statistics, like the warm-up)",
         ),
@@ -186,15 +184,9 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
 
 
 # -- values ------------------------------------------------------------------------------------------
-def _csv(value) -> list[str]:
-    if isinstance(value, str):
-        return [v.strip() for v in value.split(",") if v.strip()]
-    return [str(v) for v in value]
-
-
 def _normalise(name: str, value):
     if name in ("models", "tasks"):
-        return _csv(value)
+        return name_list(value)
     if name == "methods":
         return list({method.label: method for method in parse_methods(value)}.values())  # once each
     if name == "ratios":

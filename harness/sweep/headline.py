@@ -12,6 +12,7 @@ import math
 
 import pandas as pd
 
+from ..markdown import markdown_table
 from .config import BASELINE
 from .summary import direction
 
@@ -83,17 +84,15 @@ def headline_markdown(summary: pd.DataFrame) -> str:
     for model, task, rows, baseline in _tasks(summary):
         ratios = sorted(rows["ratio"].unique())
         name = f"{model} / {task}" if models else task
-        lines = [f"**{_title(name, rows, baseline)}**", "",
-                 "| method | " + " | ".join(f"ratio {ratio_text(r)}" for r in ratios) + " |",
-                 "|---|" + "---|" * len(ratios)]
+        table = []
         for method, group in rows.groupby("method", sort=True):
             at = {r: row for r, row in zip(group["ratio"], group.to_dict("records"))}
-            cells = [
+            table.append([method] + [
                 f"{score_text(at[r]['score'])} ({speedup_text(at[r]['prefill_speedup'], at[r].get('prefill_within_noise'))})"
                 if r in at else "" for r in ratios
-            ]
-            lines.append(f"| {method} | " + " | ".join(cells) + " |")
-        parts.append("\n".join(lines) + "\n")
+            ])
+        header = ["method", *(f"ratio {ratio_text(r)}" for r in ratios)]
+        parts.append(f"**{_title(name, rows, baseline)}**\n\n" + markdown_table(header, table) + "\n")
     legend = "Each cell: score (prefill speedup against the unpruned run)."
     if _any_noise(summary):
         legend += f" {NOISE_NOTE}."

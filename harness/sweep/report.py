@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..markdown import markdown_table
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
@@ -84,15 +85,12 @@ AVERAGE_COLUMNS = {
 def _table(frame: pd.DataFrame, columns: dict) -> str:
     """A markdown table of ``frame``'s ``columns`` under their titles, each in its format (speedups
     marked when within the timing noise)."""
-    header = "| " + " | ".join(title for title, _ in columns.values()) + " |\n|" + "---|" * len(columns) + "\n"
-    lines = []
-    for row in frame.to_dict("records"):
-        cells = [
-            speedup_text(row.get(name), row.get("prefill_within_noise")) if form is None else form(row.get(name))
-            for name, (_, form) in columns.items()
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return header + "\n".join(lines) + "\n"
+    rows = (
+        [speedup_text(row.get(name), row.get("prefill_within_noise")) if form is None else form(row.get(name))
+         for name, (_, form) in columns.items()]
+        for row in frame.to_dict("records")
+    )
+    return markdown_table([title for title, _ in columns.values()], rows) + "\n"
 
 
 def _provenance(out_dir: Path) -> str:
