@@ -19,6 +19,7 @@ from .specs import MethodSpec, MethodSpecError, parse_method, parse_methods
 from .models import UnsupportedModelError, list_families, resolve_family
 from .models.loading import LoadedModel, load_model
 from .encoders import FastAudioEncoder, fast_audio_encoder
+from .generation import GenerationOutput, Generator, generate
 
 __version__ = "0.1.0"
 
@@ -33,6 +34,8 @@ __all__ = [
     "FastAudioEncoder",
     "FastVPress",
     "FramePress",
+    "GenerationOutput",
+    "Generator",
     "KNormPress",
     "LoadedModel",
     "MethodSpec",
@@ -49,6 +52,7 @@ __all__ = [
     "TokenDropPress",
     "UnsupportedModelError",
     "fast_audio_encoder",
+    "generate",
     "get_press",
     "list_families",
     "list_presses",

@@ -23,3 +23,13 @@ def output_cache(output: Any) -> Any:
         if value is not None:
             return value
     return None
+
+
+
+def cache_argument(decoder) -> str:
+    """The name this transformers version gives the cache argument (``cache`` or ``past_key_values``),
+    read from the text ``decoder``, which declares it even where the model passes it on as a keyword."""
+    import inspect
+
+    parameters = inspect.signature(decoder.forward).parameters
+    return next((name for name in CACHE_NAMES if name in parameters), CACHE_NAMES[1])

@@ -206,6 +206,11 @@ class PressSession:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def layout_of(self, cache) -> CacheLayout | None:
+        """Which prompt positions each layer of ``cache`` holds after a pruning prefill on it (a
+        dynamic cache; None when the prefill pruned nothing): what decoding on it must mask by."""
+        return self._layouts.get(cache)
+
     def _hook(self, handle) -> None:
         self._handles.append(handle)
 

@@ -1,0 +1,88 @@
+"""Per-layer attention masks while decoding, without hooks.
+
+After pruning, each group of decoder layers holds other prompt entries, so each needs its own mask;
+the model builds one. The decode step passes the masks of every layer as one keyword argument
+(``kvprune_masks``), which every supported model hands down to its attention functions, and decoding
+runs under an attention implementation registered here that picks its layer's mask and calls the stock
+``sdpa`` or ``eager`` attention with it. Nothing is installed on the model, so a compiled step holds
+no hook whose removal it could miss; the implementation name is switched on the decoder's config only
+for the duration of decoding (``decoding_attention``).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import torch
+from transformers import AttentionInterface, AttentionMaskInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import sdpa_mask
+
+MASKS_KWARG = "kvprune_masks"
+IMPLEMENTATIONS = {"sdpa": "kvprune_decode_sdpa", "eager": "kvprune_decode_eager"}
+
+
+def _layer_mask(module, attention_mask, kwargs):
+    masks = kwargs.pop(MASKS_KWARG, None)
+    return attention_mask if masks is None else masks[module.layer_idx]
+
+
+def _sdpa(module, query, key, value, attention_mask, **kwargs):
+    mask = _layer_mask(module, attention_mask, kwargs)
+    if query.shape[2] == 1 and mask is not None:
+        return decode_attention(query, key, value, mask, kwargs.get("scaling")), None
+    return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
+
+
+def decode_attention(query, key, value, mask, scaling=None) -> torch.Tensor:
+    """Attention of one new token per row over a static cache: (B, heads, 1, D) queries against (B,
+    kv_heads, C, D) keys and values, with a (B, 1 | heads, 1, C) boolean mask; returns (B, 1, heads,
+    D) as the stock attention functions do. Written as two small matrix products and a softmax in float32,
+    with the query heads that share a key-value head stacked, so that no key or value is copied per
+    head (sdpa with a mask repeats them for grouped-query attention) and a compiled step fuses the rest."""
+    batch, heads, _, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    scaling = dim**-0.5 if scaling is None else scaling
+    scores = torch.matmul(query.view(batch, kv_heads, groups, dim), key.transpose(-1, -2)).float() * scaling
+    mask = mask.view(batch, kv_heads, groups, length) if mask.shape[1] == heads else mask.view(batch, 1, 1, length)
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).to(value.dtype)
+    output = torch.matmul(probs, value)  # (B, kv_heads, groups, D)
+    return output.view(batch, heads, 1, dim).transpose(1, 2).contiguous()
+
+
+def _eager(module, query, key, value, attention_mask, **kwargs):
+    """The model's own eager attention (each modeling file has its own), with an additive mask."""
+    mask = _layer_mask(module, attention_mask, kwargs)
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=query.dtype, device=mask.device).masked_fill(~mask, torch.finfo(query.dtype).min)
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    return eager(module, query, key, value, mask, **kwargs)
+
+
+AttentionInterface.register(IMPLEMENTATIONS["sdpa"], _sdpa)
+AttentionInterface.register(IMPLEMENTATIONS["eager"], _eager)
+for _name in IMPLEMENTATIONS.values():
+    AttentionMaskInterface.register(_name, sdpa_mask)
+
+
+def unsupported_attention(config) -> str | None:
+    """Why decoding cannot mask per layer under this attention implementation (None: it can)."""
+    if config._attn_implementation in IMPLEMENTATIONS or config._attn_implementation in IMPLEMENTATIONS.values():
+        return None
+    return (
+        f"attn_implementation={config._attn_implementation!r}: the engine masks each layer's cache under "
+        "'sdpa' or 'eager' only"
+    )
+
+
+@contextmanager
+def decoding_attention(config):
+    """The decoder's attention reads its layer's mask from ``kvprune_masks`` inside the block."""
+    original = config._attn_implementation
+    config._attn_implementation = IMPLEMENTATIONS.get(original, original)
+    try:
+        yield
+    finally:
+        config._attn_implementation = original

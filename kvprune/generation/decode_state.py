@@ -1,0 +1,195 @@
+"""The fixed buffers one decoding loop reads and writes, so that a step can be captured once as a CUDA
+graph and replayed for every later token and every later call of the same shapes.
+
+Each decoder layer gets a static cache layer of its own length, a *bucket* at least as long as the
+entries it kept plus the tokens to generate: after pruning, layers >= K hold far fewer entries than
+layers < K, and a pruned decode step should read only those. A row's prompt entries sit at the start
+of each layer (filler slots of rows that kept fewer entries stay invalid), and each row writes its
+next token at its own column; which slots a layer's queries may see is a boolean mask per *group* of
+layers laid out alike (layers < K, layers >= K, each compressed layer), updated on the device as
+tokens are written. Lengths are rounded up to buckets (``bucket_length``) so that a sweep over
+thousands of prompt lengths reuses a bounded number of shapes, and so of captured graphs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import Cache, StaticLayer
+
+from .prefill import Prefill
+
+
+def bucket_length(n: int, per_octave: int = 8, minimum: int = 64) -> int:
+    """``n`` rounded up to one of ``per_octave`` lengths per power of two (at most 1/per_octave longer)."""
+    if n <= minimum:
+        return minimum
+    step = max(1, 1 << (n.bit_length() - 1 - (per_octave.bit_length() - 1)))
+    return -(-n // step) * step
+
+
+class DecodeLayer(StaticLayer):
+    """A static cache layer over given buffers where each row writes its new token at its own column
+    (``columns``, shared by the layers of a group and advanced by the decode step).
+
+    ``get_seq_length`` answers with a host number, never a device tensor: model code branches on it
+    (prefill or not), and reading a device value would stall a captured graph."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, columns: torch.Tensor):
+        super().__init__(max_cache_len=keys.shape[-2])
+        self.keys, self.values, self.columns = keys, values, columns
+        self.device = keys.device
+        self.batch_size, self.num_heads = keys.shape[:2]
+        self.k_head_dim, self.v_head_dim = keys.shape[-1], values.shape[-1]
+        self.is_initialized = True
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        if key_states.shape[-2] != 1:
+            raise RuntimeError("kvprune's decode cache takes one new token per row and call.")
+        index = self.columns.view(-1, 1, 1, 1)
+        self.keys.scatter_(2, index.expand(-1, key_states.shape[1], 1, key_states.shape[-1]), key_states)
+        self.values.scatter_(2, index.expand(-1, value_states.shape[1], 1, value_states.shape[-1]), value_states)
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return 1  # decoding continues a prompt: never an empty cache
+
+
+class DecodeCache(Cache):
+    """The layers of one decoding loop (a ``transformers`` cache, so that the model writes into it)."""
+
+    def __init__(self, layers: list[DecodeLayer]):
+        super().__init__(layers=layers)
+
+
+@dataclass(frozen=True)
+class StateShape:
+    """What a decode state's buffers are sized by: reused across calls that agree on it."""
+
+    batch: int
+    capacities: tuple[int, ...]  # per group: its layers' static length
+    mask_heads: tuple[int, ...]  # per group: 1, or attention heads for head-wise compression
+    layer_group: tuple[int, ...]  # per decoder layer, its group
+    new_tokens: int  # room of the output buffer
+
+    def fits(self, other: StateShape) -> bool:
+        """Whether a state of this shape can hold what ``other`` asks for (same layout, enough room)."""
+        return (self.batch, self.mask_heads, self.layer_group) == (other.batch, other.mask_heads, other.layer_group) and all(
+            mine >= theirs for mine, theirs in zip((*self.capacities, self.new_tokens), (*other.capacities, other.new_tokens))
+        )
+
+
+def layer_groups(prefill: Prefill) -> tuple[tuple[int, ...], list[int], list[int]]:
+    """Per layer its group (layers whose slots were laid out by the same decision share a mask), and
+    per group its width (entries per row) and mask heads."""
+    groups: dict[int, int] = {}
+    layer_group, widths, heads = [], [], []
+    for entries in prefill.layers:
+        key = id(entries.slots) if entries.slots is not None else 0
+        if key not in groups:
+            groups[key] = len(widths)
+            widths.append(entries.valid.shape[-1])
+            heads.append(entries.valid.shape[1])
+        layer_group.append(groups[key])
+    return tuple(layer_group), widths, heads
+
+
+def state_shape(prefill: Prefill, batch: int, new_tokens: int, per_octave: int) -> StateShape:
+    """The bucketed shape that decodes ``batch`` rows laid out like ``prefill`` for ``new_tokens`` tokens."""
+    layer_group, widths, heads = layer_groups(prefill)
+    capacities = tuple(bucket_length(w + new_tokens, per_octave) for w in widths)
+    return StateShape(batch, capacities, tuple(heads), layer_group, bucket_length(new_tokens, per_octave, 8))
+
+
+class DecodeState:
+    """The buffers of one decoding loop at one ``StateShape`` (see the module docstring).
+
+    Filling it (``reset``, then ``load`` for each prefilled batch of rows) copies prompt entries in
+    place, so that a graph captured on the state replays on the new prompts."""
+
+    def __init__(self, shape: StateShape, template: Prefill):
+        self.shape = shape
+        device = template.logits.device
+        batch = shape.batch
+        self.columns = torch.zeros(len(shape.capacities), batch, dtype=torch.long, device=device)
+        layers = []
+        for j, entries in enumerate(template.layers):
+            group = shape.layer_group[j]
+            kv = (batch, entries.keys.shape[1], shape.capacities[group])
+            keys = torch.zeros((*kv, entries.keys.shape[-1]), dtype=entries.keys.dtype, device=entries.keys.device)
+            values = torch.zeros((*kv, entries.values.shape[-1]), dtype=entries.values.dtype, device=entries.values.device)
+            layers.append(DecodeLayer(keys, values, self.columns[group]))
+        self.cache = DecodeCache(layers)
+        self.masks = [
+            torch.zeros(batch, heads, 1, capacity, dtype=torch.bool, device=device)
+            for capacity, heads in zip(shape.capacities, shape.mask_heads)
+        ]
+        self.tokens = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros((*template.next_positions.shape[:-2], batch, 1), dtype=torch.long, device=device)
+        self.step = torch.zeros(1, dtype=torch.long, device=device)
+        self.done = torch.zeros(batch, dtype=torch.bool, device=device)
+        self.out = torch.zeros(batch, shape.new_tokens, dtype=torch.long, device=device)
+        self.graph = None  # the captured decode step (False: capture failed), once captured on this state
+
+    @property
+    def nbytes(self) -> int:
+        """Device memory the state's buffers hold (the cache's keys and values, masks, outputs)."""
+        tensors = [t for layer in self.cache.layers for t in (layer.keys, layer.values)] + self.masks + [self.out]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def layer_masks(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self.masks[g] for g in self.shape.layer_group)
+
+    def reset(self) -> None:
+        """Forget every row (masks, columns, outputs) before loading new prompts."""
+        for mask in self.masks:
+            mask.zero_()
+        self.columns.zero_()
+        self.step.fill_(1)
+        self.done.zero_()
+        self.out.zero_()
+
+    def load(self, prefill: Prefill, offset: int, first_tokens: torch.Tensor, done: torch.Tensor) -> None:
+        """Copy a prefill's rows in at rows ``offset..``; their first new token (already chosen from the
+        prefill's logits) is column 0 of ``out``, and each row's next write is after its entries."""
+        rows = slice(offset, offset + prefill.batch)
+        layer_group, widths, _ = layer_groups(prefill)
+        if layer_group != self.shape.layer_group:
+            raise ValueError("these prompts were pruned with another layout than the decode state's; decode them apart.")
+        for layer, entries in zip(self.cache.layers, prefill.layers):
+            held = entries.keys.shape[-2]
+            layer.keys[rows, :, :held].copy_(entries.keys)
+            layer.values[rows, :, :held].copy_(entries.values)
+        for j, entries in enumerate(prefill.layers):
+            g = self.shape.layer_group[j]
+            self.masks[g][rows, :, 0, : widths[g]] = entries.valid
+        self.columns[:, rows] = torch.tensor(widths, dtype=torch.long, device=self.columns.device)[:, None]
+        self.tokens[rows, 0] = first_tokens
+        self.positions[..., rows, :] = prefill.next_positions
+        self.done[rows] = done
+        self.out[rows, 0] = first_tokens
+
+    def copy_rows_from(self, other: DecodeState, rows: int) -> None:
+        """The first ``rows`` rows of a smaller state (same layout), for a batch that outgrew it."""
+        for mine, theirs in zip(self.cache.layers, other.cache.layers):
+            width = theirs.keys.shape[-2]
+            mine.keys[:rows, :, :width].copy_(theirs.keys[:rows])
+            mine.values[:rows, :, :width].copy_(theirs.values[:rows])
+        for mine, theirs in zip(self.masks, other.masks):
+            mine[:rows, :, :, : theirs.shape[-1]].copy_(theirs[:rows])
+        self.columns[:, :rows].copy_(other.columns[:, :rows])
+        for name in ("tokens", "done", "out"):
+            getattr(self, name)[:rows].copy_(getattr(other, name)[:rows])
+        self.positions[..., :rows, :].copy_(other.positions[..., :rows, :])
+
+    def _mutable(self) -> list[torch.Tensor]:
+        return [*self.masks, self.columns, self.tokens, self.positions, self.step, self.done, self.out]
+
+    def snapshot(self) -> list[torch.Tensor]:
+        """Copies of what one step changes (besides the cache's new column), to undo a warm-up step."""
+        return [t.clone() for t in self._mutable()]
+
+    def restore(self, snapshot: list[torch.Tensor]) -> None:
+        for tensor, saved in zip(self._mutable(), snapshot):
+            tensor.copy_(saved)

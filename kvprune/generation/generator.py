@@ -1,0 +1,320 @@
+"""kvprune's generation engine: prefill under a press, then decode on static caches of the pruned lengths
+with a compiled step replayed as a CUDA graph, one replay per token and no host synchronisation
+between tokens (stops are checked on the device, and read back every ``check_every`` tokens).
+
+``Generator`` keeps its decode states (buffers sized by length buckets) and their captured graphs
+across calls, so a sweep over thousands of prompts of different lengths compiles once and captures
+one graph per bucket shape it meets, within a memory budget (least recently used states go first).
+``generate`` is the one-call form. On a CPU the same step runs eagerly: the same algorithm, which the
+tests compare token for token with ``model.generate`` under the same press.
+
+Models whose caches cannot be static (sliding-window layers, layers reading another layer's cache:
+Gemma-3n) and attention implementations that cannot mask per layer (flash attention) decode through
+``model.generate`` instead; ``GenerationOutput.engine`` says which path ran and why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn as nn
+
+from ..compat import cache_argument
+from ..models import resolve_family
+from .attention import decoding_attention, unsupported_attention
+from .decode_state import DecodeState, state_shape
+from .graphs import StepRunner, compile_counters
+from .prefill import Prefill, family_supports_static_decoding, run_prefill
+from .step import Sampling, Stopping, choose, decode_step, finish
+
+ENGINE, FALLBACK = "kvprune", "transformers.generate"
+
+
+@dataclass
+class GenerationTiming:
+    """Seconds of one call: the prefill (to the first token) and the decoding after it."""
+
+    prefill_s: float
+    decode_s: float
+    new_tokens: int  # generated per row (the longest row; ended rows are padded)
+    batch: int
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens after the first, over all rows, per second of decoding."""
+        decoded = (self.new_tokens - 1) * self.batch
+        return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else None
+
+
+@dataclass
+class GenerationOutput:
+    sequences: torch.Tensor  # (B, prompt + new): the prompt followed by the new tokens, as generate returns
+    new_tokens: torch.Tensor  # (B, new)
+    timing: GenerationTiming
+    outcome: object | None = None  # the press's PressOutcome (what its prefill pruned)
+    engine: str = ENGINE  # which path decoded: kvprune's engine, or transformers.generate (and why, in ``note``)
+    note: str = ""
+    graphs_captured: int = 0  # CUDA graphs this call captured (0: replayed existing ones, or none used)
+    compilations: int = 0  # torch.compile graphs this call made
+
+
+@dataclass
+class Generator:
+    """Generation with kvprune's engine on one model; keeps compiled steps and decode states across calls.
+
+    * ``compile``: compile the decode step with ``torch.compile`` ("auto": on CUDA).
+    * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
+    * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
+    * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go).
+    * ``check_every``: tokens between reads of the stop flags (the only host synchronisation).
+    """
+
+    model: nn.Module
+    compile: bool | str = "auto"
+    cuda_graphs: bool | str = "auto"
+    compile_mode: str | None = None
+    per_octave: int = 8
+    max_state_bytes: int = 8 << 30
+    check_every: int = 16
+    _states: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
+    _runners: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.family = resolve_family(self.model)
+        self.module = self.family.entry(self.model)  # the module whose forward returns logits
+        self.config = self.family.decoder(self.model).config
+        self.device = next(self.module.parameters()).device
+        cuda = self.device.type == "cuda"
+        self.compile = cuda if self.compile == "auto" else bool(self.compile)
+        self.cuda_graphs = cuda if self.cuda_graphs == "auto" else bool(self.cuda_graphs)
+        if self.cuda_graphs and not cuda:
+            raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
+        self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)
+
+    # -- public ---------------------------------------------------------------------------------------
+    def generate(
+        self, inputs: dict | Sequence[dict], *, max_new_tokens: int, press=None, ratio: float | None = None,
+        do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
+        eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+        suppress_tokens: list[int] | None = None,
+    ) -> GenerationOutput:
+        """Generate up to ``max_new_tokens`` per row under ``press`` at ``ratio`` (its own ratio if None;
+        no press: unpruned). ``inputs`` is a batch of model inputs (as a processor makes them, left-padded),
+        or a list of such batches: each is prefilled on its own (so that one prefill's activations, not
+        the whole batch's, bound the memory), then all rows decode together."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens={max_new_tokens} is invalid: generate at least 1 token.")
+        batches = [inputs] if isinstance(inputs, dict) else list(inputs)
+        if not batches:
+            raise ValueError("inputs is an empty list: give a batch of model inputs, or a list of them.")
+        sampling = Sampling(do_sample, temperature, top_k, top_p)
+        eos, pad = self._special_tokens(eos_token_id, pad_token_id)
+        if self.unsupported:
+            return self._fallback(batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens)
+        graphs_before, (compiled_before, _) = self._captures(), compile_counters()
+        clock = _Clock(self.device)
+        rows = sum(batch["input_ids"].shape[0] for batch in batches)
+        state, stopping, firsts, outcomes, offset = None, None, [], [], 0
+        for batch in batches:
+            prefill = run_prefill(self.module, batch, press, ratio)
+            stopping = stopping or self._stopping(eos, pad, suppress_tokens, prefill.logits.shape[-1])
+            first = choose(prefill.logits, sampling, stopping)
+            first, done = finish(first, torch.zeros_like(first, dtype=torch.bool), stopping)
+            if max_new_tokens > 1:
+                state = self._state_for(state, prefill, rows, max_new_tokens, offset)
+                state.load(prefill, offset, first, done)
+            firsts.append(first)
+            outcomes.append(prefill.outcome)
+            offset += prefill.batch
+            del prefill  # its cache is in the decode state now: one batch's cache at a time
+        prefill_end = clock.mark()
+        new = self._decode(state, rows, max_new_tokens, sampling, stopping) if state is not None else torch.cat(firsts)[:, None]
+        end = clock.mark()
+        new = _trim(new, eos)
+        timing = GenerationTiming(clock.seconds(clock.start, prefill_end), clock.seconds(prefill_end, end), new.shape[1], rows)
+        return GenerationOutput(
+            sequences=_joined([batch["input_ids"] for batch in batches], new, pad), new_tokens=new, timing=timing,
+            outcome=outcomes[0] if len(outcomes) == 1 else outcomes, graphs_captured=self._captures() - graphs_before,
+            compilations=compile_counters()[0] - compiled_before,
+        )
+
+    @property
+    def fallbacks(self) -> dict[str, int]:
+        """Why decode states ran without a CUDA graph (reason -> how many states), over all calls."""
+        merged: dict[str, int] = {}
+        for runner in self._runners.values():
+            for reason, count in runner.fallbacks.items():
+                merged[reason] = merged.get(reason, 0) + count
+        return merged
+
+    @property
+    def state_bytes(self) -> int:
+        """Device memory held by the decode states kept between calls (cache buffers of every shape met)."""
+        return sum(state.nbytes for state in self._states.values())
+
+    @property
+    def states(self) -> int:
+        return len(self._states)
+
+    # -- decoding -------------------------------------------------------------------------------------
+    def _state_for(self, state: DecodeState | None, prefill: Prefill, rows: int, max_new_tokens: int, offset: int) -> DecodeState:
+        """The decode state for ``rows`` rows that this prefill's rows fit: the one in use if it has room
+        (a later prefilled batch may hold more entries), else a kept or new one of a larger bucket, with
+        the rows loaded so far copied over."""
+        needed = state_shape(prefill, rows, max_new_tokens, self.per_octave)
+        if state is not None and state.shape.fits(needed):
+            return state
+        if state is not None:  # grow to the larger of both, per group
+            needed = replace(needed, capacities=tuple(map(max, needed.capacities, state.shape.capacities)))
+        grown = self._state(needed, prefill)
+        if state is not None:
+            grown.copy_rows_from(state, offset)
+        else:
+            grown.reset()
+        return grown
+
+    def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping) -> torch.Tensor:
+        runner = self._runner(sampling, stopping)
+        with torch.no_grad(), decoding_attention(self.config):
+            runner.prepare(state)
+            for step in range(1, max_new_tokens):
+                runner.run(state)
+                if step % self.check_every == 0 and bool(state.done.all()):
+                    break
+        return state.out[:rows, :max_new_tokens].clone()
+
+    def _state(self, shape, template: Prefill) -> DecodeState:
+        """A kept state of ``shape``, or a new one (the least recently used go beyond ``max_state_bytes``)."""
+        state = self._states.pop(shape, None)
+        if state is None:
+            state = DecodeState(shape, template)
+        self._states[shape] = state  # most recently used last
+        while len(self._states) > 1 and self.state_bytes > self.max_state_bytes:
+            self._states.popitem(last=False)
+        return state
+
+    def _runner(self, sampling: Sampling, stopping: Stopping) -> StepRunner:
+        """One runner (one compiled step) per way of choosing tokens; stop tokens are state, not code."""
+        key = (sampling, tuple(stopping.eos.tolist()), int(stopping.pad), stopping.suppressed.nonzero().flatten().tolist().__repr__())
+        if key not in self._runners:
+            module, cache_name = self.module, cache_argument(self.family.decoder(self.model))
+
+            def step(state: DecodeState) -> None:
+                decode_step(module, state, sampling, stopping, cache_name)
+
+            self._runners[key] = StepRunner(step, self.compile, self.cuda_graphs, self.compile_mode)
+        return self._runners[key]
+
+    def _captures(self) -> int:
+        return sum(runner.captures for runner in self._runners.values())
+
+    # -- tokens ---------------------------------------------------------------------------------------
+    def _special_tokens(self, eos_token_id, pad_token_id) -> tuple[list[int], int]:
+        config = getattr(self.module, "generation_config", None)
+        if eos_token_id is None and config is not None:
+            eos_token_id = config.eos_token_id
+        eos = [] if eos_token_id is None else [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)
+        if pad_token_id is None and config is not None:
+            pad_token_id = config.pad_token_id
+        pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
+        return eos, int(pad)
+
+    def _stopping(self, eos, pad, suppress_tokens, vocab: int) -> Stopping:
+        suppressed = torch.zeros(vocab, dtype=torch.bool, device=self.device)
+        if suppress_tokens:
+            suppressed[torch.tensor(list(suppress_tokens), device=self.device)] = True
+        return Stopping(
+            eos=torch.tensor(eos, dtype=torch.long, device=self.device),
+            pad=torch.tensor(pad, dtype=torch.long, device=self.device),
+            suppressed=suppressed,
+        )
+
+    def _fallback(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens) -> GenerationOutput:
+        """``model.generate`` (on its dynamic cache), batch by batch, for a model the engine cannot decode."""
+        clock = _Clock(self.device)
+        marks: dict = {}
+
+        def after_prefill(*_) -> None:
+            marks.setdefault("prefill_end", clock.mark())
+
+        kwargs = dict(max_new_tokens=max_new_tokens, do_sample=sampling.do_sample, pad_token_id=pad,
+                      eos_token_id=eos or None, suppress_tokens=suppress_tokens)
+        if sampling.do_sample:
+            kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
+        news, outcomes = [], []
+        for batch in batches:
+            handle = self.module.register_forward_hook(after_prefill)
+            session = press(self.module, ratio) if press is not None else None
+            try:
+                with torch.no_grad(), session if session is not None else _Null() as outcome:
+                    sequences = self.module.generate(**batch, **kwargs)
+            finally:
+                handle.remove()
+            news.append(sequences[:, batch["input_ids"].shape[1] :])
+            outcomes.append(outcome)
+        end = clock.mark()
+        width = max(new.shape[1] for new in news)
+        new = torch.cat([torch.nn.functional.pad(n, (0, width - n.shape[1]), value=pad) for n in news])
+        timing = GenerationTiming(clock.seconds(clock.start, marks["prefill_end"]), clock.seconds(marks["prefill_end"], end),
+                                  new.shape[1], new.shape[0])
+        return GenerationOutput(
+            _joined([b["input_ids"] for b in batches], new, pad), new, timing,
+            outcomes[0] if len(outcomes) == 1 else outcomes, engine=FALLBACK, note=self.unsupported,
+        )
+
+
+def generate(model: nn.Module, inputs: dict, *, max_new_tokens: int, press=None, ratio: float | None = None, **kwargs) -> GenerationOutput:
+    """One call of kvprune's generation engine (see ``Generator``; keep a ``Generator`` to reuse its
+    compiled steps and graphs across calls)."""
+    return Generator(model).generate(inputs, max_new_tokens=max_new_tokens, press=press, ratio=ratio, **kwargs)
+
+
+def _joined(prompts: list[torch.Tensor], new: torch.Tensor, pad: int) -> torch.Tensor:
+    """Prompts followed by their new tokens, as ``generate`` returns them; prompts of batches of different
+    lengths are left-padded to the longest (the new tokens start in one column)."""
+    width = max(p.shape[1] for p in prompts)
+    prompts = [torch.nn.functional.pad(p, (width - p.shape[1], 0), value=pad) for p in prompts]
+    return torch.cat([torch.cat(prompts), new.to(prompts[0].device)], dim=1)
+
+
+def _trim(new: torch.Tensor, eos: list[int]) -> torch.Tensor:
+    """Cut the steps after every row has ended (its end token included), as ``generate`` stops."""
+    if not eos:
+        return new
+    ended = torch.isin(new, torch.tensor(eos, device=new.device))
+    if not bool(ended.any(dim=1).all()):
+        return new
+    return new[:, : int(ended.float().argmax(dim=1).max()) + 1]
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Clock:
+    """Marks on the device timeline (CUDA events) or the host clock, from the moment it is made."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.start = self.mark()
+
+    def mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start, end) -> float:
+        if self.cuda:
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+        return end - start

@@ -1,0 +1,84 @@
+"""Running the decode step: compiled (``torch.compile``, one compilation for every cache length: the
+lengths are dynamic) and captured as a CUDA graph per decode state, replayed once per token.
+
+Every captured graph allocates its temporaries from one memory pool shared by all graphs of a
+``Generator`` (they never run at once), so graphs cost little memory beyond their states' buffers.
+A step that cannot be captured (a model whose forward reads a device value on the host, such as
+Phi-4's LongRoPE switch) is never silently slower: ``StepRunner.fallbacks`` says which states decode
+without a graph and why, and ``Generator`` reports it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .decode_state import DecodeState
+
+
+def compile_counters() -> tuple[int, int]:
+    """(graphs torch.compile has made, recompilations) in this process so far."""
+    utils = sys.modules.get("torch._dynamo.utils")  # not imported unless something compiled
+    if utils is None:
+        return 0, 0
+    stats = utils.counters["stats"]
+    return int(stats["unique_graphs"]), int(sum(utils.counters["recompiles"].values()))
+
+
+@dataclass
+class StepRunner:
+    """Runs a step function on decode states: compiled or not, captured as CUDA graphs or not."""
+
+    step: Callable[[DecodeState], None]
+    compile: bool
+    cuda_graphs: bool
+    compile_mode: str | None = None
+    captures: int = 0  # CUDA graphs captured so far
+    fallbacks: dict[str, str] = field(default_factory=dict)  # why a state decodes without a graph, by reason
+    _compiled: Callable | None = None
+    _pool: object = None
+
+    def __post_init__(self) -> None:
+        if self.compile:
+            self._compiled = torch.compile(self.step, mode=self.compile_mode)
+
+    @property
+    def function(self) -> Callable[[DecodeState], None]:
+        return self._compiled or self.step
+
+    def prepare(self, state: DecodeState) -> None:
+        """Capture ``state``'s step as a CUDA graph if that is asked for and not done yet: a warm-up
+        step (compiling if needed) on a side stream, undone, then the capture."""
+        if not self.cuda_graphs or state.graph is not None or state.graph is False:
+            return
+        saved = state.snapshot()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.cuda.stream(stream):
+                self.function(state)
+            torch.cuda.current_stream().wait_stream(stream)
+            state.restore(saved)
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                self.function(state)
+            state.graph = graph
+            self.captures += 1
+        except Exception as error:  # e.g. a host synchronisation inside the model's forward
+            torch.cuda.synchronize()
+            state.restore(saved)
+            state.graph = False
+            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+            self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+
+    def run(self, state: DecodeState) -> None:
+        """One step on ``state``: its graph replayed, or the step called."""
+        if state.graph:
+            state.graph.replay()
+        else:
+            self.function(state)
