@@ -301,6 +301,6 @@ def test_compositions_the_engine_refuses():
         ComposedPress([get_press("knorm", ratio=0.5), get_press("tova", ratio=0.5, scope="prompt")])(m)
     with pytest.raises(ValueError, match="head-wise"):
         ComposedPress([get_press("adakv", ratio=0.5), get_press("knorm", ratio=0.5)])(m)
-    from kvprune.engine import _check_cache_presses
+    from kvprune.press_plan import _check_cache_presses
     with pytest.raises(NotImplementedError, match="flash attention"):
         _check_cache_presses([get_press("adakv", ratio=0.5)], "flash_attention_2")

@@ -9,7 +9,7 @@ import torch
 
 from helpers import GREEDY, K, model, single_row
 from kvprune import ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress
-from kvprune.engine import validate_press
+from kvprune.press_plan import validate_press
 from tiny_models import AUDIO, FAMILIES, N_LAYERS
 
 ROW = [[("text", 4), ("audio", 16), ("text", 5)]]
