@@ -1,7 +1,7 @@
 """The pruning engine: hooks on a stock Hugging Face model that shorten what its layers see and keep.
 
-One ``PressSession`` is live per ``with press(model) as run:`` block; what it prunes is recorded
-on the ``PressRun`` it yields. It serves two kinds of press, alone or together: at most one
+One ``PressSession`` is live per ``with press(model) as outcome:`` block; what it prunes is recorded
+on the ``PressOutcome`` it yields. It serves two kinds of press, alone or together: at most one
 *token-dropping* press (drops audio tokens from the hidden states before decoder layer K) and any
 number of *cache* presses (compress each layer's KV cache once that layer has run its prefill).
 Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer`` and ``needs`` and calls
@@ -61,7 +61,7 @@ from .compression import LayerPrefill, PrefillCompression
 from .layer_arguments import continuation_arguments, prefill_arguments
 from .models.layer_io import by_name
 from .press_plan import PressPlan
-from .run import PressRun
+from .outcome import PressOutcome
 from .slots import CacheLayout, SlotMap
 from .token_evidence import Evidence, drop_slots
 
@@ -94,12 +94,12 @@ class _Call:
 
 class PressSession(PressPlan):
     """Installs a press (and the parts of a composed one) on a model for the duration of a ``with``
-    block, which gets the ``PressRun`` that records what was pruned: its plan (the model's parts and
+    block, which gets the ``PressOutcome`` that records what was pruned: its plan (the model's parts and
     checks, ``kvprune.press_plan``) with the hooks in place."""
 
     def __init__(self, model: nn.Module, press):
         super().__init__(model, press)
-        self.run = PressRun(press)
+        self.outcome = PressOutcome(press)
         self.recorders = self._recorders()
         self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
         self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -107,7 +107,7 @@ class PressSession(PressPlan):
         self._handles: list = []
 
     # -- context manager -------------------------------------------------------------------------
-    def __enter__(self) -> PressRun:
+    def __enter__(self) -> PressOutcome:
         _claim(self)
         try:
             self._hook(self.entry.register_forward_pre_hook(self._before_call, with_kwargs=True))
@@ -125,7 +125,7 @@ class PressSession(PressPlan):
         except BaseException:
             self.close()
             raise
-        return self.run
+        return self.outcome
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -225,9 +225,9 @@ class PressSession(PressPlan):
         clips = clips_of(host_is_audio, drop_ratio, keep_rule)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
-        self.run.start_prefill(tuple(input_ids.shape))
+        self.outcome.start_prefill(tuple(input_ids.shape))
         if not drops:  # no token-dropping press, ratio 0 or no audio: every audio token is kept
-            self.run.record_kept(clips, [[c.positions() for c in row] for row in clips], offsets)
+            self.outcome.record_kept(clips, [[c.positions() for c in row] for row in clips], offsets)
         has_audio = any(row for row in clips)
         compresses = has_audio and any(p.ratio > 0 for p in self.compressors)
         if not drops and not compresses:  # the model runs exactly as without the presses
@@ -284,8 +284,8 @@ class PressSession(PressPlan):
             evidence.hidden = self.norm(call.hidden)
             call.hidden = None
         call.drop_slots, kept = drop_slots(self.dropper, call.clips, evidence, call.unpruned, call.n_new)
-        self.run.record_kept(call.clips, kept, call.offsets)
-        self.run.record_output_slots(call.drop_slots.index, call.drop_slots.valid)
+        self.outcome.record_kept(call.clips, kept, call.offsets)
+        self.outcome.record_output_slots(call.drop_slots.index, call.drop_slots.valid)
         call.kept_counts = [[len(k) for k in row] for row in kept]
         call.drop_pending = False
         call.evidence = evidence.masks_only()
@@ -334,8 +334,8 @@ class PressSession(PressPlan):
         """Keep each row's best candidates of one layer's cache (and everything else), in place."""
         slots, candidates, kept = call.compression.compress(press, layer, self.cache_layers)
         call.layout.layers[layer.index] = slots
-        earlier = self.run.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
-        self.run.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
+        earlier = self.outcome.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
+        self.outcome.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
 
 
 #: the session live on each model, keyed by the module the engine hooks (a full Qwen2.5-Omni model
@@ -348,8 +348,8 @@ def _claim(session: PressSession) -> None:
     active = _ACTIVE.get(session.entry)
     if active is not None:
         raise RuntimeError(
-            f"a press is already active on this model ({_describe(active.run.press)}), so "
-            f"{_describe(session.run.press)} cannot be nested inside it: one model runs one press at a time. "
+            f"a press is already active on this model ({_describe(active.outcome.press)}), so "
+            f"{_describe(session.outcome.press)} cannot be nested inside it: one model runs one press at a time. "
             "To run several presses at once, compose them into one: ComposedPress([FramePress(ratio=0.5), "
             "KNormPress(ratio=0.3)]), or the method spec 'frame+knorm:ratio=0.3' (at most one token-dropping press "
             "per composition, with any number of cache presses)."

@@ -1,10 +1,10 @@
-"""The Press API: ``with press(model, ratio=0.5) as run: model.generate(**inputs)``.
+"""The Press API: ``with press(model, ratio=0.5) as outcome: model.generate(**inputs)``.
 
 A press is configuration: a small frozen dataclass that calling never changes. Token-dropping
 presses only decide *which* audio tokens of a clip to keep (``select``); cache presses only *score*
 a layer's cached entries (``score``). The engine (``kvprune.engine``) does everything else,
 identically for all of them, runs several presses at once when they are composed
-(``ComposedPress``), and hands what was pruned to the ``with`` block as a ``PressRun``.
+(``ComposedPress``), and hands what was pruned to the ``with`` block as a ``PressOutcome``.
 
 Writing a press (see the README): subclass ``TokenDropPress`` or ``CachePress`` as a frozen
 dataclass and register it by name, in this order::
@@ -41,7 +41,7 @@ from .registry import Registry
 
 @dataclass(frozen=True)
 class Press:
-    """Base of all presses: calling one on a model returns a context manager that yields a ``PressRun``.
+    """Base of all presses: calling one on a model returns a context manager that yields a ``PressOutcome``.
 
     Every press has ``layer``, the first decoder layer it acts on, and ``kind``: "token", "cache"
     or "composed". The engine reads ``kind``, ``ratio``, ``keep_rule``, ``layer`` and ``needs`` and

@@ -36,13 +36,13 @@ def test_pruning_after_a_source_layer_is_refused_and_at_it_works():
     with pytest.raises(ValueError, match=f"prune at layer {last_allowed} or earlier"):
         FastVPress(layer=last_allowed + 1)(m, ratio=0.5)
     inputs = FAMILIES["gemma3n"].inputs(ROW)
-    with torch.no_grad(), FramePress(layer=last_allowed)(m, ratio=0.5) as run:
+    with torch.no_grad(), FramePress(layer=last_allowed)(m, ratio=0.5) as outcome:
         m.generate(**inputs, max_new_tokens=2, **GREEDY)
-    assert run.stats[0].kept_tokens == 6
+    assert outcome.stats[0].kept_tokens == 6
     # cache presses are free to start later: the sharing layers follow their source's cache
-    with torch.no_grad(), KNormPress(ratio=0.5, layer=last_allowed + 1)(m) as run:
+    with torch.no_grad(), KNormPress(ratio=0.5, layer=last_allowed + 1)(m) as outcome:
         m.generate(**inputs, max_new_tokens=2, **GREEDY)
-    assert sorted(run.layer_stats) == [j for j in range(last_allowed + 1, 6) if j not in sources]
+    assert sorted(outcome.layer_stats) == [j for j in range(last_allowed + 1, 6) if j not in sources]
 
 
 def test_a_prompt_or_answer_beyond_the_sliding_window_is_refused():

@@ -73,7 +73,7 @@ def test_fastv_keeps_top_k_of_eager_attention(family, attn, ratio):
         attentions = model(family, "eager")(**inputs, output_attentions=True).attentions
     # layer K-1, last prompt token, mean over heads: the matrix the press must never build
     scores = attentions[K - 1][:, :, -1, :].mean(dim=1)
-    with torch.no_grad(), FastVPress(layer=K)(model(family, attn), ratio=ratio) as run:
+    with torch.no_grad(), FastVPress(layer=K)(model(family, attn), ratio=ratio) as outcome:
         model(family, attn)(**inputs)
     for b in range(len(rows)):
         pad = int((inputs["attention_mask"][b] == 0).sum())
@@ -82,7 +82,7 @@ def test_fastv_keeps_top_k_of_eager_attention(family, attn, ratio):
             clip_scores = scores[b, clip]
             top = clip_scores.topk(keep_count(len(clip), ratio)).indices
             expected += [clip[i] - pad for i in top.tolist()]
-        assert run.kept_positions[b].tolist() == sorted(expected)
+        assert outcome.kept_positions[b].tolist() == sorted(expected)
 
 
 def reference_dart(keys, hidden, clip, text_after, n_keep, budget, ratio, pivot_audio=4, pivot_text=4):
@@ -128,7 +128,7 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
     with torch.no_grad():
         hidden = FINAL_NORM[family](m)(captured["hidden"]).float()
 
-    with torch.no_grad(), DARTPress(layer=K, budget=budget)(m, ratio=ratio) as run:
+    with torch.no_grad(), DARTPress(layer=K, budget=budget)(m, ratio=ratio) as outcome:
         m(**inputs)
     for b in range(len(rows)):
         ids, valid = inputs["input_ids"][b], inputs["attention_mask"][b].bool()
@@ -139,6 +139,6 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
             text_after = [i for i in range(clip[-1] + 1, len(ids)) if valid[i] and ids[i] != AUDIO]
             kept = reference_dart(flat_keys, hidden[b], clip, text_after, keep_count(len(clip), ratio), budget, ratio)
             expected += [i - pad for i in kept]
-        assert run.kept_positions[b].tolist() == sorted(expected)
+        assert outcome.kept_positions[b].tolist() == sorted(expected)
         if budget == "equal":
-            assert run.stats[b].kept_tokens == sum(keep_count(len(c), ratio) for c in _clips(ids))
+            assert outcome.stats[b].kept_tokens == sum(keep_count(len(c), ratio) for c in _clips(ids))
