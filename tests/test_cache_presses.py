@@ -9,11 +9,10 @@ import pytest
 import torch
 
 import cache_reference as ref
-from helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, kv_sources, model, single_row
+from helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, decoder_layers, kv_sources, model, single_row
 from kvprune import ComposedPress, FramePress, get_press, list_presses, parse_method
 from kvprune.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
 from kvprune.ratios import keep_count
-from test_references import DECODER_LAYERS
 from tiny_models import FAMILIES, N_LAYERS
 
 FAMILY_NAMES = list(FAMILIES)
@@ -133,7 +132,7 @@ def _recompute_with_eviction(family, m, attn, inputs, seq, kept, prompt_len):
 
     hooks = [layer.register_forward_pre_hook(lambda module, args, kwargs, j=j: (args, {**kwargs, "attention_mask": mask_for(j)}),
                                              with_kwargs=True)
-             for j, layer in enumerate(DECODER_LAYERS[family](m))]
+             for j, layer in enumerate(decoder_layers(m))]
     try:
         with torch.no_grad():
             return m(**dict(inputs, input_ids=seq, attention_mask=torch.ones_like(seq)), use_cache=False).logits[:, -1]
