@@ -3,6 +3,7 @@ from it, and what its AudioFormat promises is what its model's encoder does."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import torch
 from helpers import model
 from kvprune.harness.bench.presets import PRESETS
 from kvprune.harness.bench.shapes import shapes_of
-from kvprune.models import QWEN2_5_OMNI, VOXTRAL, list_families
+from kvprune.models import QWEN2_5_OMNI, VOXTRAL, ModelFamily, list_families
 from tiny_models import AUDIO, FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)  # the families the installed transformers has
@@ -104,3 +105,19 @@ def test_every_family_lists_what_the_readme_table_shows():
         assert f"`{listing['decoder layers']}`" in row and listing["audio tokens"] in row, row
         assert all(f"`{name}`" in row for name in family.architectures), row
         assert row.rstrip(" |").endswith(family.min_transformers), row
+
+
+def test_a_declaration_gets_its_entry_and_model_types_from_its_classes():
+    """``model_class`` is an entry of its own, wrappers add theirs, and each class transformers has is
+    loadable under its config's model_type; a declared ``model_types`` is kept as written."""
+    plain = dict(display_name="X", llm_tokens_per_second=1.0, audio_format=VOXTRAL.audio_format, tiny_kwargs={})
+    family = ModelFamily(name="x", model_class="Qwen2_5OmniThinkerForConditionalGeneration",
+                         entry_paths={"Qwen2_5OmniForConditionalGeneration": "thinker", "NotInTransformers": "inner"}, **plain)
+    assert family.entry_paths == {"Qwen2_5OmniThinkerForConditionalGeneration": "", "Qwen2_5OmniForConditionalGeneration": "thinker",
+                                  "NotInTransformers": "inner"}
+    assert family.model_types == {"qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
+                                  "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration"}
+    copy = dataclasses.replace(family, notes="n")  # declares again what the first declaration filled in
+    assert (copy.entry_paths, copy.model_types) == (family.entry_paths, family.model_types)
+    declared = ModelFamily(name="y", model_class=type("Local", (), {}), model_types={"y": ""}, **plain)
+    assert declared.entry_paths == {"Local": ""} and declared.model_types == {"y": ""}

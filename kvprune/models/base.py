@@ -191,7 +191,7 @@ def _model_types(class_names) -> dict[str, str]:
     for name in class_names:
         try:
             model_class = getattr(transformers, name)
-        except (AttributeError, ImportError):  # an older transformers, or a class of its own
+        except (AttributeError, ImportError, RuntimeError):  # not in this transformers, or it fails to import
             continue
         types[model_class.config_class.model_type] = name
     return types
