@@ -259,13 +259,39 @@ def test_pyramid_budgets_sum_to_the_uniform_total():
                     assert budgets[0] >= budgets[-1], "budgets shrink with depth"
     m = model("voxtral", "sdpa")
     inputs = FAMILIES["voxtral"].inputs([list(r) for r in ROWS])
-    for spec in ("pyramidkv:scorer=tova", "pyramidkv:scorer=knorm,beta=4"):
+    for spec in ("pyramidkv:press=tova", "pyramidkv:press=knorm,beta=4"):
         with torch.no_grad(), parse_method(spec).build(0.7)(m) as outcome:
             m(**inputs, use_cache=True)
         for b in range(len(ROWS)):
             uniform = sum(keep_count(n, 0.7) for n in ([16, 8] if b == 0 else [12]))
             assert sum(outcome.layer_stats[j][b].kept_tokens for j in outcome.layer_stats) == uniform * (N_LAYERS - 1)
             assert outcome.layer_stats[1][b].kept_tokens > outcome.layer_stats[N_LAYERS - 1][b].kept_tokens
+
+
+@pytest.mark.parametrize("name", ["pyramidkv", "adakv"])
+def test_the_wrapped_press_keeps_its_own_parameters(name):
+    """A budget policy keeps what its inner press, at that press's own parameters, scores best under the
+    policy's budgets (computed here); other parameters keep other entries."""
+    family, attn, ratio, own = "qwen2_audio", "sdpa", 0.6, dict(kernel=3, pool="max")
+    prefill = ref.prefill(family, attn, ROWS)
+    press = parse_method(f"{name}:window={WINDOW},press=snapkv(kernel=3,pool=max)").build(ratio)
+    cache, _ = pressed_cache(family, attn, press)
+    differs = False
+    for j in range(1, cache_layers(family)):
+        held = ref.cached_positions(cache.layers[j].keys, prefill.keys[j], prefill.valid)
+        for b in range(len(ROWS)):
+            clips, fixed = ref.audio_scope(prefill, b)
+            budgets = budgets_at(name, clips, ratio, j, cache_layers(family))
+
+            def kept(**params):
+                scores = ref.snapkv_scores(prefill.attentions[j][b], prefill.keys[j].shape[1], WINDOW, **params)
+                if name == "adakv":
+                    return ref.headwise_keep(scores, clips, budgets, fixed, 0.2)
+                return [ref.layerwise_keep(scores, clips, budgets, fixed)] * len(held[b])
+
+            assert held[b] == kept(**own), f"layer {j} row {b}"
+            differs |= kept(**own) != kept()
+    assert differs, "the inner press's kernel and pool change what is kept"
 
 
 def test_selection_keeps_each_groups_budget_and_ties_go_to_the_earlier_entry():
@@ -281,13 +307,13 @@ def test_selection_keeps_each_groups_budget_and_ties_go_to_the_earlier_entry():
 
 def test_specs_name_cache_presses_and_their_compositions():
     assert list_presses(kind="cache") == CACHE_PRESSES
-    for text in ("pyramidkv:scorer=tova", "frame+snapkv:window=32", "adakv:scorer=knorm,safeguard=0.5",
+    for text in ("pyramidkv:press=tova", "frame+snapkv:window=32", "adakv:press=knorm,safeguard=0.5",
                  "knorm:scope=prompt", "snapkv:kernel=7,pool=max", "random_kv:seed=3", "streaming_llm:sinks=2"):
         spec = parse_method(text)
         assert spec.label == text and parse_method(spec.label) == spec
-    assert parse_method("pyramidkv:scorer=snapkv,beta=20").label == "pyramidkv"
-    assert parse_method("pyramidkv:scorer=tova").build(0.5).scoring_press == get_press("tova", ratio=0.5)
-    for bad, message in [("pyramidkv:scorer=fastv", "not a cache press"), ("knorm:scope=all", "scope='all' is invalid"),
+    assert parse_method("pyramidkv:press=snapkv,beta=20").label == "pyramidkv"
+    assert parse_method("pyramidkv:press=tova").build(0.5).scoring_press == get_press("tova", ratio=0.5)
+    for bad, message in [("pyramidkv:press=fastv", "not FastVPress"), ("knorm:scope=all", "scope='all' is invalid"),
                          ("snapkv:kernel=4", "must be odd"), ("snapkv:pool=median", "pool='median' is invalid"),
                          ("knorm:window=0", "window=0 is invalid"), ("pyramidkv:beta=0", "beta=0 is invalid")]:
         with pytest.raises(ValueError, match=message):
