@@ -73,7 +73,8 @@ QWEN2_5_OMNI = register_family(
         model_class="Qwen2_5OmniThinkerForConditionalGeneration",
         entry_paths={"Qwen2_5OmniForConditionalGeneration": "thinker"},
         llm_tokens_per_second=25.0,
-        encoder_end_paths=("model.audio_tower", "audio_tower"),  # its tower projects into the LLM itself
+        # the audio tower projects into the LLM itself (transformers < 5.2x keeps it on the thinker)
+        encoder_end_paths=("model.audio_tower", "audio_tower"),
         audio_format=OmniAudio(),
         tiny_kwargs=TINY,
         load_processor=load_processor,

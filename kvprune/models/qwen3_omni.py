@@ -69,7 +69,7 @@ QWEN3_OMNI = register_family(
         model_class="Qwen3OmniMoeThinkerForConditionalGeneration",
         entry_paths={"Qwen3OmniMoeForConditionalGeneration": "thinker"},
         llm_tokens_per_second=float(TOKENS_PER_CHUNK),
-        # transformers < 5.2x keeps the encoder on the thinker itself; it projects into the LLM itself
+        # the audio tower projects into the LLM itself (transformers < 5.2x keeps it on the thinker)
         encoder_end_paths=("model.audio_tower", "audio_tower"),
         audio_format=Qwen3OmniAudio(),
         tiny_kwargs=TINY,
