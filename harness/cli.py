@@ -29,7 +29,7 @@ def _presses(args) -> int:
         for name in list_presses(kind=kind):
             cls = PRESSES.get(name)
             fields = [f for f in dataclasses.fields(cls) if f.init and f.name != "ratio"]
-            parameters = " ".join(f"{f.name}={_spelled(f.default)}" for f in fields)
+            parameters = " ".join(f"{f.name}={_spelled(_default(f))}" for f in fields)
             scope = "audio" if kind == "token" else "audio|prompt"  # cache presses choose with scope=
             summary = (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").strip().splitlines()[:1]
             print(f"{name:20s} {kind:6s} {scope:13s} {parameters}")
@@ -37,14 +37,24 @@ def _presses(args) -> int:
     scorers = list_scorers()
     policies = [name for name in list_presses(kind="cache") if name not in scorers]
     print("\nscope: token presses drop audio tokens; cache presses evict audio entries (scope=audio) or any prompt "
-          "entry but the chat template's header and the last `window` (scope=prompt). scorer= names the press "
+          "entry but the chat template's header and the last `window` (scope=prompt). press= is the press "
           f"whose scores a budget policy ({', '.join(policies)}) uses: one of {', '.join(scorers)}. Specs: "
-          "`kvprune sweep --methods 'snapkv:window=32,pyramidkv:scorer=tova,frame+knorm'`.")
+          "`kvprune sweep --methods 'snapkv:window=32,pyramidkv:press=snapkv(window=32,kernel=7),frame+knorm'`.")
     return 0
 
 
+def _default(field):
+    import dataclasses
+
+    return field.default_factory() if field.default is dataclasses.MISSING else field.default
+
+
 def _spelled(value) -> str:
-    """A default as a method spec writes it (booleans lowercase)."""
+    """A default as a method spec writes it (booleans lowercase, a press by its name)."""
+    from kvprune.press import PRESSES, Press
+
+    if isinstance(value, Press):
+        return next(name for name, cls in PRESSES.items() if cls is type(value))
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from kvprune.engine import validate_press
+from kvprune.press_plan import validate_press
 from kvprune.press import Press
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")

@@ -1,9 +1,9 @@
 """kvprune: prune audio tokens and their KV cache inside Hugging Face audio LLMs.
 
     from kvprune import FastVPress
-    with FastVPress(layer=2)(model, ratio=0.5) as run:
+    with FastVPress(layer=2)(model, ratio=0.5) as outcome:
         model.generate(**inputs)
-    run.stats, run.kept_positions
+    outcome.stats, outcome.kept_positions
 """
 
 from .press import (
@@ -14,7 +14,7 @@ from .presses import (
     RandomPress, SnapKVPress, StreamingLLMPress, TOVAPress,
 )
 from .cache_scoring import CacheEvidence
-from .run import PressRun, PruneStats
+from .outcome import PressOutcome, PruneStats
 from .specs import MethodSpec, MethodSpecError, parse_method, parse_methods
 from .models import UnsupportedModelError, list_families, resolve_family
 from .models.loading import LoadedModel, load_model
@@ -41,7 +41,7 @@ __all__ = [
     "MethodSpec",
     "MethodSpecError",
     "Press",
-    "PressRun",
+    "PressOutcome",
     "PruneStats",
     "PyramidKVPress",
     "RandomKVPress",

@@ -1,7 +1,7 @@
 """The pruning engine: hooks on a stock Hugging Face model that shorten what its layers see and keep.
 
-One ``PressSession`` is live per ``with press(model) as run:`` block; what it prunes is recorded
-on the ``PressRun`` it yields. It serves two kinds of press, alone or together: at most one
+One ``PressSession`` is live per ``with press(model) as outcome:`` block; what it prunes is recorded
+on the ``PressOutcome`` it yields. It serves two kinds of press, alone or together: at most one
 *token-dropping* press (drops audio tokens from the hidden states before decoder layer K) and any
 number of *cache* presses (compress each layer's KV cache once that layer has run its prefill).
 Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer`` and ``needs`` and calls
@@ -36,6 +36,12 @@ with a message that says how to compose presses instead (``ComposedPress``); one
 several models at once, each in its own session. Tensors the engine and the presses create follow
 the device of the tensor they index, so a model split over devices (``device_map``) prunes exactly
 as on one device.
+
+Where the parts live: ``kvprune.press_plan`` finds the model's parts and checks the press against
+them before anything is hooked (``PressSession`` is that plan with its hooks); ``kvprune.token_evidence``
+holds what a token-dropping press chooses from, ``kvprune.cache_scoring`` what a cache press scores,
+``kvprune.layer_arguments`` gathers a layer's arguments to its slots and ``kvprune.compression``
+compresses a layer's cache.
 """
 
 from __future__ import annotations
@@ -51,62 +57,13 @@ from . import static_cache
 from .attention_probe import AttentionRecorder
 from .clips import AudioClip, clips_of
 from .compat import find_cache, output_cache
-from .compression import LayerPrefill, PrefillCompression, sample_keys
-from .masks import causal_mask, is_flash, restrict_mask
-from .models import resolve_family
+from .compression import LayerPrefill, PrefillCompression
+from .layer_arguments import continuation_arguments, prefill_arguments
 from .models.layer_io import by_name
-from .run import PressRun
-from .slots import CacheLayout, SlotMap, to_device
-
-
-@dataclass
-class Evidence:
-    """What layer K-1 computed for the prompt, for presses to score audio tokens with (batch-first).
-
-    The masks come twice: on the model's device for tensor work, and on the host for bookkeeping
-    (counts, positions) that would otherwise have to wait for the device in the middle of a prefill.
-    """
-
-    is_audio: torch.Tensor  # (B, S) bool
-    valid: torch.Tensor  # (B, S) bool, False on padding
-    host_is_audio: torch.Tensor  # (B, S) bool, on the CPU
-    host_valid: torch.Tensor  # (B, S) bool, on the CPU
-    attention: torch.Tensor | None = None  # (B, S) last prompt token's attention, mean over heads
-    keys: torch.Tensor | None = None  # (B, kv_heads, S, head_dim) post-RoPE keys
-    hidden: torch.Tensor | None = None  # (B, S, D) layer K-1 output after the final norm
-    #: per row, a hash of its token ids (padding left out): what presses that draw at random seed with,
-    #: so that two samples differ while a row alone or in a batch draws the same
-    sample_keys: tuple[int, ...] = ()
-
-    @classmethod
-    def for_prompt(
-        cls, is_audio: torch.Tensor, valid: torch.Tensor, host_is_audio: torch.Tensor | None = None,
-        host_ids: torch.Tensor | None = None,
-    ) -> "Evidence":
-        host_is_audio = is_audio.cpu() if host_is_audio is None else host_is_audio
-        host_valid = valid.cpu()
-        keys = sample_keys(host_ids, host_valid) if host_ids is not None else ()
-        return cls(is_audio=is_audio, valid=valid, host_is_audio=host_is_audio, host_valid=host_valid, sample_keys=keys)
-
-    def unpruned_positions(self) -> list[torch.Tensor]:
-        """Per row, on the device, the positions no token-dropping press may drop (all but audio)."""
-        return [to_device((~row).nonzero().flatten(), self.is_audio.device) for row in self.host_is_audio]
-
-    def masks_only(self) -> "Evidence":
-        """The same prompt without layer K-1's tensors (which can be large)."""
-        return Evidence(self.is_audio, self.valid, self.host_is_audio, self.host_valid, sample_keys=self.sample_keys)
-
-
-def drop_slots(press, clips: list[list[AudioClip]], evidence: Evidence, unpruned: list[torch.Tensor], prompt_len: int):
-    """A token-dropping press's decision for a prompt: the slots layers >= K keep, and per row and
-    clip the positions it chose. Nothing here waits for the device (shapes are known on the host):
-    a stall in the middle of the prefill would expose the host's launch cost of every later layer."""
-    kept_per_row, rows = [], []
-    for row_clips, row_unpruned in zip(clips, unpruned):
-        kept = [press.select(clip, evidence).to(row_unpruned.device) for clip in row_clips]
-        kept_per_row.append(kept)
-        rows.append(torch.cat([row_unpruned, *kept]).sort().values)
-    return SlotMap.from_rows(rows, prompt_len), kept_per_row
+from .press_plan import PressPlan
+from .outcome import PressOutcome
+from .slots import CacheLayout, SlotMap
+from .token_evidence import Evidence, drop_slots
 
 
 @dataclass
@@ -135,47 +92,14 @@ class _Call:
         return self.clips is not None
 
 
-class PressSession:
+class PressSession(PressPlan):
     """Installs a press (and the parts of a composed one) on a model for the duration of a ``with``
-    block, which gets the ``PressRun`` that records what was pruned."""
+    block, which gets the ``PressOutcome`` that records what was pruned: its plan (the model's parts and
+    checks, ``kvprune.press_plan``) with the hooks in place."""
 
     def __init__(self, model: nn.Module, press):
-        parts = press.parts()
-        unknown = sorted({p.kind for p in parts} - {"token", "cache"})
-        if unknown:
-            raise ValueError(f"press kind {unknown[0]!r} is unknown to the engine: a press is a TokenDropPress or a CachePress.")
-        droppers = [p for p in parts if p.kind == "token"]  # at most one: ComposedPress sees to it
-        self.compressors = [p for p in parts if p.kind == "cache"]
-        self.dropper = droppers[0] if droppers else None
-        self.run = PressRun(press)
-        self.prunes = any(part.ratio > 0 for part in parts)  # else the model runs as without the press
-        self.family = resolve_family(model)
-        self.entry = self.family.entry(model)
-        self.layers = self.family.layers(model)
-        self.norm = self.family.final_norm(model)
-        self.audio_token_id = self.family.audio_token_id(model)
-        self.decoder_config = self.family.decoder(model).config
-        self.attn_implementation = self.decoder_config._attn_implementation
-        self.io = self.family.layer_io
-        self.kv_sources = self.io.kv_sources(self.decoder_config)  # layers attending to another layer's cache
-        n_layers = len(self.layers)
-        # the layers a cache press can compress: up to the last that holds a cache of its own (the sharing
-        # layers come last), so that depth-dependent budgets (PyramidKV) span the layers that use them
-        self.cache_layers = 1 + max(j for j in range(n_layers) if j not in self.kv_sources)
-        for part in parts:
-            if not 1 <= part.layer < n_layers:
-                raise ValueError(
-                    f"layer={part.layer} is invalid for {self.family.display_name} with {n_layers} decoder "
-                    f"layers: it must be in [1, {n_layers - 1}] (layer 0 must stay full length)."
-                )
-        self.k = self.dropper.layer if self.dropper else n_layers
-        _check_kv_sharing(self.k, self.kv_sources, self.family.display_name)
-        first_adjusted = min([self.k, *(p.layer for p in self.compressors)])
-        self.window = _smallest_window(self.decoder_config, first_adjusted)
-        _check_cache_presses(self.compressors, self.attn_implementation)
-        self.kv_groups = self.decoder_config.num_attention_heads // self.decoder_config.num_key_value_heads
-        self.rotary = getattr(self.family.decoder(model), "rotary_emb", None)
-        self.layer_types = getattr(self.decoder_config, "layer_types", None) or ["full_attention"] * n_layers
+        super().__init__(model, press)
+        self.outcome = PressOutcome(press)
         self.recorders = self._recorders()
         self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
         self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -183,7 +107,7 @@ class PressSession:
         self._handles: list = []
 
     # -- context manager -------------------------------------------------------------------------
-    def __enter__(self) -> PressRun:
+    def __enter__(self) -> PressOutcome:
         _claim(self)
         try:
             self._hook(self.entry.register_forward_pre_hook(self._before_call, with_kwargs=True))
@@ -201,7 +125,7 @@ class PressSession:
         except BaseException:
             self.close()
             raise
-        return self.run
+        return self.outcome
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -252,7 +176,7 @@ class PressSession:
             layout = self._layouts.get(cache)
             n_new = input_ids.shape[1] if input_ids is not None else _embeds_len(kwargs)
             if layout:
-                self._check_window(past_len + n_new)
+                self.check_window(past_len + n_new)
             padding = kwargs.get("attention_mask")
             self._call = _Call(cache=cache, past_len=past_len, n_new=n_new, layout=layout, padding=padding) if layout else None
             return None
@@ -306,14 +230,14 @@ class PressSession:
         clips = clips_of(host_is_audio, drop_ratio, keep_rule)
         offsets = _left_offsets(attention_mask, input_ids)
         drops = any(c.n_keep < c.length for row in clips for c in row)
-        self.run.start_prefill(tuple(input_ids.shape))
+        self.outcome.start_prefill(tuple(input_ids.shape))
         if not drops:  # no token-dropping press, ratio 0 or no audio: every audio token is kept
-            self.run.record_kept(clips, [[c.positions() for c in row] for row in clips], offsets)
+            self.outcome.record_kept(clips, [[c.positions() for c in row] for row in clips], offsets)
         has_audio = any(row for row in clips)
         compresses = has_audio and any(p.ratio > 0 for p in self.compressors)
         if not drops and not compresses:  # the model runs exactly as without the presses
             return None
-        self._check_window(input_ids.shape[1])
+        self.check_window(input_ids.shape[1])
         is_audio = input_ids == self.audio_token_id
         valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(is_audio)
         evidence = Evidence.for_prompt(is_audio, valid, host_is_audio, host_ids)
@@ -325,16 +249,6 @@ class PressSession:
             unpruned=evidence.unpruned_positions() if drops else None,
             compression=PrefillCompression(host_ids, evidence.host_valid, clips, offsets, valid) if compresses else None,
         )
-
-    def _check_window(self, length: int) -> None:
-        """Sliding-window layers keep only their last window of tokens; a pruned one would evict by
-        count what the mask places by position, so pruning stays exact only within one window."""
-        if self.window is not None and length >= self.window:
-            raise ValueError(
-                f"{self.family.display_name}: prompt and generated tokens reach {length}, but its sliding-window "
-                f"layers hold {self.window - 1} tokens; kvprune prunes them exactly only while everything fits one "
-                "window. Use a shorter prompt or fewer new tokens."
-            )
 
     def _capture_hidden(self, module, args, output):
         call = self._call
@@ -357,9 +271,9 @@ class PressSession:
                     self._drop(call)
                 if call.drop_slots is None or layer_idx < self.k:
                     return None
-                return self._prefill_arguments(call, layer_idx, args, kwargs)
+                return prefill_arguments(call, layer_idx == self.k, self.io, self.attn_implementation, args, kwargs)
             slots = call.layout[layer_idx]
-            return None if slots is None else self._continuation_arguments(call, slots, args, kwargs)
+            return None if slots is None else continuation_arguments(call, slots, self.attn_implementation, args, kwargs)
 
         return hook
 
@@ -375,69 +289,13 @@ class PressSession:
             evidence.hidden = self.norm(call.hidden)
             call.hidden = None
         call.drop_slots, kept = drop_slots(self.dropper, call.clips, evidence, call.unpruned, call.n_new)
-        self.run.record_kept(call.clips, kept, call.offsets)
-        self.run.record_output_slots(call.drop_slots.index, call.drop_slots.valid)
+        self.outcome.record_kept(call.clips, kept, call.offsets)
+        self.outcome.record_output_slots(call.drop_slots.index, call.drop_slots.valid)
         call.kept_counts = [[len(k) for k in row] for row in kept]
         call.drop_pending = False
         call.evidence = evidence.masks_only()
         for j in range(self.k, len(self.layers)):
             call.layout.layers[j] = call.drop_slots
-
-    def _prefill_arguments(self, call, layer_idx, args, kwargs):
-        slots = call.drop_slots
-        if layer_idx == self.k:
-            hidden = args[0] if args else kwargs.pop("hidden_states")
-            args = (_gather_seq(hidden, slots.index, self.io.hidden_axis), *args[1:])
-        key = ("prefill", id(kwargs.get("attention_mask")), id(kwargs.get("position_embeddings")))
-        if key not in call.memo:
-            call.memo[key] = self._gather_prefill_kwargs(kwargs, slots)
-        kwargs.update(call.memo[key])
-        for name in self.io.token_args:  # a different tensor for every layer
-            if kwargs.get(name) is not None:
-                kwargs[name] = _gather_seq(kwargs[name], slots.index)
-        return args, kwargs
-
-    def _gather_prefill_kwargs(self, kwargs, slots: SlotMap) -> dict:
-        updates = {}
-        cos_sin = kwargs.get("position_embeddings")
-        if cos_sin is not None:
-            updates["position_embeddings"] = tuple(_gather_seq(t, slots.index) for t in cos_sin)
-        position_ids = kwargs.get("position_ids")
-        if position_ids is not None:
-            # flash attention reads gaps in position ids as packed sequences; RoPE is already in cos/sin
-            updates["position_ids"] = None if is_flash(self.attn_implementation) else _gather_seq(position_ids, slots.index)
-        if "attention_mask" in kwargs:
-            updates["attention_mask"] = restrict_mask(
-                kwargs["attention_mask"],
-                cols=slots,
-                rows=slots,
-                query_index=slots.index,
-                attn_implementation=self.attn_implementation,
-                dtype=_dtype_of(kwargs),
-            )
-        return updates
-
-    def _continuation_arguments(self, call, slots: SlotMap, args, kwargs):
-        mask = kwargs.get("attention_mask")
-        if mask is None and not slots.has_filler:
-            return None
-        total = call.past_len + call.n_new
-        if mask is not None and mask.dim() == 4 and mask.shape[-1] != total:
-            # HF sized it from a pruned layer's cache (Gemma-3n: its first full-attention layer)
-            mask = causal_mask(call.padding, call.past_len, call.n_new, mask.shape[0], mask.dtype, mask.device)
-        key = ("continuation", id(slots), id(mask))
-        if key not in call.memo:
-            query_index = torch.arange(call.past_len, total, device=slots.index.device)[None]
-            call.memo[key] = restrict_mask(
-                mask,
-                cols=slots.columns(total),
-                rows=None,
-                query_index=query_index,
-                attn_implementation=self.attn_implementation,
-                dtype=_dtype_of(kwargs),
-            )
-        kwargs["attention_mask"] = call.memo[key]
-        return args, kwargs
 
     # -- after each decoder layer: cache compression ---------------------------------------------
     def _after_layer(self, layer_idx: int):
@@ -474,15 +332,15 @@ class PressSession:
             query_slots=call.drop_slots if dropped else full,
             clip_entries=call.kept_counts if dropped else [[clip.length for clip in row] for row in call.clips],
             kv_groups=self.kv_groups, queries=queries, scaling=scaling, rope=kwargs.get("position_embeddings"),
-            rope_frequencies=_rope_frequencies(self.rotary, self.layer_types[layer_idx]),
+            rope_frequencies=self.rope_frequencies(layer_idx),
         )
 
     def _compress(self, call: _Call, layer: LayerPrefill, press) -> None:
         """Keep each row's best candidates of one layer's cache (and everything else), in place."""
         slots, candidates, kept = call.compression.compress(press, layer, self.cache_layers)
         call.layout.layers[layer.index] = slots
-        earlier = self.run.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
-        self.run.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
+        earlier = self.outcome.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
+        self.outcome.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
 
 
 #: the session live on each model, keyed by the module the engine hooks (a full Qwen2.5-Omni model
@@ -495,8 +353,8 @@ def _claim(session: PressSession) -> None:
     active = _ACTIVE.get(session.entry)
     if active is not None:
         raise RuntimeError(
-            f"a press is already active on this model ({_describe(active.run.press)}), so "
-            f"{_describe(session.run.press)} cannot be nested inside it: one model runs one press at a time. "
+            f"a press is already active on this model ({_describe(active.outcome.press)}), so "
+            f"{_describe(session.outcome.press)} cannot be nested inside it: one model runs one press at a time. "
             "To run several presses at once, compose them into one: ComposedPress([FramePress(ratio=0.5), "
             "KNormPress(ratio=0.3)]), or the method spec 'frame+knorm:ratio=0.3' (at most one token-dropping press "
             "per composition, with any number of cache presses)."
@@ -513,56 +371,11 @@ def _describe(press) -> str:
     return " + ".join(type(part).__name__ for part in press.parts())
 
 
-def validate_press(model: nn.Module, press, static: bool = False) -> None:
-    """Raise the error ``with press(model):`` would raise (unknown family, a layer out of range,
-    presses that cannot run together), and with ``static`` the one generating on a static cache
-    would raise (a model whose static cache cannot hold a pruned prompt), without installing
-    anything on the model: what the sweep checks for every method before its first sample."""
-    session = PressSession(model, press)
-    if static and session.prunes:
-        static_cache.check_model(session.entry.config, session.family.display_name, session.kv_sources)
-
-
-def _check_cache_presses(presses, attn_implementation: str) -> None:
-    """Cache presses composed on one model must count their candidates the same way; a head-wise
-    press keeps entries per head, which nothing else can compress further, and flash attention
-    cannot mask per head."""
-    scopes = sorted({press.scope for press in presses})
-    if len(scopes) > 1:
-        raise ValueError(f"cache presses composed together must share one scope, not {' and '.join(scopes)}.")
-    if any(press.headwise for press in presses):
-        if len(presses) > 1:
-            raise ValueError("a head-wise cache press (adakv) cannot be composed with another cache press.")
-        if is_flash(attn_implementation):
-            raise NotImplementedError(
-                "head-wise cache compression (adakv) masks evicted entries per head, which flash attention's "
-                "padding mask cannot express; load the model with attn_implementation='sdpa' or 'eager'."
-            )
-
-
-def _gather_seq(tensor: torch.Tensor, index: torch.Tensor, axis: int = 1) -> torch.Tensor:
-    """Gather a tensor along its sequence ``axis`` with a (B, L) index; the batch axis comes just
-    before it, of size B or 1: (B|1, S), (B|1, S, ...), or (n, B|1, S, ...) for Gemma-3n's streams."""
-    batch = index.shape[0]
-    shape = list(tensor.shape)
-    shape[axis - 1] = batch
-    tensor = tensor.expand(*shape)
-    view = [1] * tensor.dim()
-    view[axis - 1], view[axis] = batch, index.shape[1]
-    shape[axis] = index.shape[1]
-    return tensor.gather(axis, index.to(tensor.device).view(view).expand(*shape))
-
-
 def _left_offsets(attention_mask, input_ids) -> torch.Tensor:
     """Per position, its index within the row's prompt not counting padding (HF's position ids)."""
     if attention_mask is None:
         return torch.arange(input_ids.shape[1]).expand(input_ids.shape[0], -1)
     return (attention_mask.long().cpu().cumsum(dim=1) - 1).clamp(min=0)
-
-
-def _dtype_of(kwargs) -> torch.dtype:
-    cos_sin = kwargs.get("position_embeddings")
-    return cos_sin[0].dtype if cos_sin is not None else torch.get_default_dtype()
 
 
 def _prompt_ids(input_ids):
@@ -577,30 +390,3 @@ def _prompt_ids(input_ids):
 def _embeds_len(kwargs) -> int:
     embeds = kwargs.get("inputs_embeds")
     return embeds.shape[1] if embeds is not None else 1
-
-
-def _check_kv_sharing(k: int, sources: dict[int, int], name: str) -> None:
-    """A layer that attends to another layer's cache must see the tokens that layer kept."""
-    split = sorted(source for layer, source in sources.items() if source < k <= layer)
-    if split:
-        raise ValueError(
-            f"layer={k} is invalid for {name}: its layers {min(sources)}.. attend to the keys and values of layers "
-            f"{sorted(set(sources.values()))}, which must hold the same tokens; prune at layer {split[0]} or earlier."
-        )
-
-
-def _rope_frequencies(rotary, layer_type: str) -> torch.Tensor | None:
-    """The inverse frequencies of the rotary embedding a layer of ``layer_type`` is given: the model's
-    one set (``inv_freq``), or its attention type's (Gemma-3n's sliding layers turn at another base:
-    ``sliding_attention_inv_freq``); None where the model exposes none. Read when used, as dynamic
-    RoPE variants replace them."""
-    shared = getattr(rotary, "inv_freq", None)
-    return shared if shared is not None else getattr(rotary, f"{layer_type}_inv_freq", None)
-
-
-def _smallest_window(config, first_layer: int) -> int | None:
-    """The smallest sliding window among layers ``first_layer``.. (None: no sliding-window layer there)."""
-    types = getattr(config, "layer_types", None) or []
-    window = getattr(config, "sliding_window", None)
-    sliding = [j for j, kind in enumerate(types) if kind == "sliding_attention" and j >= first_layer]
-    return window if sliding and window else None

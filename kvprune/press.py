@@ -1,10 +1,10 @@
-"""The Press API: ``with press(model, ratio=0.5) as run: model.generate(**inputs)``.
+"""The Press API: ``with press(model, ratio=0.5) as outcome: model.generate(**inputs)``.
 
 A press is configuration: a small frozen dataclass that calling never changes. Token-dropping
 presses only decide *which* audio tokens of a clip to keep (``select``); cache presses only *score*
 a layer's cached entries (``score``). The engine (``kvprune.engine``) does everything else,
 identically for all of them, runs several presses at once when they are composed
-(``ComposedPress``), and hands what was pruned to the ``with`` block as a ``PressRun``.
+(``ComposedPress``), and hands what was pruned to the ``with`` block as a ``PressOutcome``.
 
 Writing a press (see the README): subclass ``TokenDropPress`` or ``CachePress`` as a frozen
 dataclass and register it by name, in this order::
@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
@@ -41,7 +41,7 @@ from .registry import Registry
 
 @dataclass(frozen=True)
 class Press:
-    """Base of all presses: calling one on a model returns a context manager that yields a ``PressRun``.
+    """Base of all presses: calling one on a model returns a context manager that yields a ``PressOutcome``.
 
     Every press has ``layer``, the first decoder layer it acts on, and ``kind``: "token", "cache"
     or "composed". The engine reads ``kind``, ``ratio``, ``keep_rule``, ``layer`` and ``needs`` and
@@ -160,27 +160,58 @@ class CachePress(Press):
 
 @dataclass(frozen=True)
 class DelegatingCachePress(CachePress):
-    """A cache press that takes its scores from another registered cache press, named by ``scorer``
-    and built with this press's ratio, layer, scope, window and keep rule (its other parameters at their
-    defaults). Subclasses change how budgets are set (pyramidkv) or how entries are chosen (adakv),
-    so that either combines with any scorer: ``pyramidkv:scorer=tova``."""
+    """A cache press that wraps another, configured cache press (``press``, default SnapKV at its
+    defaults) and takes its scores from it: ``PyramidKVPress(press=SnapKVPress(window=32, kernel=7))``.
+    Subclasses change how budgets are set (pyramidkv) or how entries are chosen (adakv), so that
+    either combines with any press that scores.
 
-    scorer: str = "snapkv"
+    Who sets what, as kvpress sets a wrapper's compression ratio onto the press it wraps:
+
+    * ``ratio``, ``layer`` and ``keep_rule`` are the wrapper's (a sweep sets them on every method, and
+      ``press(model, ratio=...)`` replaces them) and apply to the inner press; the inner press leaves
+      them at their defaults.
+    * ``scope`` and ``window`` say which entries are candidates and how many of the last queries the
+      inner press reads: set on either, they apply to both (set on both, they must agree; to change
+      them on a built wrapper, change them on its ``press`` too).
+    * Everything else of the inner press (SnapKV's ``kernel`` and ``pool``, a seed) is its own.
+    """
+
+    press: CachePress = field(default_factory=lambda: get_press("snapkv"))
+
+    #: parameters of earlier releases -> their name now, for the error a method spec naming them gets
+    renamed: ClassVar[dict[str, str]] = {"scorer": "press"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        scorers = list_scorers()
-        if self.scorer not in scorers:
-            policy = self.scorer in PRESSES and issubclass(PRESSES.get(self.scorer), DelegatingCachePress)
-            why = "a budget policy, which takes another press's scores" if policy else "not a cache press"
-            raise ValueError(f"scorer={self.scorer!r} is {why}; choose a press that scores: {', '.join(scorers)}.")
+        inner = self.press
+        _check_wrapped(type(self).__name__, inner)
+        inner_defaults = _defaults(type(inner))
+        given = [name for name in ("ratio", "layer", "keep_rule") if getattr(inner, name) != inner_defaults[name]]
+        if given:
+            name = given[0]
+            raise ValueError(
+                f"{type(self).__name__} sets {name} for the press it wraps: give {name}={getattr(inner, name)!r} to "
+                f"{type(self).__name__}, not to its {type(inner).__name__}."
+            )
+        own_defaults = _defaults(type(self))
+        shared = {}
+        for name in ("scope", "window"):
+            own, theirs = getattr(self, name), getattr(inner, name)
+            if own != own_defaults[name] and theirs != inner_defaults[name] and own != theirs:
+                raise ValueError(
+                    f"{type(self).__name__}({name}={own!r}) and its {type(inner).__name__}({name}={theirs!r}) disagree: "
+                    f"{name} applies to both, so set it once."
+                )
+            shared[name] = own if own != own_defaults[name] else theirs
+        object.__setattr__(self, "scope", shared["scope"])
+        object.__setattr__(self, "window", shared["window"])
+        object.__setattr__(self, "press", dataclasses.replace(inner, **shared))
 
     @functools.cached_property
     def scoring_press(self) -> CachePress:
-        """The press whose scores (and, unless overridden, budgets and choices) this one uses."""
-        return PRESSES.get(self.scorer)(
-            ratio=self.ratio, layer=self.layer, scope=self.scope, window=self.window, keep_rule=self.keep_rule
-        )
+        """The inner press at this press's ratio, layer and keep rule: whose scores (and, unless
+        overridden, budgets and choices) this one uses."""
+        return dataclasses.replace(self.press, ratio=self.ratio, layer=self.layer, keep_rule=self.keep_rule)
 
     @property
     def needs(self) -> frozenset[str]:
@@ -202,6 +233,29 @@ class DelegatingCachePress(CachePress):
 
     def choose(self, scores: torch.Tensor, evidence: CacheEvidence, budgets: torch.Tensor) -> torch.Tensor:
         return self.scoring_press.choose(scores, evidence, budgets)
+
+
+def _check_wrapped(wrapper: str, inner) -> None:
+    """A wrapper takes a configured press that scores: not a name, a class, a token press or another wrapper."""
+    scorers = ", ".join(list_scorers())
+    if isinstance(inner, str):
+        raise TypeError(
+            f"{wrapper}(press={inner!r}) names a press: give the press itself, {wrapper}(press=get_press({inner!r})) "
+            f"(in a method spec, press={inner})."
+        )
+    if not isinstance(inner, CachePress):
+        what = f"the class {inner.__name__}" if isinstance(inner, type) else type(inner).__name__
+        raise TypeError(f"{wrapper}(press=...) takes a configured cache press that scores ({scorers}), not {what}.")
+    if isinstance(inner, DelegatingCachePress):
+        raise ValueError(
+            f"{wrapper}(press={type(inner).__name__}(...)) wraps a budget policy, which takes another press's scores; "
+            f"choose a press that scores: {scorers}."
+        )
+
+
+def _defaults(press_class) -> dict:
+    """The press class's parameters at their defaults."""
+    return {f.name: f.default for f in dataclasses.fields(press_class) if f.default is not dataclasses.MISSING}
 
 
 @dataclass(frozen=True)
@@ -269,8 +323,8 @@ def list_presses(kind: str | None = None) -> list[str]:
 
 
 def list_scorers() -> list[str]:
-    """The cache presses that score entries themselves: what a budget policy's ``scorer`` may name (a
-    budget policy such as pyramidkv takes another press's scores, so it cannot be one)."""
+    """The cache presses that score entries themselves: what a budget policy may wrap (a budget
+    policy such as pyramidkv takes another press's scores, so it cannot be one)."""
     return [name for name in list_presses(kind="cache") if not issubclass(PRESSES.get(name), DelegatingCachePress)]
 
 

@@ -9,6 +9,9 @@ previous part's parameters::
 YAML and dicts: ``"fastv"`` (any text above), ``{press: dart, budget: reference}``,
 ``{compose: [frame, {press: knorm, ratio: 0.3}]}``.
 
+A parameter that is itself a press (the press a budget policy wraps) is written as a call, its own
+parameters in parentheses: ``pyramidkv:press=snapkv(window=32,kernel=7)``, ``adakv:press=knorm``.
+
 Values are converted by the press field's type (int, float, bool, str). ``build(ratio, layer,
 keep_rule)`` makes the press: parts without their own ``ratio`` take the sweep's, parts without their
 own ``layer`` (``keep_rule``) take ``layer`` (``keep_rule``) when one is given, else their own default. The canonical ``label`` is what
@@ -21,17 +24,20 @@ so ``dart:budget=equal`` is ``dart``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from .press import PRESSES, ComposedPress, Press
+from .press import PRESSES, CachePress, ComposedPress, Press
 
 #: fields that a sweep sets on every part that does not set them itself
 SWEPT = ("ratio", "layer", "keep_rule")
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _CONVERTERS = {int: int, float: float, str: str, bool: lambda text: _BOOLS[text.lower()]}  # from text
-_BY_NAME = {kind.__name__: kind for kind in _CONVERTERS}  # field types written as text (postponed annotations)
-_SYNTAX = ",+:="  # characters a text value cannot hold: the label could not be read back
+_PRESS_TYPES = (Press, CachePress)  # fields whose value is a press, written as a call: snapkv(window=32)
+_BY_NAME = {kind.__name__: kind for kind in (*_CONVERTERS, *_PRESS_TYPES)}  # field types written as text (postponed annotations)
+_SYNTAX = ",+:=()"  # characters a text value cannot hold: the label could not be read back
+_CALL = re.compile(r"\s*([A-Za-z][A-Za-z0-9_-]*)\s*(?:\((.*)\))?\s*", re.DOTALL)
 
 
 class MethodSpecError(ValueError):
@@ -56,23 +62,31 @@ class PartSpec:
         types = _field_types(press_class)
         unknown = [key for key in params if key not in types]
         if unknown:
-            raise MethodSpecError(
-                f"press {press!r} has no parameter {unknown[0]!r}; its parameters: {', '.join(types)}."
-            )
+            key = unknown[0]
+            renamed = getattr(press_class, "renamed", {}).get(key)
+            now = f" (it is now {renamed!r}: {press}:{renamed}={params[key]})" if renamed else ""
+            raise MethodSpecError(f"press {press!r} has no parameter {key!r}{now}; its parameters: {', '.join(types)}.")
         converted = {key: _convert(press, key, types[key], params[key]) for key in params}
-        defaults = {f.name: f.default for f in dataclasses.fields(press_class)}
+        defaults = {f.name: _default(f) for f in dataclasses.fields(press_class)}
         return cls(press, tuple(
-            (key, converted[key]) for key in types if key in converted and (key in SWEPT or converted[key] != defaults[key])
+            (key, converted[key]) for key in types
+            if key in converted and (key in SWEPT or _built(converted[key]) != defaults[key])
         ))
 
     @property
     def label(self) -> str:
         return self.press + (":" + ",".join(f"{key}={_text(value)}" for key, value in self.params) if self.params else "")
 
-    def build(self, ratio: float, layer: int | None = None, keep_rule: str | None = None) -> Press:
-        values = dict(self.params)
-        values.setdefault("ratio", ratio)
-        for key, value in (("layer", layer), ("keep_rule", keep_rule)):
+    @property
+    def call(self) -> str:
+        """The part as the value of a press parameter: ``snapkv(window=32,kernel=7)``."""
+        return self.press + (f"({self.label.partition(':')[2]})" if self.params else "")
+
+    def build(self, ratio: float | None = None, layer: int | None = None, keep_rule: str | None = None) -> Press:
+        """The press with its parameters, and ``ratio``, ``layer``, ``keep_rule`` where it sets none (None:
+        its default); a parameter that is a press is built with its own parameters only."""
+        values = {key: _built(value) for key, value in self.params}
+        for key, value in (("ratio", ratio), ("layer", layer), ("keep_rule", keep_rule)):
             if value is not None:
                 values.setdefault(key, value)
         return PRESSES.get(self.press)(**values)
@@ -145,8 +159,8 @@ _FORMS = (
 
 def _parse_text(text: str) -> list[list[PartSpec]]:
     methods: list[list[tuple[str, dict]]] = []
-    for chunk in text.split(","):
-        pieces = [piece.strip() for piece in chunk.split("+")]
+    for chunk in _split(text, ",", text):
+        pieces = [piece.strip() for piece in _split(chunk, "+", text)]
         if pieces == [""]:
             continue
         if "=" in pieces[0] and ":" not in pieces[0]:  # key=value: more parameters of the previous part
@@ -175,9 +189,24 @@ def _split_part(piece: str, text: str) -> tuple[str, dict]:
     if not name.strip():
         raise MethodSpecError(f"{text!r}: a press name is missing; {_FORMS}")
     part = (name.strip(), {})
-    for parameter in filter(None, (p.strip() for p in parameters.split(","))):
+    for parameter in filter(None, (p.strip() for p in _split(parameters, ",", text))):
         _add_parameter(part, parameter, text)
     return part
+
+
+def _split(text: str, separator: str, whole: str) -> list[str]:
+    """``text`` split at ``separator`` outside parentheses (a press parameter's own parameters)."""
+    pieces, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            break
+        if char == separator and depth == 0:
+            pieces.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        raise MethodSpecError(f"{whole!r}: its parentheses do not pair up; {_FORMS}")
+    return [*pieces, text[start:]]
 
 
 def _add_parameter(part: tuple[str, dict], parameter: str, text: str) -> None:
@@ -207,6 +236,8 @@ def _field_types(press_class) -> dict[str, Any]:
 
 
 def _convert(press: str, key: str, kind: Any, value: Any) -> Any:
+    if kind in _PRESS_TYPES:
+        return _press_value(press, key, value)
     if kind not in _CONVERTERS:
         raise MethodSpecError(f"{press}.{key} (of type {kind}) cannot be set from a method spec.")
     if isinstance(value, str):
@@ -223,5 +254,34 @@ def _convert(press: str, key: str, kind: Any, value: Any) -> Any:
     return value
 
 
+def _press_value(press: str, key: str, value: Any) -> PartSpec:
+    """A press parameter's value, ``name`` or ``name(key=value,...)``, as a part of its own."""
+    match = _CALL.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise MethodSpecError(f"{press}.{key}={value!r} is not a press: write a press name, or name(key=value,...).")
+    text = match.group(0)
+    name, parameters = match.group(1), match.group(2) or ""
+    part = (name, {})
+    for parameter in filter(None, (p.strip() for p in _split(parameters, ",", text))):
+        _add_parameter(part, parameter, text)
+    spec = PartSpec.of(*part)
+    try:
+        spec.build()  # the press checks its own values
+    except (TypeError, ValueError) as error:
+        raise MethodSpecError(f"{press}.{key}={spec.call}: {error}") from None
+    return spec
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def _built(value: Any) -> Any:
+    """A parameter's value for the press: a press parameter built from its part."""
+    return value.build() if isinstance(value, PartSpec) else value
+
+
 def _text(value: Any) -> str:
+    if isinstance(value, PartSpec):
+        return value.call
     return str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, float) else str(value)

@@ -1,7 +1,7 @@
-"""AdaKV: each KV head keeps its own entries (head-wise budgets), over any scorer (default SnapKV).
+"""AdaKV: each KV head keeps its own entries (head-wise budgets), over any press that scores (default SnapKV).
 
 As Ada-KV (Feng et al., 2024, "Ada-KV: Optimizing KV Cache Eviction by Adaptive Budget
-Allocation"); ``adakv:scorer=knorm`` takes another scorer.
+Allocation"); ``AdaKVPress(press=KNormPress())``, ``adakv:press=knorm`` take the scores of another press.
 
 Each KV head keeps its own entries: a budget group's ``kv_heads x k`` slots go to the best (head,
 entry) pairs across the layer's heads, after every head gets its ``int(k * safeguard)`` best entries

@@ -1,4 +1,4 @@
-"""PyramidKV: per-layer budgets that shrink with depth, over any scorer (default SnapKV).
+"""PyramidKV: per-layer budgets that shrink with depth, over any press that scores (default SnapKV).
 
 As PyramidKV (Cai et al., 2024, "PyramidKV: Dynamic KV Cache Compression based on Pyramidal
 Information Funneling").
@@ -7,7 +7,8 @@ Lower layers spread their attention widely and keep more; higher layers concentr
 less. Each budget group keeps, at compressed layer ``d`` of ``m``, a budget falling linearly from
 ``2k - k/beta`` to ``k/beta`` (``k``: the uniform budget), rounded so that all layers together keep
 exactly what uniform budgets keep (``kvprune.cache_budgets.pyramid_keep``). Scores come from the
-press named by ``scorer`` (default ``snapkv``, as the paper): ``pyramidkv:scorer=tova``. Composed
+press it wraps (default SnapKV, as the paper): ``PyramidKVPress(press=SnapKVPress(window=32, kernel=7))``,
+``pyramidkv:press=tova``, ``pyramidkv:press=snapkv(window=32,kernel=7)``. Composed
 with a token-dropping press, the layers before and after K hold different counts; each layer's
 budget then follows the pyramid of its own count, and the total is close to, not exactly, the
 uniform one.

@@ -28,6 +28,7 @@ from accelerate.hooks import remove_hook_from_submodules
 
 from kvprune import get_press, list_families, list_presses
 from kvprune.harness.bench.presets import PRESETS
+from kvprune.harness.bench.shapes import shapes_of
 from kvprune.models import ModelFamily, tiny
 
 ATTENTION = ("sdpa", "eager")
@@ -72,7 +73,7 @@ def split_device_map(model: nn.Module, family: ModelFamily, split: int, first: s
 
 def generate(model: nn.Module, family: ModelFamily, device: str) -> torch.Tensor:
     """One greedy ``generate`` on the family's tiny prompt, its inputs on ``device``."""
-    prompt = PRESETS.get(family.tiny_preset).prompt(model, AUDIO_SECONDS, decode_tokens=1)
+    prompt = PRESETS.get(shapes_of(family).tiny_preset).prompt(model, AUDIO_SECONDS, decode_tokens=1)
     inputs = {name: value.to(device) for name, value in prompt.inputs.items()}
     with torch.no_grad():
         return model.generate(

@@ -76,6 +76,7 @@ def passes(others: str) -> list[Pass]:
 def tiny(args: str) -> str:
     """The same pass on the CPU: each preset's family's tiny preset, seconds of audio, one round."""
     from kvprune.harness.bench.presets import PRESETS
+    from kvprune.harness.bench.shapes import shapes_of
 
     words = args.split()
 
@@ -83,7 +84,7 @@ def tiny(args: str) -> str:
         at = words.index(flag) + 1
         words[at] = ",".join(change(part) for part in words[at].split(","))
 
-    swap("--preset", lambda name: PRESETS.get(name).family.tiny_preset)
+    swap("--preset", lambda name: shapes_of(PRESETS.get(name).family).tiny_preset)
     swap("--audio-seconds", TINY_SECONDS.get)
     for flag, value in (("--warmup", "0"), ("--repeats", "1"), ("--decode-tokens", "2")):
         words[words.index(flag) + 1] = value

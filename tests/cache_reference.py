@@ -15,9 +15,9 @@ from functools import lru_cache
 
 import torch
 
-from helpers import cache_of, model
+from helpers import cache_of, decoder_layers, language_model, model
 from kvprune.ratios import keep_count
-from test_references import DECODER_LAYERS, _clips
+from test_references import _clips
 from tiny_models import AUDIO, FAMILIES
 
 
@@ -58,10 +58,10 @@ def prefill(family: str, attn: str, rows: tuple, seed: int = 0) -> Prefill:
             lambda module, args, kwargs, j=j: captured.__setitem__(j, args[0] if args else kwargs["hidden_states"]),
             with_kwargs=True,
         )
-        for j, layer in enumerate(DECODER_LAYERS[family](m))
+        for j, layer in enumerate(decoder_layers(m))
     ]
     rope_ids = {}
-    rotary = _rotary(family, m)
+    rotary = language_model(m).rotary_emb
     def record_rope(module, args, kwargs):
         rope_ids.setdefault("ids", args[1] if len(args) > 1 else kwargs["position_ids"])
 
@@ -84,12 +84,6 @@ def prefill(family: str, attn: str, rows: tuple, seed: int = 0) -> Prefill:
         attention_inputs=[captured[j] for j in range(len(captured))],
         rope_positions=ids.expand(inputs["input_ids"].shape[0], -1),
     )
-
-
-def _rotary(family: str, m):
-    layers = DECODER_LAYERS[family](m)
-    parent = next(module for module in m.modules() if getattr(module, "layers", None) is layers)
-    return parent.rotary_emb
 
 
 # -- what the pressed cache holds -----------------------------------------------------------------
@@ -143,7 +137,7 @@ def expected_attention_scores(family: str, p: Prefill, b: int, j: int, n_future:
     """(kv_heads, S): softmax over the valid keys of k.mu' s + k^T Sigma' k s^2 / 2, mu' and Sigma' the
     pre-RoPE query statistics rotated by the RoPE matrix averaged over the next positions, times |v|."""
     m = model(family, "sdpa")
-    attention = DECODER_LAYERS[family](m)[j].self_attn
+    attention = decoder_layers(m)[j].self_attn
     hidden = p.attention_inputs[j][b : b + 1].double()
     heads, dim = m.config.get_text_config().num_attention_heads, attention.head_dim
     with torch.no_grad():
@@ -161,7 +155,7 @@ def expected_attention_scores(family: str, p: Prefill, b: int, j: int, n_future:
     mean = q.mean(dim=0)  # (heads, d)
     centred = q - mean
     cov = torch.einsum("shi,shj->hij", centred, centred) / len(rows)
-    rotary = _rotary(family, m)
+    rotary = language_model(m).rotary_emb
     last = int(p.rope_positions[b, -1])
     future = torch.arange(last + 1, last + 1 + n_future)[None]
     # Gemma-3n's rotary embedding turns at one base per attention type, named in each call

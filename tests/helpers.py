@@ -8,6 +8,8 @@ from functools import lru_cache
 
 import torch
 
+import torch.nn as nn
+
 from kvprune.models import tiny
 from kvprune.press import TokenDropPress
 from tiny_models import AUDIO, FAMILIES, PAD
@@ -23,6 +25,29 @@ K = 2
 @lru_cache(maxsize=None)
 def model(family: str, attn: str):
     return FAMILIES[family].build(attn)
+
+
+# Where a model keeps its decoder, found without asking kvprune (so that the references stay independent
+# of the paths the families declare) and the same way for every family.
+def language_model(m: nn.Module) -> nn.Module:
+    """The model's text decoder: the module holding the model's input embeddings as ``embed_tokens``."""
+    embeddings = m.get_input_embeddings()
+    (decoder,) = [module for module in m.modules() if getattr(module, "embed_tokens", None) is embeddings]
+    return decoder
+
+
+def decoder_layers(m: nn.Module) -> nn.ModuleList:
+    """The language model's decoder layers: its one list of layers with self-attention."""
+    (layers,) = [
+        child for child in language_model(m).children()
+        if isinstance(child, nn.ModuleList) and all(hasattr(layer, "self_attn") for layer in child)
+    ]
+    return layers
+
+
+def final_norm(m: nn.Module) -> nn.Module:
+    """The norm beside the decoder layers, applied to the last layer's output."""
+    return language_model(m).norm
 
 
 def cache_of(output):

@@ -22,10 +22,11 @@ from kvprune.harness.bench.measure import RequestTiming
 from kvprune.harness.bench.report import COLUMNS, bench_frame, markdown
 from kvprune.harness.bench.rounds import SKIPPED, Outcome, Request, disturbed, run_rounds, summary
 from kvprune.harness.cli import main
+from kvprune.harness.bench.shapes import shapes_of
 from kvprune.models import list_families
 from kvprune.ratios import keep_count
 
-PRESETS = [family.tiny_preset for family in list_families() if family.available]
+PRESETS = [shapes_of(family).tiny_preset for family in list_families() if family.available]
 SECONDS = [1.0, 2.5]
 TOKEN = ["fastv", "random", "frame", "dart"]
 METHODS = [*TOKEN, "knorm", "snapkv:window=8", "frame+knorm"]

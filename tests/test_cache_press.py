@@ -55,7 +55,7 @@ def test_knorm_evicts_the_largest_norm_audio_keys_and_decoding_uses_what_is_left
     inputs = FAMILIES[family].inputs(ROW)
     ids = inputs["input_ids"]
     full = _prefill_cache(m, inputs)
-    with KNormPress(ratio=0.5)(m) as run:
+    with KNormPress(ratio=0.5)(m) as outcome:
         pressed, token, logits = _generate_two(m, inputs)
 
     audio = ids[0] == AUDIO
@@ -69,8 +69,8 @@ def test_knorm_evicts_the_largest_norm_audio_keys_and_decoding_uses_what_is_left
         reference.update(layer.keys[:, :, keep], layer.values[:, :, keep], j)
         if j:
             n_audio = int(audio.sum())
-            assert run.layer_stats[j][0].kept_tokens == keep_count(n_audio, 0.5)
-    assert [(s.audio_tokens, s.kept_tokens) for s in run.stats] == [(int(audio.sum()), int(audio.sum()))], "no token is dropped"
+            assert outcome.layer_stats[j][0].kept_tokens == keep_count(n_audio, 0.5)
+    assert [(s.audio_tokens, s.kept_tokens) for s in outcome.stats] == [(int(audio.sum()), int(audio.sum()))], "no token is dropped"
     # no hooks here: one sequence, sdpa, no padding needs no mask, so HF decodes on the ragged cache as is
     torch.testing.assert_close(logits, _decode_on(m, reference, ids, token), rtol=1e-5, atol=1e-5)
 
@@ -82,14 +82,14 @@ def test_knorm_in_a_padded_batch_keeps_its_counts_per_row(family, attn):
     m = model(family, attn)
     inputs = FAMILIES[family].inputs(rows)
     press = KNormPress(ratio=0.75, layer=2)
-    with torch.no_grad(), press(m) as run:
+    with torch.no_grad(), press(m) as outcome:
         out = m.generate(**inputs, max_new_tokens=3, return_dict_in_generate=True, **GREEDY)
     audio = [FAMILIES[family].audio_tokens(row) for row in rows]
     width, steps, layers = inputs["input_ids"].shape[1], 2, n_layers(family)
     kept = [keep_count(a, 0.75) for a in audio]
     sharing = FAMILIES[family].family.layer_io.kv_sources(FAMILIES[family].config.get_text_config())
-    assert sorted(run.layer_stats) == [j for j in range(2, layers) if j not in sharing]
-    assert [s.kept_tokens for s in run.layer_stats[2]] == kept
+    assert sorted(outcome.layer_stats) == [j for j in range(2, layers) if j not in sharing]
+    assert [s.kept_tokens for s in outcome.layer_stats[2]] == kept
     lengths = cache_lengths(cache_of(out), family)
     assert lengths[:2] == [width + steps] * 2
     assert lengths[2:] == [width - min(a - k for a, k in zip(audio, kept)) + steps] * (layers - 2)
@@ -106,10 +106,10 @@ def test_token_dropping_composed_with_knorm():
     m = model(family, "sdpa")
     inputs = FAMILIES[family].inputs(ROW)
     ids = inputs["input_ids"]
-    with ComposedPress([DARTPress(ratio=0.5, layer=K), KNormPress(ratio=0.5)])(m) as run:
+    with ComposedPress([DARTPress(ratio=0.5, layer=K), KNormPress(ratio=0.5)])(m) as outcome:
         pressed, token, logits = _generate_two(m, inputs)
     # reference: the same token dropping alone, then KNorm applied by hand to each layer's cache
-    fixed = FixedPress(ratio=0.5, layer=K, keep=run.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, keep=outcome.kept_positions)
     with torch.no_grad(), fixed(m):
         dropped = cache_of(m(**inputs, use_cache=True))
     audio_positions = (ids[0] == AUDIO).nonzero().flatten()
@@ -119,7 +119,7 @@ def test_token_dropping_composed_with_knorm():
             keep = torch.arange(layer.keys.shape[2])
         else:
             positions = torch.arange(ids.shape[1])
-            held = positions if j < K else positions[(ids[0] != AUDIO) | torch.isin(positions, run.kept_positions[0])]
+            held = positions if j < K else positions[(ids[0] != AUDIO) | torch.isin(positions, outcome.kept_positions[0])]
             keep = _knorm_keep(layer.keys[0], torch.isin(held, audio_positions), 0.5)
         assert torch.equal(pressed.layers[j].keys[0, :, :-1], layer.keys[0][:, keep]), f"layer {j}"
         reference.update(layer.keys[:, :, keep], layer.values[:, :, keep], j)

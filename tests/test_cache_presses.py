@@ -9,11 +9,10 @@ import pytest
 import torch
 
 import cache_reference as ref
-from helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, kv_sources, model, single_row
+from helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, decoder_layers, kv_sources, model, single_row
 from kvprune import ComposedPress, FramePress, get_press, list_presses, parse_method
 from kvprune.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
 from kvprune.ratios import keep_count
-from test_references import DECODER_LAYERS
 from tiny_models import FAMILIES, N_LAYERS
 
 FAMILY_NAMES = list(FAMILIES)
@@ -39,9 +38,9 @@ def press_of(name: str, ratio: float, **params):
 
 def pressed_cache(family, attn, press, rows=ROWS, seed=0):
     inputs = FAMILIES[family].inputs([list(r) for r in rows], seed=seed)
-    with torch.no_grad(), press(model(family, attn)) as run:
+    with torch.no_grad(), press(model(family, attn)) as outcome:
         cache = cache_of(model(family, attn)(**inputs, use_cache=True))
-    return cache, run
+    return cache, outcome
 
 
 def budgets_at(name: str, clips, ratio: float, layer_idx: int, n_cache_layers: int) -> list[int]:
@@ -62,8 +61,8 @@ def streaming_keep(clips, budgets, sinks=4) -> set[int]:
 def test_kept_entries_equal_the_reference(name, family, attn):
     ratio = 0.6
     prefill = ref.prefill(family, attn, ROWS)
-    cache, run = pressed_cache(family, attn, press_of(name, ratio))
-    assert sorted(run.layer_stats) == list(range(1, cache_layers(family)))
+    cache, outcome = pressed_cache(family, attn, press_of(name, ratio))
+    assert sorted(outcome.layer_stats) == list(range(1, cache_layers(family)))
     for j in range(1, cache_layers(family)):
         held = ref.cached_positions(cache.layers[j].keys, prefill.keys[j], prefill.valid)
         for b in range(len(ROWS)):
@@ -83,8 +82,8 @@ def test_kept_entries_equal_the_reference(name, family, attn):
                 assert [sum(column) for column in zip(*per_head)] == [len(held[b]) * k for k in budgets]
             else:
                 assert per_head == [budgets] * len(held[b]), "every clip keeps its own share"
-            assert run.layer_stats[j][b].kept_tokens == sum(budgets)
-            assert run.layer_stats[j][b].audio_tokens == sum(len(c) for c in clips)
+            assert outcome.layer_stats[j][b].kept_tokens == sum(budgets)
+            assert outcome.layer_stats[j][b].audio_tokens == sum(len(c) for c in clips)
 
 
 @pytest.mark.parametrize("name", ["knorm", "snapkv", "tova"])
@@ -92,7 +91,7 @@ def test_kept_entries_equal_the_reference(name, family, attn):
 def test_prompt_scope_compresses_all_but_the_header_and_the_window(name, family):
     ratio, attn = 0.5, "sdpa"
     prefill = ref.prefill(family, attn, ROWS)
-    cache, run = pressed_cache(family, attn, press_of(name, ratio, scope="prompt"))
+    cache, outcome = pressed_cache(family, attn, press_of(name, ratio, scope="prompt"))
     for j in range(1, N_LAYERS):
         held = ref.cached_positions(cache.layers[j].keys, prefill.keys[j], prefill.valid)
         for b in range(len(ROWS)):
@@ -100,7 +99,7 @@ def test_prompt_scope_compresses_all_but_the_header_and_the_window(name, family)
             budgets = [keep_count(len(groups[0]), ratio)]
             expected = ref.layerwise_keep(SCORED[name](family, prefill, b, j), groups, budgets, fixed)
             assert held[b] == [expected] * len(held[b]), f"layer {j} row {b}"
-            assert run.layer_stats[j][b].audio_tokens == len(groups[0])
+            assert outcome.layer_stats[j][b].audio_tokens == len(groups[0])
 
 
 @pytest.mark.parametrize("attn", ATTENTION)
@@ -111,10 +110,10 @@ def test_ratio_zero_is_bit_identical(name, attn):
     inputs = FAMILIES[family].inputs([list(r) for r in ROWS])
     with torch.no_grad():
         logits, tokens = m(**inputs).logits, m.generate(**inputs, max_new_tokens=4, **GREEDY)
-        with press_of(name, 0.0)(m) as run:
+        with press_of(name, 0.0)(m) as outcome:
             pressed_logits, pressed_tokens = m(**inputs).logits, m.generate(**inputs, max_new_tokens=4, **GREEDY)
     assert torch.equal(pressed_logits, logits) and torch.equal(pressed_tokens, tokens)
-    assert run.layer_stats == {}
+    assert outcome.layer_stats == {}
 
 
 def _recompute_with_eviction(family, m, attn, inputs, seq, kept, prompt_len):
@@ -133,7 +132,7 @@ def _recompute_with_eviction(family, m, attn, inputs, seq, kept, prompt_len):
 
     hooks = [layer.register_forward_pre_hook(lambda module, args, kwargs, j=j: (args, {**kwargs, "attention_mask": mask_for(j)}),
                                              with_kwargs=True)
-             for j, layer in enumerate(DECODER_LAYERS[family](m))]
+             for j, layer in enumerate(decoder_layers(m))]
     try:
         with torch.no_grad():
             return m(**dict(inputs, input_ids=seq, attention_mask=torch.ones_like(seq)), use_cache=False).logits[:, -1]
@@ -178,16 +177,16 @@ def test_padded_batch_equals_one_row_at_a_time(name, attn):
     rows = [list(r) for r in ROWS]
     press = press_of(name, 0.6)
     batch = fam.inputs(rows, seed=3)
-    with torch.no_grad(), press(m) as run:
+    with torch.no_grad(), press(m) as outcome:
         together = m.generate(**batch, max_new_tokens=4, **GREEDY)
-    stats_together = run.layer_stats
+    stats_together = outcome.layer_stats
     width = batch["input_ids"].shape[1]
     for b in range(len(rows)):
         alone = single_row(fam, rows, b, seed=3)
-        with torch.no_grad(), press(m) as run:
+        with torch.no_grad(), press(m) as outcome:
             tokens = m.generate(**alone, max_new_tokens=4, **GREEDY)
         assert torch.equal(tokens[0, alone["input_ids"].shape[1] :], together[b, width:])
-        assert {j: s[0] for j, s in run.layer_stats.items()} == {j: s[b] for j, s in stats_together.items()}
+        assert {j: s[0] for j, s in outcome.layer_stats.items()} == {j: s[b] for j, s in stats_together.items()}
 
 
 def test_random_kv_is_seeded_per_sample():
@@ -214,12 +213,12 @@ def test_token_dropping_composed_with_snapkv():
     family, attn, ratio = "aero", "eager", 0.5
     m = model(family, attn)
     inputs = FAMILIES[family].inputs([list(r) for r in ROWS])
-    with torch.no_grad(), ComposedPress([FramePress(ratio=0.5, layer=K), press_of("snapkv", ratio)])(m) as run:
+    with torch.no_grad(), ComposedPress([FramePress(ratio=0.5, layer=K), press_of("snapkv", ratio)])(m) as outcome:
         cache = cache_of(m(**inputs, use_cache=True))
     # reference: the same token dropping alone, with eager attention weights, then SnapKV by hand
     full = ref.prefill(family, attn, ROWS)
     pads = [int((~valid).sum()) for valid in full.valid]
-    with torch.no_grad(), FixedPress(ratio=0.5, layer=K, keep=[k + pad for k, pad in zip(run.kept_positions, pads)])(m):
+    with torch.no_grad(), FixedPress(ratio=0.5, layer=K, keep=[k + pad for k, pad in zip(outcome.kept_positions, pads)])(m):
         dropped = m(**inputs, use_cache=True, output_attentions=True)
     for j in range(1, N_LAYERS):
         keys = cache_of(dropped).layers[j].keys
@@ -227,7 +226,7 @@ def test_token_dropping_composed_with_snapkv():
         valid = full.valid.clone()
         for b in range(len(ROWS)):
             # the padded prompt position of each slot (layers >= K hold the kept tokens, filler first)
-            position = slots if j < K else _dropped_positions(full, b, run.kept_positions[b] + pads[b], len(slots))
+            position = slots if j < K else _dropped_positions(full, b, outcome.kept_positions[b] + pads[b], len(slots))
             if j >= K:
                 valid[b, : len(slots)] = (position >= 0) & full.valid[b, position.clamp(min=0)]
             clips = [[int(s) for s in slots if int(position[s]) in clip] for clip in full.clips(b)]
@@ -260,13 +259,39 @@ def test_pyramid_budgets_sum_to_the_uniform_total():
                     assert budgets[0] >= budgets[-1], "budgets shrink with depth"
     m = model("voxtral", "sdpa")
     inputs = FAMILIES["voxtral"].inputs([list(r) for r in ROWS])
-    for spec in ("pyramidkv:scorer=tova", "pyramidkv:scorer=knorm,beta=4"):
-        with torch.no_grad(), parse_method(spec).build(0.7)(m) as run:
+    for spec in ("pyramidkv:press=tova", "pyramidkv:press=knorm,beta=4"):
+        with torch.no_grad(), parse_method(spec).build(0.7)(m) as outcome:
             m(**inputs, use_cache=True)
         for b in range(len(ROWS)):
             uniform = sum(keep_count(n, 0.7) for n in ([16, 8] if b == 0 else [12]))
-            assert sum(run.layer_stats[j][b].kept_tokens for j in run.layer_stats) == uniform * (N_LAYERS - 1)
-            assert run.layer_stats[1][b].kept_tokens > run.layer_stats[N_LAYERS - 1][b].kept_tokens
+            assert sum(outcome.layer_stats[j][b].kept_tokens for j in outcome.layer_stats) == uniform * (N_LAYERS - 1)
+            assert outcome.layer_stats[1][b].kept_tokens > outcome.layer_stats[N_LAYERS - 1][b].kept_tokens
+
+
+@pytest.mark.parametrize("name", ["pyramidkv", "adakv"])
+def test_the_wrapped_press_keeps_its_own_parameters(name):
+    """A budget policy keeps what its inner press, at that press's own parameters, scores best under the
+    policy's budgets (computed here); other parameters keep other entries."""
+    family, attn, ratio, own = "qwen2_audio", "sdpa", 0.6, dict(kernel=3, pool="max")
+    prefill = ref.prefill(family, attn, ROWS)
+    press = parse_method(f"{name}:window={WINDOW},press=snapkv(kernel=3,pool=max)").build(ratio)
+    cache, _ = pressed_cache(family, attn, press)
+    differs = False
+    for j in range(1, cache_layers(family)):
+        held = ref.cached_positions(cache.layers[j].keys, prefill.keys[j], prefill.valid)
+        for b in range(len(ROWS)):
+            clips, fixed = ref.audio_scope(prefill, b)
+            budgets = budgets_at(name, clips, ratio, j, cache_layers(family))
+
+            def kept(**params):
+                scores = ref.snapkv_scores(prefill.attentions[j][b], prefill.keys[j].shape[1], WINDOW, **params)
+                if name == "adakv":
+                    return ref.headwise_keep(scores, clips, budgets, fixed, 0.2)
+                return [ref.layerwise_keep(scores, clips, budgets, fixed)] * len(held[b])
+
+            assert held[b] == kept(**own), f"layer {j} row {b}"
+            differs |= kept(**own) != kept()
+    assert differs, "the inner press's kernel and pool change what is kept"
 
 
 def test_selection_keeps_each_groups_budget_and_ties_go_to_the_earlier_entry():
@@ -282,13 +307,13 @@ def test_selection_keeps_each_groups_budget_and_ties_go_to_the_earlier_entry():
 
 def test_specs_name_cache_presses_and_their_compositions():
     assert list_presses(kind="cache") == CACHE_PRESSES
-    for text in ("pyramidkv:scorer=tova", "frame+snapkv:window=32", "adakv:scorer=knorm,safeguard=0.5",
+    for text in ("pyramidkv:press=tova", "frame+snapkv:window=32", "adakv:press=knorm,safeguard=0.5",
                  "knorm:scope=prompt", "snapkv:kernel=7,pool=max", "random_kv:seed=3", "streaming_llm:sinks=2"):
         spec = parse_method(text)
         assert spec.label == text and parse_method(spec.label) == spec
-    assert parse_method("pyramidkv:scorer=snapkv,beta=20").label == "pyramidkv"
-    assert parse_method("pyramidkv:scorer=tova").build(0.5).scoring_press == get_press("tova", ratio=0.5)
-    for bad, message in [("pyramidkv:scorer=fastv", "not a cache press"), ("knorm:scope=all", "scope='all' is invalid"),
+    assert parse_method("pyramidkv:press=snapkv,beta=20").label == "pyramidkv"
+    assert parse_method("pyramidkv:press=tova").build(0.5).scoring_press == get_press("tova", ratio=0.5)
+    for bad, message in [("pyramidkv:press=fastv", "not FastVPress"), ("knorm:scope=all", "scope='all' is invalid"),
                          ("snapkv:kernel=4", "must be odd"), ("snapkv:pool=median", "pool='median' is invalid"),
                          ("knorm:window=0", "window=0 is invalid"), ("pyramidkv:beta=0", "beta=0 is invalid")]:
         with pytest.raises(ValueError, match=message):
@@ -301,6 +326,6 @@ def test_compositions_the_engine_refuses():
         ComposedPress([get_press("knorm", ratio=0.5), get_press("tova", ratio=0.5, scope="prompt")])(m)
     with pytest.raises(ValueError, match="head-wise"):
         ComposedPress([get_press("adakv", ratio=0.5), get_press("knorm", ratio=0.5)])(m)
-    from kvprune.engine import _check_cache_presses
+    from kvprune.press_plan import _check_cache_presses
     with pytest.raises(NotImplementedError, match="flash attention"):
         _check_cache_presses([get_press("adakv", ratio=0.5)], "flash_attention_2")

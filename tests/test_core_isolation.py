@@ -51,12 +51,12 @@ from tiny_models import FAMILIES
 family = FAMILIES["qwen2_audio"]
 model = family.build("sdpa")
 inputs = family.inputs([[("text", 3), ("audio", 8), ("text", 4)]])
-with torch.no_grad(), kvprune.parse_method("fastv+knorm").build(0.5)(model) as run:
+with torch.no_grad(), kvprune.parse_method("fastv+knorm").build(0.5)(model) as outcome:
     model.generate(**inputs, max_new_tokens=2, do_sample=False, pad_token_id=0)
 print(json.dumps(dict(
     forbidden_imports=forbidden_imports, loaded_by_init=loaded_by_init, core=core,
-    stats=[[s.audio_tokens, s.kept_tokens] for s in run.stats],
-    compressed_layers=sorted(run.layer_stats),
+    stats=[[s.audio_tokens, s.kept_tokens] for s in outcome.stats],
+    compressed_layers=sorted(outcome.layer_stats),
 )))
 """
 

@@ -87,10 +87,10 @@ def test_fastv_prunes_half_the_audio_tokens_of_the_demo_model(demo, suite):
     model, processor = demo
     meta = json.loads((suite / "event" / "test" / "meta.json").read_text())[0]
     inputs = inputs_for(processor, suite / "event" / "test", meta)
-    with FastVPress(layer=2)(model, ratio=0.5) as run:
+    with FastVPress(layer=2)(model, ratio=0.5) as outcome:
         answer = reply(model, processor, inputs)
     assert answer in LETTERS
-    assert [(s.audio_tokens, s.kept_tokens) for s in run.stats] == [(AUDIO_TOKENS, 188)]
+    assert [(s.audio_tokens, s.kept_tokens) for s in outcome.stats] == [(AUDIO_TOKENS, 188)]
 
 
 def test_demo_config_built_in_code_is_the_shipped_one():

@@ -23,7 +23,7 @@ import kvprune.engine as engine
 from helpers import K, model
 from kvprune import ComposedPress, FramePress, get_press, list_presses
 from kvprune.compression import PrefillCompression, _Tables
-from kvprune.engine import Evidence
+from kvprune.token_evidence import Evidence
 from kvprune.slots import SlotMap
 from tiny_models import FAMILIES, N_LAYERS
 from virtual_devices import CrossDevice, VirtualDevices, device_of, on

@@ -3,6 +3,7 @@ from it, and what its AudioFormat promises is what its model's encoder does."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ import torch
 
 from helpers import model
 from kvprune.harness.bench.presets import PRESETS
-from kvprune.models import QWEN2_5_OMNI, VOXTRAL, list_families
+from kvprune.harness.bench.shapes import shapes_of
+from kvprune.models import QWEN2_5_OMNI, VOXTRAL, ModelFamily, list_families
 from tiny_models import AUDIO, FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)  # the families the installed transformers has
@@ -31,7 +33,7 @@ def _differences(a: dict, b: dict, prefix: str = "") -> set[str]:
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_tiny_preset_and_test_model_come_from_the_family_tiny_config(name):
     family = FAMILIES[name].family
-    preset = PRESETS.get(family.tiny_preset)
+    preset = PRESETS.get(shapes_of(family).tiny_preset)
     assert preset.family is family and preset.config == family.tiny_config
     differences = _differences(preset.config().to_dict(), FAMILIES[name].config.to_dict())
     assert differences and differences <= TEST_OVERRIDES, differences
@@ -81,7 +83,8 @@ def test_format_token_count_is_what_the_tiny_encoder_gives(name, seconds):
 @pytest.mark.parametrize("name", FAMILY_NAMES)
 def test_frames_for_gives_a_clip_of_exactly_the_asked_tokens(name):
     tiny = FAMILIES[name]
-    step = 4 if name == "voxtral" else 1  # Voxtral pads audio to whole chunks of 4 tokens here
+    # the shortest audio's count: a format that pads audio to whole chunks (Voxtral) gives multiples of it
+    step = max(1, tiny.audio.tokens(tiny.config, 1))
     fixed = tiny.audio.fixed_tokens(tiny.config)  # Gemma-3n: every clip has the same count
     for n in [fixed] if fixed else range(step, 70, step):
         assert tiny.audio.tokens(tiny.config, tiny.audio.frames_for(tiny.config, n)) == n
@@ -102,3 +105,19 @@ def test_every_family_lists_what_the_readme_table_shows():
         assert f"`{listing['decoder layers']}`" in row and listing["audio tokens"] in row, row
         assert all(f"`{name}`" in row for name in family.architectures), row
         assert row.rstrip(" |").endswith(family.min_transformers), row
+
+
+def test_a_declaration_gets_its_entry_and_model_types_from_its_classes():
+    """``model_class`` is an entry of its own, wrappers add theirs, and each class transformers has is
+    loadable under its config's model_type; a declared ``model_types`` is kept as written."""
+    plain = dict(display_name="X", llm_tokens_per_second=1.0, audio_format=VOXTRAL.audio_format, tiny_kwargs={})
+    family = ModelFamily(name="x", model_class="Qwen2_5OmniThinkerForConditionalGeneration",
+                         entry_paths={"Qwen2_5OmniForConditionalGeneration": "thinker", "NotInTransformers": "inner"}, **plain)
+    assert family.entry_paths == {"Qwen2_5OmniThinkerForConditionalGeneration": "", "Qwen2_5OmniForConditionalGeneration": "thinker",
+                                  "NotInTransformers": "inner"}
+    assert family.model_types == {"qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
+                                  "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration"}
+    copy = dataclasses.replace(family, notes="n")  # declares again what the first declaration filled in
+    assert (copy.entry_paths, copy.model_types) == (family.entry_paths, family.model_types)
+    declared = ModelFamily(name="y", model_class=type("Local", (), {}), model_types={"y": ""}, **plain)
+    assert declared.entry_paths == {"Local": ""} and declared.model_types == {"y": ""}

@@ -213,11 +213,11 @@ def test_model_under_press_bit_identical(case, attn, one_thread):
     press = FastVPress(layer=2)
     outputs = {}
     for variant in ("stock", "fast"):
-        with fast_audio_encoder(tiny) if variant == "fast" else contextlib.nullcontext(), press(tiny, ratio=0.5) as run:
+        with fast_audio_encoder(tiny) if variant == "fast" else contextlib.nullcontext(), press(tiny, ratio=0.5) as outcome:
             with torch.no_grad():
                 logits = tiny(**inputs).logits
             tokens = tiny.generate(**inputs, max_new_tokens=4, **GREEDY)
-        outputs[variant] = logits, tokens, [p.clone() for p in run.kept_positions]
+        outputs[variant] = logits, tokens, [p.clone() for p in outcome.kept_positions]
     (stock_logits, stock_tokens, stock_kept), (fast_logits, fast_tokens, fast_kept) = outputs["stock"], outputs["fast"]
     assert torch.equal(stock_logits, fast_logits)
     assert torch.equal(stock_tokens, fast_tokens)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import Gemma3nConfig
 
 from helpers import GREEDY, K, cache_of, model
 from kvprune import FastVPress, FramePress, KNormPress
@@ -24,7 +25,7 @@ def test_sharing_layers_read_the_last_earlier_layer_of_their_type():
     for layer, source in sources.items():
         assert types[source] == types[layer] and source < first_shared
         assert all(types[j] != types[layer] for j in range(source + 1, first_shared))
-    real = GEMMA3N.bench_shapes["gemma-3n-e4b"]().text_config
+    real = Gemma3nConfig().text_config  # the default config is E4B's shape
     assert GEMMA3N.layer_io.kv_sources(real) == {j: 18 if types_j == "sliding_attention" else 19
                                                   for j, types_j in enumerate(real.layer_types) if j >= 20}
 
@@ -36,13 +37,13 @@ def test_pruning_after_a_source_layer_is_refused_and_at_it_works():
     with pytest.raises(ValueError, match=f"prune at layer {last_allowed} or earlier"):
         FastVPress(layer=last_allowed + 1)(m, ratio=0.5)
     inputs = FAMILIES["gemma3n"].inputs(ROW)
-    with torch.no_grad(), FramePress(layer=last_allowed)(m, ratio=0.5) as run:
+    with torch.no_grad(), FramePress(layer=last_allowed)(m, ratio=0.5) as outcome:
         m.generate(**inputs, max_new_tokens=2, **GREEDY)
-    assert run.stats[0].kept_tokens == 6
+    assert outcome.stats[0].kept_tokens == 6
     # cache presses are free to start later: the sharing layers follow their source's cache
-    with torch.no_grad(), KNormPress(ratio=0.5, layer=last_allowed + 1)(m) as run:
+    with torch.no_grad(), KNormPress(ratio=0.5, layer=last_allowed + 1)(m) as outcome:
         m.generate(**inputs, max_new_tokens=2, **GREEDY)
-    assert sorted(run.layer_stats) == [j for j in range(last_allowed + 1, 6) if j not in sources]
+    assert sorted(outcome.layer_stats) == [j for j in range(last_allowed + 1, 6) if j not in sources]
 
 
 def test_a_prompt_or_answer_beyond_the_sliding_window_is_refused():
@@ -67,7 +68,7 @@ def test_every_clip_has_the_fixed_count_and_short_audio_is_padded():
     tiny = FAMILIES["gemma3n"]
     config, audio = tiny.config, tiny.audio
     assert [audio.tokens(config, audio.frames(config, s)) for s in (0.1, 1.0, 30.0, 95.0)] == [12] * 4
-    real = GEMMA3N.bench_shapes["gemma-3n-e4b"]()
+    real = Gemma3nConfig()
     assert audio.frames(real, 95.0) == 3000 and audio.tokens(real, 3000) == GEMMA3N.tokens_per_clip == 188
     with pytest.raises(ValueError, match="every Gemma-3n clip has 12 audio tokens"):
         audio.frames_for(config, 8)

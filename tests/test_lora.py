@@ -118,12 +118,12 @@ def test_pruning_with_the_adapter_active_equals_pruning_the_merged_model(loaded)
         reference = loaded.model.generate(**inputs, max_new_tokens=4, **GREEDY)
         with press(loaded.model, ratio=0.0):
             assert torch.equal(loaded.model.generate(**inputs, max_new_tokens=4, **GREEDY), reference)
-        with press(loaded.model, ratio=0.5) as run:
+        with press(loaded.model, ratio=0.5) as outcome:
             pruned = loaded.model(**inputs).logits
-        with press(merged, ratio=0.5) as merged_run:
+        with press(merged, ratio=0.5) as merged_outcome:
             expected = merged(**inputs).logits
-    assert torch.equal(run.kept_positions[0], merged_run.kept_positions[0])
-    assert run.stats[0].kept_tokens == keep_count(run.stats[0].audio_tokens, 0.5) < run.stats[0].audio_tokens
+    assert torch.equal(outcome.kept_positions[0], merged_outcome.kept_positions[0])
+    assert outcome.stats[0].kept_tokens == keep_count(outcome.stats[0].audio_tokens, 0.5) < outcome.stats[0].audio_tokens
     torch.testing.assert_close(pruned, expected, rtol=1e-4, atol=1e-4)
 
 

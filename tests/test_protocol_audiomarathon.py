@@ -149,10 +149,10 @@ def test_frame_keeps_audiomarathons_offsets_under_the_floor_rule():
     start = int(clip_positions("qwen2_5_omni", rows)[0][0][0])
     kept = {}
     for rule in ("round", "floor"):
-        with torch.no_grad(), FramePress(layer=K, keep_rule=rule)(m, ratio=0.25) as run:
+        with torch.no_grad(), FramePress(layer=K, keep_rule=rule)(m, ratio=0.25) as outcome:
             m.generate(**inputs, max_new_tokens=2, **GREEDY)
-        kept[rule] = (run.kept_positions[0] - start).tolist()
+        kept[rule] = (outcome.kept_positions[0] - start).tolist()
     assert kept == {"round": frame_offsets(30, 22, "round"), "floor": frame_offsets(30, 22, "floor")}
-    with torch.no_grad(), get_press("fastv", layer=K, keep_rule="floor")(m, ratio=0.3) as run:
+    with torch.no_grad(), get_press("fastv", layer=K, keep_rule="floor")(m, ratio=0.3) as outcome:
         m(**family.inputs([[("text", 3), ("audio", 25), ("text", 3)]]))
-    assert run.stats[0].kept_tokens == 17
+    assert outcome.stats[0].kept_tokens == 17

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import ATTENTION, K, model
+from helpers import ATTENTION, K, decoder_layers, final_norm, model
 from kvprune import DARTPress, FastVPress
 from kvprune.ratios import keep_count
 from tiny_models import AUDIO, FAMILIES
@@ -15,38 +15,13 @@ ROWS = [
     [("text", 3), ("audio", 16), ("text", 4), ("audio", 8), ("text", 5)],
     [("text", 6), ("audio", 12), ("text", 2)],
 ]
-# where each family keeps its final norm (written out here, not taken from kvprune);
-# transformers < 5.2x keeps the Omni thinkers' text model at .model, later ones at .model.language_model
-FINAL_NORM = {
-    "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
-    "phi4_multimodal": lambda m: m.model.norm,
-    "voxtral": lambda m: m.model.language_model.norm,
-    "aero": lambda m: m.language_model.model.norm,
-    "qwen2_audio": lambda m: m.model.language_model.norm,
-    "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).norm,
-    "audioflamingo3": lambda m: m.model.language_model.norm,
-    "granite_speech": lambda m: m.model.language_model.norm,
-    "gemma3n": lambda m: m.model.language_model.norm,
-}
-DECODER_LAYERS = {
-    "qwen2_5_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
-    "phi4_multimodal": lambda m: m.model.layers,
-    "voxtral": lambda m: m.model.language_model.layers,
-    "aero": lambda m: m.language_model.model.layers,
-    "qwen2_audio": lambda m: m.model.language_model.layers,
-    "qwen3_omni": lambda m: getattr(m.model, "language_model", m.model).layers,
-    "audioflamingo3": lambda m: m.model.language_model.layers,
-    "granite_speech": lambda m: m.model.language_model.layers,
-    "gemma3n": lambda m: m.model.language_model.layers,
-}
-# a layer's output: a tuple, a tensor, or Gemma-3n's AltUp streams (n, B, S, D) whose first is the main one
-MAIN_STREAM = {"gemma3n": lambda output: output[0]}
 
 
-def _main_stream(family, output):
-    if family in MAIN_STREAM:
-        return MAIN_STREAM[family](output)
-    return output[0] if isinstance(output, tuple) else output
+def _main_stream(output) -> torch.Tensor:
+    """A decoder layer's hidden states: its output, the first item of a tuple, or of a stack of residual
+    streams (n, B, S, D) the first, main one (Gemma-3n's AltUp)."""
+    output = output[0] if isinstance(output, tuple) else output
+    return output[0] if output.dim() == 4 else output
 
 
 def _clips(input_ids_row: torch.Tensor) -> list[list[int]]:
@@ -73,7 +48,7 @@ def test_fastv_keeps_top_k_of_eager_attention(family, attn, ratio):
         attentions = model(family, "eager")(**inputs, output_attentions=True).attentions
     # layer K-1, last prompt token, mean over heads: the matrix the press must never build
     scores = attentions[K - 1][:, :, -1, :].mean(dim=1)
-    with torch.no_grad(), FastVPress(layer=K)(model(family, attn), ratio=ratio) as run:
+    with torch.no_grad(), FastVPress(layer=K)(model(family, attn), ratio=ratio) as outcome:
         model(family, attn)(**inputs)
     for b in range(len(rows)):
         pad = int((inputs["attention_mask"][b] == 0).sum())
@@ -82,7 +57,7 @@ def test_fastv_keeps_top_k_of_eager_attention(family, attn, ratio):
             clip_scores = scores[b, clip]
             top = clip_scores.topk(keep_count(len(clip), ratio)).indices
             expected += [clip[i] - pad for i in top.tolist()]
-        assert run.kept_positions[b].tolist() == sorted(expected)
+        assert outcome.kept_positions[b].tolist() == sorted(expected)
 
 
 def reference_dart(keys, hidden, clip, text_after, n_keep, budget, ratio, pivot_audio=4, pivot_text=4):
@@ -115,8 +90,8 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
     m = model(family, attn)
     inputs = FAMILIES[family].inputs(rows)
     captured = {}
-    hook = DECODER_LAYERS[family](m)[K - 1].register_forward_hook(
-        lambda module, args, output: captured.update(hidden=_main_stream(family, output))  # returns None: output kept
+    hook = decoder_layers(m)[K - 1].register_forward_hook(
+        lambda module, args, output: captured.update(hidden=_main_stream(output))  # returns None: output kept
     )
     try:
         with torch.no_grad():
@@ -126,9 +101,9 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
     cache = getattr(out, "cache", None) or out.past_key_values
     keys = cache.layers[K - 1].keys  # post-RoPE keys of layer K-1: (B, kv_heads, S, head_dim)
     with torch.no_grad():
-        hidden = FINAL_NORM[family](m)(captured["hidden"]).float()
+        hidden = final_norm(m)(captured["hidden"]).float()
 
-    with torch.no_grad(), DARTPress(layer=K, budget=budget)(m, ratio=ratio) as run:
+    with torch.no_grad(), DARTPress(layer=K, budget=budget)(m, ratio=ratio) as outcome:
         m(**inputs)
     for b in range(len(rows)):
         ids, valid = inputs["input_ids"][b], inputs["attention_mask"][b].bool()
@@ -139,6 +114,6 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
             text_after = [i for i in range(clip[-1] + 1, len(ids)) if valid[i] and ids[i] != AUDIO]
             kept = reference_dart(flat_keys, hidden[b], clip, text_after, keep_count(len(clip), ratio), budget, ratio)
             expected += [i - pad for i in kept]
-        assert run.kept_positions[b].tolist() == sorted(expected)
+        assert outcome.kept_positions[b].tolist() == sorted(expected)
         if budget == "equal":
-            assert run.stats[b].kept_tokens == sum(keep_count(len(c), ratio) for c in _clips(ids))
+            assert outcome.stats[b].kept_tokens == sum(keep_count(len(c), ratio) for c in _clips(ids))

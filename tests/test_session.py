@@ -27,7 +27,7 @@ def test_second_turn_on_the_same_cache_equals_recompute(family, press_name):
     m = model(family, "sdpa")
     inputs = FAMILIES[family].inputs(ROW)
     press = get_press(press_name, layer=K)
-    with torch.no_grad(), press(m, ratio=0.5) as run:
+    with torch.no_grad(), press(m, ratio=0.5) as outcome:
         first = m.generate(**inputs, max_new_tokens=3, return_dict_in_generate=True, **GREEDY)
         follow_up = torch.randint(10, 90, (1, 5), generator=torch.Generator().manual_seed(7))
         ids = torch.cat([first.sequences, follow_up], dim=1)
@@ -35,14 +35,14 @@ def test_second_turn_on_the_same_cache_equals_recompute(family, press_name):
             input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache_of(first),
             max_new_tokens=3, output_logits=True, return_dict_in_generate=True, **GREEDY,
         )
-    kept = run.kept_positions
+    kept = outcome.kept_positions
     fixed = FixedPress(ratio=0.5, layer=K, keep=kept)
     for step, step_logits in enumerate(second.logits):
         seq = second.sequences[:, : ids.shape[1] + step]
         with torch.no_grad(), fixed(m):
             logits = m(**dict(inputs, input_ids=seq, attention_mask=torch.ones_like(seq)), use_cache=False).logits[:, -1]
         torch.testing.assert_close(logits, step_logits, rtol=1e-4, atol=1e-4)
-    assert torch.equal(run.kept_positions[0], kept[0]), "a later turn does not prune again"
+    assert torch.equal(outcome.kept_positions[0], kept[0]), "a later turn does not prune again"
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -58,12 +58,12 @@ def test_sampling(family):
         torch.manual_seed(11)
         unpruned = m.generate(**inputs, **sample)
     assert torch.equal(unpruned, reference)
-    with torch.no_grad(), press(m, ratio=0.75) as run:
+    with torch.no_grad(), press(m, ratio=0.75) as outcome:
         torch.manual_seed(11)
         out = m.generate(**inputs, **sample, return_dict_in_generate=True)
     width, steps = inputs["input_ids"].shape[1], out.sequences.shape[1] - inputs["input_ids"].shape[1] - 1
     audio = FAMILIES[family].audio_tokens(ROW[0])
-    assert run.stats[0].kept_tokens == keep_count(audio, 0.75)
+    assert outcome.stats[0].kept_tokens == keep_count(audio, 0.75)
     dropped = audio - keep_count(audio, 0.75)
     assert cache_lengths(cache_of(out), family)[K:] == [width - dropped + steps] * (n_layers(family) - K)
 
@@ -74,13 +74,13 @@ def test_full_qwen2_5_omni_model_prunes_its_thinker():
     full.thinker.load_state_dict(thinker.state_dict())
     inputs = FAMILIES["qwen2_5_omni"].inputs(ROW)
     press = FastVPress(layer=K)
-    with torch.no_grad(), press(thinker, ratio=0.5) as run:
+    with torch.no_grad(), press(thinker, ratio=0.5) as outcome:
         expected = thinker.generate(**inputs, max_new_tokens=4, **GREEDY)
-    expected_kept = run.kept_positions
-    with torch.no_grad(), press(full, ratio=0.5) as run:  # the press is given the full model ...
+    expected_kept = outcome.kept_positions
+    with torch.no_grad(), press(full, ratio=0.5) as outcome:  # the press is given the full model ...
         tokens = full.thinker.generate(**inputs, max_new_tokens=4, **GREEDY)  # ... whose generate runs this
     assert torch.equal(tokens, expected)
-    assert torch.equal(run.kept_positions[0], expected_kept[0])
+    assert torch.equal(outcome.kept_positions[0], expected_kept[0])
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -89,11 +89,11 @@ def test_prompt_without_audio_is_a_no_op(family):
     inputs = FAMILIES[family].inputs([[("text", 9)], [("text", 6)]])
     with torch.no_grad():
         reference = m.generate(**inputs, max_new_tokens=4, **GREEDY)
-        with FastVPress(layer=K)(m, ratio=0.9) as run:
+        with FastVPress(layer=K)(m, ratio=0.9) as outcome:
             tokens = m.generate(**inputs, max_new_tokens=4, **GREEDY)
     assert torch.equal(tokens, reference)
-    assert [len(p) for p in run.kept_positions] == [0, 0]
-    assert [(s.audio_tokens, s.kept_tokens) for s in run.stats] == [(0, 0), (0, 0)]
+    assert [len(p) for p in outcome.kept_positions] == [0, 0]
+    assert [(s.audio_tokens, s.kept_tokens) for s in outcome.stats] == [(0, 0), (0, 0)]
 
 
 @pytest.mark.parametrize("ratio", [-0.1, 1.0, 1.5, float("nan"), "0.5", True])
@@ -169,12 +169,12 @@ def test_plain_forward_then_manual_decoding_on_the_returned_cache():
     """Without generate: a forward that creates its own cache, then one decoding step on it."""
     m = model("qwen2_audio", "eager")
     inputs = FAMILIES["qwen2_audio"].inputs(ROW)
-    with torch.no_grad(), FramePress(layer=K)(m, ratio=0.5) as run:
+    with torch.no_grad(), FramePress(layer=K)(m, ratio=0.5) as outcome:
         out = m(**inputs, use_cache=True)
         next_token = out.logits[:, -1].argmax(-1, keepdim=True)
         ids = torch.cat([inputs["input_ids"], next_token], dim=1)
         step = m(input_ids=next_token, attention_mask=torch.ones_like(ids), past_key_values=cache_of(out), use_cache=True)
-    fixed = FixedPress(ratio=0.5, layer=K, keep=run.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, keep=outcome.kept_positions)
     with torch.no_grad(), fixed(m):
         full = m(**dict(inputs, input_ids=ids, attention_mask=torch.ones_like(ids)), use_cache=False)
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1], rtol=1e-4, atol=1e-4)
@@ -183,11 +183,11 @@ def test_plain_forward_then_manual_decoding_on_the_returned_cache():
 def test_calling_a_press_never_changes_it():
     press = FastVPress(layer=K)
     m = model("voxtral", "sdpa")
-    with torch.no_grad(), press(m, ratio=0.5) as run:
+    with torch.no_grad(), press(m, ratio=0.5) as outcome:
         m(**FAMILIES["voxtral"].inputs(ROW))
     assert press == FastVPress(layer=K) and press.ratio == 0.0
-    assert run.press == FastVPress(ratio=0.5, layer=K)
-    assert [s.kept_tokens for s in run.stats] == [8]
+    assert outcome.press == FastVPress(ratio=0.5, layer=K)
+    assert [s.kept_tokens for s in outcome.stats] == [8]
     with pytest.raises(dataclasses.FrozenInstanceError):
         press.ratio = 0.5
 
@@ -199,13 +199,13 @@ def test_one_press_on_two_models_nested_equals_each_alone():
     inputs = [FAMILIES[family].inputs(ROW) for family, _ in cases]
     alone = []
     for m, x, (_, ratio) in zip(models, inputs, cases):
-        with torch.no_grad(), press(m, ratio=ratio) as run:
-            alone.append((m.generate(**x, max_new_tokens=3, **GREEDY), run.kept_positions))
+        with torch.no_grad(), press(m, ratio=ratio) as outcome:
+            alone.append((m.generate(**x, max_new_tokens=3, **GREEDY), outcome.kept_positions))
     with torch.no_grad(), press(models[0], ratio=0.5) as first, press(models[1], ratio=0.25) as second:
         together = [m.generate(**x, max_new_tokens=3, **GREEDY) for m, x in zip(models, inputs)]
-    for run, tokens, (expected_tokens, expected_kept) in zip([first, second], together, alone):
+    for outcome, tokens, (expected_tokens, expected_kept) in zip([first, second], together, alone):
         assert torch.equal(tokens, expected_tokens)
-        assert torch.equal(run.kept_positions[0], expected_kept[0])
+        assert torch.equal(outcome.kept_positions[0], expected_kept[0])
     assert [s.kept_tokens for s in first.stats] == [8] and [s.kept_tokens for s in second.stats] == [12]
 
 
@@ -224,7 +224,7 @@ class OutsidePress(TokenDropPress):
 
 def test_a_select_outside_its_clip_is_reported():
     m = model("voxtral", "sdpa")
-    with torch.no_grad(), OutsidePress(layer=K)(m, ratio=0.5) as run:
+    with torch.no_grad(), OutsidePress(layer=K)(m, ratio=0.5) as outcome:
         m(**FAMILIES["voxtral"].inputs(ROW))
     with pytest.raises(RuntimeError, match="OutsidePress.select returned positions outside clip"):
-        run.kept_positions
+        outcome.kept_positions

@@ -98,11 +98,22 @@ def test_build_gives_the_ratio_and_layer_to_parts_without_their_own():
     ("dart:pivots=3", "method 'dart:pivots=3': press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, "
                       "keep_rule, pivot_audio, pivot_text, budget"),
     ("fastv:layer=abc", "method 'fastv:layer=abc': fastv.layer='abc' is not a valid int."),
-    ("pyramidkv:scorer=pyramidkv", "scorer='pyramidkv' is a budget policy, which takes another press's scores; choose a "
-                                   "press that scores: knorm, random_kv, tova, snapkv, streaming_llm, expected_attention."),
-    ("adakv:scorer=adakv", "scorer='adakv' is a budget policy"),
-    ("pyramidkv:scorer=adakv", "scorer='adakv' is a budget policy"),
-    ("adakv:scorer=fastv", "scorer='fastv' is not a cache press; choose a press that scores: knorm,"),
+    ("pyramidkv:press=pyramidkv", "PyramidKVPress(press=PyramidKVPress(...)) wraps a budget policy, which takes another "
+                                  "press's scores; choose a press that scores: knorm, random_kv, tova, snapkv, streaming_llm, "
+                                  "expected_attention."),
+    ("adakv:press=adakv", "AdaKVPress(press=AdaKVPress(...)) wraps a budget policy"),
+    ("pyramidkv:press=adakv(safeguard=0.5)", "PyramidKVPress(press=AdaKVPress(...)) wraps a budget policy"),
+    ("adakv:press=fastv", "AdaKVPress(press=...) takes a configured cache press that scores (knorm, random_kv, tova, "
+                          "snapkv, streaming_llm, expected_attention), not FastVPress."),
+    ("pyramidkv:scorer=tova", "press 'pyramidkv' has no parameter 'scorer' (it is now 'press': pyramidkv:press=tova)"),
+    ("adakv:press=snapkv(ratio=0.3)", "AdaKVPress sets ratio for the press it wraps: give ratio=0.3 to AdaKVPress, not to its "
+                                      "SnapKVPress."),
+    ("pyramidkv:window=16,press=snapkv(window=8)", "PyramidKVPress(window=16) and its SnapKVPress(window=8) disagree"),
+    ("pyramidkv:press=snapkv(kernel=4)", "pyramidkv.press=snapkv(kernel=4): kernel=4 is invalid"),
+    ("pyramidkv:press=snapkv(pivots=3)", "press 'snapkv' has no parameter 'pivots'"),
+    ("pyramidkv:press=snapkv(window=8", "its parentheses do not pair up"),
+    ("pyramidkv:press=3", "pyramidkv.press='3' is not a press"),
+    ("knorm:press=snapkv", "press 'knorm' has no parameter 'press'"),
     ("dart:budget=most", "method 'dart:budget=most': budget='most' is invalid"),
     ("fastv+dart", "at most one token-dropping press"),
     ("budget=reference,dart", "parameter 'budget=reference' comes before any press"),
@@ -121,3 +132,40 @@ def test_bad_specs_say_what_is_wrong(value, message):
 def test_parse_method_wants_exactly_one():
     with pytest.raises(MethodSpecError, match="holds 2 methods where one is expected"):
         parse_method("fastv,frame")
+
+
+def test_a_wrapped_press_is_written_as_a_call_and_reads_back():
+    from kvprune import AdaKVPress, PyramidKVPress, SnapKVPress, TOVAPress
+
+    method = parse_method("pyramidkv:press=snapkv(kernel=7,window=32),beta=4")
+    assert method.label == "pyramidkv:press=snapkv(window=32,kernel=7),beta=4", "the inner press's parameters in field order"
+    assert parse_method(method.label) == method
+    assert method.build(0.5) == PyramidKVPress(ratio=0.5, beta=4, press=SnapKVPress(window=32, kernel=7))
+    # parameters continue after the call; in YAML, a wrapped press is written as text
+    assert parse_methods("adakv:press=tova,safeguard=0.5,frame") == [parse_method("adakv:safeguard=0.5,press=tova"), parse_method("frame")]
+    assert parse_methods(yaml.safe_load("methods: ['pyramidkv:press=snapkv(window=32,kernel=7),beta=4']")["methods"]) == [method]
+    assert parse_method("adakv:press=tova").build(0.3) == AdaKVPress(ratio=0.3, press=TOVAPress())
+    # its default, written or not, is the same method
+    assert parse_method("pyramidkv:press=snapkv").label == parse_method("pyramidkv:press=snapkv()").label == "pyramidkv"
+    assert parse_method("pyramidkv:press=snapkv(window=64)").label == "pyramidkv"
+
+
+def test_a_wrapper_sets_ratio_layer_and_keep_rule_and_shares_scope_and_window_with_its_press():
+    from kvprune import PyramidKVPress, SnapKVPress, TOVAPress
+
+    press = PyramidKVPress(ratio=0.4, layer=2, keep_rule="floor", press=SnapKVPress(window=32, kernel=7))
+    assert press.window == 32 and press.scoring_press == SnapKVPress(ratio=0.4, layer=2, keep_rule="floor", window=32, kernel=7)
+    on_wrapper = PyramidKVPress(window=32, scope="prompt", press=SnapKVPress(kernel=7))
+    on_press = PyramidKVPress(press=SnapKVPress(window=32, scope="prompt", kernel=7))
+    assert on_wrapper == on_press and repr(on_wrapper) == repr(on_press), "one method, however it is written"
+    assert on_wrapper.scope == on_wrapper.scoring_press.scope == "prompt"
+    import dataclasses
+
+    assert dataclasses.replace(press, ratio=0.7).scoring_press.ratio == 0.7, "a sweep's ratio reaches the inner press"
+    # the inner press's parameters are part of the identity: two inner presses never share results
+    assert repr(PyramidKVPress(press=SnapKVPress(kernel=7))) != repr(PyramidKVPress(press=SnapKVPress(kernel=5)))
+    assert repr(PyramidKVPress(press=SnapKVPress())) != repr(PyramidKVPress(press=TOVAPress()))
+    with pytest.raises(TypeError, match=re.escape("PyramidKVPress(press='tova') names a press: give the press itself")):
+        PyramidKVPress(press="tova")
+    with pytest.raises(TypeError, match="not the class SnapKVPress"):
+        PyramidKVPress(press=SnapKVPress)

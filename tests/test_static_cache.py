@@ -58,9 +58,9 @@ def test_static_decoding_equals_dynamic_with_each_layer_at_its_own_length(family
     inputs = FAMILIES[family].inputs(rows)
     press = PRESSES[press_name]
     if family in REFUSED:
-        with refused(family), press(m) as run, torch.no_grad():
+        with refused(family), press(m) as outcome, torch.no_grad():
             m.generate(**inputs, max_new_tokens=NEW_TOKENS, cache_implementation="static", **GREEDY)
-        assert run.stats == [] and run.layer_stats == {}, "refused before anything ran"
+        assert outcome.stats == [] and outcome.layer_stats == {}, "refused before anything ran"
         return
     dynamic = _generate(m, press, inputs)
     static = _generate(m, press, inputs, cache_implementation="static")
@@ -127,7 +127,7 @@ def test_second_turn_on_a_static_cache_with_room_equals_recompute(family):
     inputs = FAMILIES[family].inputs(ROW)
     press = get_press("fastv", layer=K)
     cache = StaticCache(config=m.config, max_cache_len=64)
-    with torch.no_grad(), press(m, ratio=0.5) as run:
+    with torch.no_grad(), press(m, ratio=0.5) as outcome:
         first = m.generate(**inputs, past_key_values=cache, max_new_tokens=3, **RETURN)
         follow_up = torch.randint(10, 90, (1, 5), generator=torch.Generator().manual_seed(7))
         ids = torch.cat([first.sequences, follow_up], dim=1)
@@ -135,7 +135,7 @@ def test_second_turn_on_a_static_cache_with_room_equals_recompute(family):
             input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, max_new_tokens=3, **RETURN
         )
     assert cache_lengths(cache)[K] < cache_lengths(cache)[0] == 64
-    fixed = FixedPress(ratio=0.5, layer=K, keep=run.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, keep=outcome.kept_positions)
     for step, step_logits in enumerate(second.logits):
         seq = second.sequences[:, : ids.shape[1] + step]
         with torch.no_grad(), fixed(m):

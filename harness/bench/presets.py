@@ -1,10 +1,10 @@
 """Models and audio prompts for ``kvprune bench``: real architectures built from their configs with
 random weights (nothing is downloaded), and tiny ones of each family for CPU tests.
 
-The presets come from the model families (``kvprune.models``): each family declares the real shapes
-it is benchmarked at and its tiny config, where its audio encoder is, and how seconds of audio become
-features and placeholders, sized so that the model's own encoder yields exactly that many audio
-embeddings. This module only turns those into prompts and checked random-weight models.
+The presets come from ``shapes.py`` (each family's real shapes, its tiny preset's name, a note) and
+the model families (``kvprune.models``: the tiny config, where the audio encoder is, and how seconds
+of audio become features and placeholders, sized so that the model's own encoder yields exactly that
+many audio embeddings). This module only turns those into prompts and checked random-weight models.
 
 Timing depends on shapes, not on weight values, so random weights give representative speed as long
 as they are finite and not all zero (``check_weights``). Weights are created directly on the device
@@ -22,6 +22,8 @@ from transformers import PreTrainedConfig
 
 from kvprune.models import ModelFamily, list_families, resolve_family, tiny
 from kvprune.registry import Registry
+
+from .shapes import shapes_of
 
 TEXT_BEFORE, TEXT_AFTER = 24, 48  # prompt text around the audio: a system prompt, then the question
 
@@ -56,10 +58,7 @@ class Preset:
     family: ModelFamily
     config: Callable[[], PreTrainedConfig]
     text_ids: tuple[int, int] = (1000, 30000)  # ordinary text tokens to draw from, clear of special ids
-
-    @property
-    def note(self) -> str:
-        return self.family.bench_note
+    note: str = ""  # what a reader of its tables must know (the family's note, ``shapes.py``)
 
     def build(self, device: torch.device, dtype: torch.dtype, attn_implementation: str, seed: int = 0) -> nn.Module:
         """The model with random weights, created on ``device`` in ``dtype`` (no CPU copy, no download)."""
@@ -114,10 +113,12 @@ def _register_family_presets() -> None:
     """Every family's real shapes, then every family's tiny config (with the tiny text ids)."""
     families = list_families()
     for family in families:
-        for name, config in family.bench_shapes.items():
-            PRESETS.register(name, Preset(name, family, config))
+        shapes = shapes_of(family)
+        for name, config in shapes.real.items():
+            PRESETS.register(name, Preset(name, family, config, note=shapes.note))
     for family in families:
-        PRESETS.register(family.tiny_preset, Preset(family.tiny_preset, family, family.tiny_config, tiny.TEXT_IDS))
+        name, note = shapes_of(family).tiny_preset, shapes_of(family).note
+        PRESETS.register(name, Preset(name, family, family.tiny_config, tiny.TEXT_IDS, note))
 
 
 _register_family_presets()

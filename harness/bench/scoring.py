@@ -18,7 +18,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from kvprune.attention_probe import attention_backend, last_query_attention
 from kvprune.clips import AudioClip, find_clips
-from kvprune.engine import Evidence, drop_slots
+from kvprune.token_evidence import Evidence, drop_slots
 from kvprune.models import resolve_family
 from kvprune.press import TokenDropPress
 from kvprune.slots import SlotMap

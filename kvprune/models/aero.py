@@ -3,9 +3,9 @@ Qwen2ForCausalLM held as ``language_model``. Long audio is cut into 30 s chunks,
 each, as its model card does. Loading it needs ``trust_remote_code=True``.
 
 Because Aero-1's modeling code is not part of transformers, this module also defines a stand-in with
-its module layout and its inputs (``AeroForConditionalGeneration``): the test suite and
-``kvprune bench --preset tiny-aero`` / ``aero-1-audio-1.5b`` build that, so the paths and the
-placeholder attribute declared here are the ones exercised.
+its module layout and its inputs (``AeroForConditionalGeneration``): the test suite and the harness's
+speed measurements build that, so the paths and the placeholder attribute declared here are the ones
+exercised.
 """
 
 import torch
@@ -82,20 +82,6 @@ class AeroForConditionalGeneration(PreTrainedModel, GenerationMixin):
         return self.language_model(inputs_embeds=embeds, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
 
 
-def _aero_1_5b() -> AeroConfig:
-    """Qwen2-Audio's Whisper encoder and a linear projector over Qwen2.5-1.5B: Aero-1-Audio's shape."""
-    text = dict(
-        hidden_size=1536,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        intermediate_size=8960,
-        vocab_size=151936,
-        max_position_embeddings=32768,
-    )
-    return AeroConfig(text_config=text)
-
-
 TINY = dict(
     text_config=dict(tiny.TEXT),
     audio_config=dict(**tiny.WHISPER, max_source_positions=64),  # 128-frame chunks of 32 tokens
@@ -106,22 +92,14 @@ AERO = register_family(
     ModelFamily(
         name="aero",
         display_name="Aero-1-Audio",
-        entry_paths={"AeroForConditionalGeneration": ""},
+        model_class=AeroForConditionalGeneration,
         decoder_paths=("language_model.model",),
         audio_token_attrs=("audio_token_index", "audio_token_id"),
         llm_tokens_per_second=25.0,
-        encoder_start_paths=("audio_tower",),
         encoder_end_paths=("audio_modal_projector",),
         audio_format=WhisperChunkAudio(features_name="audio_values", mask_name="audio_attention_mask"),
-        model_class=AeroForConditionalGeneration,
         tiny_kwargs=TINY,
-        tiny_preset="tiny-aero",
-        bench_shapes={"aero-1-audio-1.5b": _aero_1_5b},
-        bench_note=(
-            "Aero-1 is remote code: the stand-in in kvprune.models.aero has its layout (Qwen2-Audio's Whisper "
-            "encoder, a linear projector, a Qwen2 LLM of its shape) and inputs, with an untied LM head"
-        ),
-        model_types={"aero": ""},
+        model_types={"aero": ""},  # remote code: AutoModelForCausalLM with trust_remote_code
         build_inputs=build_inputs,
         long_audio="30 s chunks, one audio item each (its model card's recipe; kvprune's prompt builder cuts them)",
         max_clip_seconds=30.0,

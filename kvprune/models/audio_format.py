@@ -1,6 +1,6 @@
 """How a family's processor turns audio into encoder inputs, and how many LLM tokens come out.
 
-Mel frames are the common unit. The bench starts from seconds of audio (``frames``), the tests from
+Mel frames are the common unit. Speed measurements start from seconds of audio (``frames``), the tests from
 the audio tokens they want per clip (``frames_for``); both then ask for ``features`` of clips of so
 many frames, and put ``placeholders`` for ``tokens(frames)`` audio tokens in the prompt. A family's
 own format lives in its module; the Whisper-chunk format here is shared by Qwen2-Audio and Aero-1.

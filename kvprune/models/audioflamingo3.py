@@ -6,8 +6,6 @@ runs them through the encoder as rows of one batch, and gives the whole audio ON
 placeholders, 750 per full window (25 tokens/s). It takes one audio per prompt.
 """
 
-from transformers import AudioFlamingo3Config
-
 from . import tiny
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
@@ -29,28 +27,12 @@ def build_inputs(processor, waves, prompt):
     return _CHAT(processor, waves, prompt)
 
 
-def _af3_7b() -> AudioFlamingo3Config:
-    """nvidia/audio-flamingo-3-hf: the default Whisper-large encoder over a Qwen2.5-7B text model."""
-    text = dict(
-        model_type="qwen2",
-        hidden_size=3584,
-        num_hidden_layers=28,
-        num_attention_heads=28,
-        num_key_value_heads=4,
-        intermediate_size=18944,
-        vocab_size=151936,
-        max_position_embeddings=32768,
-        rope_parameters=dict(rope_type="default", rope_theta=1_000_000.0),
-    )
-    return AudioFlamingo3Config(text_config=text)
-
-
 TINY = dict(
     audio_config=dict(
         num_mel_bins=tiny.MELS, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, hidden_size=32,
         max_source_positions=64,  # 128-frame windows of 32 tokens
     ),
-    text_config=dict(model_type="qwen2", **tiny.TEXT),
+    text_config=tiny.QWEN2_TEXT,
     audio_token_id=tiny.AUDIO_TOKEN,
 )
 
@@ -58,19 +40,10 @@ AUDIO_FLAMINGO_3 = register_family(
     ModelFamily(
         name="audioflamingo3",
         display_name="Audio Flamingo 3",
-        entry_paths={"AudioFlamingo3ForConditionalGeneration": ""},
-        decoder_paths=("model.language_model",),
-        audio_token_attrs=("audio_token_id",),
-        llm_tokens_per_second=25.0,
-        encoder_start_paths=("model.audio_tower",),
-        encoder_end_paths=("model.multi_modal_projector",),
-        audio_format=WhisperChunkAudio(mask_name="input_features_mask"),
         model_class="AudioFlamingo3ForConditionalGeneration",
+        llm_tokens_per_second=25.0,
+        audio_format=WhisperChunkAudio(mask_name="input_features_mask"),
         tiny_kwargs=TINY,
-        tiny_preset="tiny-af3",
-        bench_shapes={"audio-flamingo-3": _af3_7b},
-        bench_note="the longest input its processor takes is 600 s (20 windows of 30 s)",
-        model_types={"audioflamingo3": "AudioFlamingo3ForConditionalGeneration"},
         build_inputs=build_inputs,
         long_audio="30 s windows batched through the encoder, one placeholder run per audio; truncated at 600 s",
         max_clip_seconds=MAX_SECONDS,

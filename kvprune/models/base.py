@@ -1,9 +1,12 @@
 """What kvprune needs to know about a model family, and how a loaded model is matched to one.
 
 A family is declarative: where the decoder and the audio encoder sit, which config attribute names
-the audio placeholder token, how its processor builds a prompt, what audio inputs look like, its tiny
-config and the real shapes it is benchmarked at. The pruning engine never looks at model classes; it
-asks the family. The tests, ``kvprune bench`` and the demo build their models from it.
+the audio placeholder token, how its processor builds a prompt, what audio inputs look like and its
+tiny config. The fields most families share have defaults (the layout of a transformers audio LLM:
+``model.language_model``, ``model.audio_tower``, ``model.multi_modal_projector``), so a family module
+writes only what differs. The pruning engine never looks at model classes; it asks the family. The
+tests and the demo build their tiny models from it; the harness keeps the real shapes it measures
+each family's speed at, and its presets, on its own side.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import transformers
 
 from .audio_format import AudioFormat
 from .layer_io import LayerIO
+from .prompting import ChatFormat
 
 from ..registry import Registry
 
@@ -31,42 +35,44 @@ class ModelFamily:
     """How to find the parts of one family of audio LLMs.
 
     Attribute paths are dotted names. ``entry_paths`` maps a class name to the submodule whose
-    ``forward`` receives ``input_ids`` (``""`` = the model itself; the full Qwen2.5-Omni model
-    delegates text generation to its ``thinker``). ``decoder_paths`` lead from that entry module to
-    the module that holds ``layers`` and the final ``norm``; the first that exists wins, because
-    transformers versions nest some modules differently. The encoder paths work the same way.
+    ``forward`` receives ``input_ids``: ``model_class`` itself (path ``""``) and any class that wraps
+    it (the full Qwen2.5-Omni model delegates text generation to its ``thinker``). ``decoder_paths``
+    lead from that entry module to the module that holds ``layers`` and the final ``norm``; the first
+    that exists wins, because transformers versions nest some modules differently. The encoder paths
+    work the same way.
     """
 
     name: str
     display_name: str
-    entry_paths: dict[str, str]
-    decoder_paths: tuple[str, ...]
-    audio_token_attrs: tuple[str, ...]
+    #: the class the tiny config builds: a transformers class name (imported only when used), or the
+    #: class itself (Aero-1's stand-in)
+    model_class: str | type
     #: audio tokens the LLM sees per second of audio (the one place this number lives)
     llm_tokens_per_second: float
-    #: the module whose call starts the audio encoder and the one whose output is the audio embeddings
-    #: the LLM receives (the bench times the span between them and checks their random weights)
-    encoder_start_paths: tuple[str, ...]
-    encoder_end_paths: tuple[str, ...]
     #: the audio inputs the processor makes: features and token counts for seconds of audio or for clips
     audio_format: AudioFormat
-    #: the class the tiny config and the bench shapes build: a transformers class name (imported only
-    #: when used), or the class itself (Aero-1's stand-in)
-    model_class: str | type
     #: keyword arguments of the tiny config, sub-configs as dicts (see ``tiny_config``)
     tiny_kwargs: dict[str, Any]
-    #: the ``kvprune bench`` preset that builds the tiny config
-    tiny_preset: str
-    #: ``kvprune bench`` preset name -> config of a real checkpoint's shape
-    bench_shapes: dict[str, Callable[[], Any]] = field(default_factory=dict)
-    #: what a bench reader must know about this family's presets (shown under their tables)
-    bench_note: str = ""
-    #: ``config.model_type`` -> the class ``from_pretrained`` loads (``""``: AutoModelForCausalLM, remote code)
+    #: class name -> path of the entry module within it, for the classes that wrap ``model_class``;
+    #: ``model_class`` itself is added with ``""`` (the model itself)
+    entry_paths: dict[str, str] = field(default_factory=dict)
+    #: transformers 5.2x nests the text model at ``model.language_model``; older releases (and
+    #: text-model classes) keep it at ``model``
+    decoder_paths: tuple[str, ...] = ("model.language_model", "model")
+    #: config attribute(s) holding the audio placeholder id, the first that is set wins
+    audio_token_attrs: tuple[str, ...] = ("audio_token_id", "audio_token_index")
+    #: the module whose call starts the audio encoder and the one whose output is the audio embeddings
+    #: the LLM receives (the harness times the span between them and checks their random weights)
+    encoder_start_paths: tuple[str, ...] = ("model.audio_tower", "audio_tower")
+    encoder_end_paths: tuple[str, ...] = ("model.multi_modal_projector",)
+    #: ``config.model_type`` -> the class ``from_pretrained`` loads (``""``: AutoModelForCausalLM, remote
+    #: code); left empty, every class of ``entry_paths`` that transformers has, under its config's model_type
     model_types: dict[str, str] = field(default_factory=dict)
     #: ``build_inputs(processor, waves, prompt)``: one prompt's model inputs, as the family's processor makes
     #: them; ``prompt`` is text (every clip first) or a ``prompting.Prompt`` (ordered segments, system
-    #: turn). Usually a ``prompting.ChatFormat``, which says how one audio and one text item are written
-    build_inputs: Callable[..., Any] | None = None
+    #: turn). A ``prompting.ChatFormat``, which says how one audio and one text item are written (by
+    #: default one ``{"type": "audio"}`` item per clip, in prompt order), or a function
+    build_inputs: Callable[..., Any] = field(default_factory=ChatFormat)
     #: ``load_processor(name_or_path, trust_remote_code)``; None: ``AutoProcessor.from_pretrained``
     load_processor: Callable[..., Any] | None = None
     #: class name -> extra ``from_pretrained`` keyword arguments (e.g. skip Qwen2.5-Omni's talker)
@@ -88,6 +94,12 @@ class ModelFamily:
     max_clip_seconds: float | None = None
     #: fixed audio tokens per clip, whatever its length (None: ``llm_tokens_per_second`` applies)
     tokens_per_clip: int | None = None
+
+    def __post_init__(self) -> None:
+        model_class = self.model_class if isinstance(self.model_class, str) else self.model_class.__name__
+        object.__setattr__(self, "entry_paths", {model_class: "", **self.entry_paths})
+        if not self.model_types:
+            object.__setattr__(self, "model_types", _model_types(self.entry_paths))
 
     @property
     def available(self) -> bool:
@@ -171,6 +183,18 @@ class ModelFamily:
             f"{self.display_name}: {names} is not set, so the audio placeholder token is unknown. "
             f"Set it from the processor, e.g. `model.config.{self.audio_token_attrs[0]} = processor.audio_token_id`."
         )
+
+
+def _model_types(class_names) -> dict[str, str]:
+    """``config.model_type`` -> class name, for each of ``class_names`` that transformers has."""
+    types = {}
+    for name in class_names:
+        try:
+            model_class = getattr(transformers, name)
+        except (AttributeError, ImportError, RuntimeError):  # not in this transformers, or it fails to import
+            continue
+        types[model_class.config_class.model_type] = name
+    return types
 
 
 def _version(text: str) -> tuple[int, ...]:

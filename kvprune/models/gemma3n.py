@@ -13,8 +13,8 @@ tokens; the engine's bookkeeping is exact while prompt plus answer stay shorter 
 (512 tokens in the checkpoints) and refuses longer ones. Both kinds of layer are why a pruning press
 refuses Gemma-3n's static cache (``cache_implementation="static"``): the dynamic cache prunes it exactly.
 
-Its vision tower is a timm model; the tiny config and the bench shapes are built without it (the
-audio path never calls it), so kvprune needs no timm. Loading a checkpoint builds it as usual.
+Its vision tower is a timm model; ``build`` makes the model without it (the audio path never calls
+it), so kvprune needs no timm. Loading a checkpoint builds it as usual.
 """
 
 from __future__ import annotations
@@ -25,14 +25,13 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
-from transformers import Gemma3nConfig, Gemma3nProcessor
+from transformers import Gemma3nProcessor
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
 from .layer_io import LayerIO
-from .prompting import ChatFormat
 
 CLIP_TOKENS = 188  # the processor's audio_seq_length and the config's audio_soft_tokens_per_image
 MAX_SECONDS = 30.0  # its feature extractor truncates audio at 480,000 samples
@@ -140,11 +139,6 @@ def build(config, **kwargs) -> nn.Module:
         return Gemma3nForConditionalGeneration._from_config(config, **kwargs)
 
 
-def _e4b() -> Gemma3nConfig:
-    """google/gemma-3n-E4B-it: the default config is its shape (35 layers of width 2048, 15 sharing KV)."""
-    return Gemma3nConfig()
-
-
 # tiny vocabulary: text below 90, "vision" ids 90-95, "audio" ids 96-127 (embedded by the audio embedder,
 # as Gemma-3n embeds ids from its audio offset on), which holds the placeholder and its begin/end markers
 VISION_OFFSET, AUDIO_OFFSET = 90, 96
@@ -175,23 +169,14 @@ GEMMA3N = register_family(
     ModelFamily(
         name="gemma3n",
         display_name="Gemma-3n",
-        entry_paths={"Gemma3nForConditionalGeneration": ""},
-        decoder_paths=("model.language_model",),
-        audio_token_attrs=("audio_token_id",),
+        model_class="Gemma3nForConditionalGeneration",
         llm_tokens_per_second=CLIP_TOKENS / MAX_SECONDS,
         tokens_per_clip=CLIP_TOKENS,
-        encoder_start_paths=("model.audio_tower",),
         encoder_end_paths=("model.embed_audio",),
         audio_format=Gemma3nAudio(),
-        model_class="Gemma3nForConditionalGeneration",
         builder=build,
         layer_io=Gemma3nLayerIO(),
         tiny_kwargs=TINY,
-        tiny_preset="tiny-gemma3n",
-        bench_shapes={"gemma-3n-e4b": _e4b},
-        bench_note="every clip is 188 tokens (30 s at most), so its longest input is 30 s; built without its timm vision tower",
-        model_types={"gemma3n": "Gemma3nForConditionalGeneration"},
-        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         load_processor=processor_loader(AudioOnlyGemma3nProcessor),
         long_audio="one clip is at most 30 s (its feature extractor truncates); every clip becomes 188 tokens",
         max_clip_seconds=MAX_SECONDS,

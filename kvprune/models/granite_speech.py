@@ -10,12 +10,10 @@ import math
 from dataclasses import dataclass
 
 import torch
-from transformers import GraniteSpeechConfig
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .base import ModelFamily, register_family
-from .prompting import ChatFormat
 
 
 @dataclass(frozen=True)
@@ -37,28 +35,6 @@ class GraniteAudio(AudioFormat):
         stacked = torch.randn(len(clip_frames), width, config.encoder_config.input_dim, generator=generator)
         sizes = [self.piece_tokens(config, frames) for frames in clip_frames]
         return dict(input_features=stacked, input_features_mask=padding_mask(sizes, max(sizes)))
-
-
-#: Granite-3.3's scalings, as in granite-speech-3.3-8b's text config: embeddings times 12, residual
-#: branches times 0.22, logits divided by 16; its attention scales logits by 1 / head_dim (attention_multiplier)
-MULTIPLIERS = dict(embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=16.0)
-
-
-def _granite_3_3_8b() -> GraniteSpeechConfig:
-    """ibm-granite/granite-speech-3.3-8b: a 16-layer conformer, a 2-layer Q-Former, Granite-3.3-8B."""
-    return GraniteSpeechConfig(
-        encoder_config=dict(num_layers=16, hidden_dim=1024, num_heads=8, dim_head=128, input_dim=160),
-        projector_config=dict(
-            model_type="blip_2_qformer", hidden_size=1024, num_hidden_layers=2, num_attention_heads=16,
-            intermediate_size=4096, encoder_hidden_size=1024, cross_attention_frequency=1,
-        ),
-        text_config=dict(
-            model_type="granite", hidden_size=4096, num_hidden_layers=40, num_attention_heads=32,
-            num_key_value_heads=8, intermediate_size=12800, vocab_size=49160, max_position_embeddings=131072,
-            attention_multiplier=1 / 128, **MULTIPLIERS,
-        ),
-        has_lora_adapter=False,  # the bench times the base model (see bench_note)
-    )
 
 
 TINY = dict(
@@ -89,20 +65,12 @@ GRANITE_SPEECH = register_family(
     ModelFamily(
         name="granite_speech",
         display_name="Granite Speech",
-        entry_paths={"GraniteSpeechForConditionalGeneration": ""},
-        decoder_paths=("model.language_model",),
-        audio_token_attrs=("audio_token_index", "audio_token_id"),
+        model_class="GraniteSpeechForConditionalGeneration",
         llm_tokens_per_second=10.0,
         encoder_start_paths=("model.encoder",),
         encoder_end_paths=("model.projector",),
         audio_format=GraniteAudio(),
-        model_class="GraniteSpeechForConditionalGeneration",
         tiny_kwargs=TINY,
-        tiny_preset="tiny-granite-speech",
-        bench_shapes={"granite-speech-3.3-8b": _granite_3_3_8b},
-        bench_note="without the speech LoRA adapter the checkpoints switch on for audio (that adds compute)",
-        model_types={"granite_speech": "GraniteSpeechForConditionalGeneration"},
-        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         long_audio="whole (its feature extractor neither chunks nor truncates; the encoder attends in 4 s blocks)",
         notes="Real checkpoints carry a speech LoRA adapter (peft) that generate() enables when audio is given.",
     )

@@ -7,13 +7,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-from transformers import Phi4MultimodalConfig, Phi4MultimodalProcessor
+from transformers import Phi4MultimodalProcessor
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .audio_only import processor_loader
 from .base import ModelFamily, register_family
-from .prompting import SAMPLING_RATE, ChatFormat
+from .prompting import SAMPLING_RATE
 
 WINDOW, HOP = 400, 160  # its feature extractor's STFT, in samples
 
@@ -80,21 +80,15 @@ PHI4_MULTIMODAL = register_family(
     ModelFamily(
         name="phi4_multimodal",
         display_name="Phi-4-multimodal",
-        entry_paths={"Phi4MultimodalForCausalLM": ""},
+        model_class="Phi4MultimodalForCausalLM",
         decoder_paths=("model",),
         audio_token_attrs=("audio_config.audio_token_id", "audio_token_id"),
         llm_tokens_per_second=12.5,
         encoder_start_paths=("model.embed_tokens_extend.audio_embed",),
         encoder_end_paths=("model.embed_tokens_extend.audio_embed",),
         audio_format=Phi4Audio(),
-        model_class="Phi4MultimodalForCausalLM",
         tiny_kwargs=TINY,
-        tiny_preset="tiny-phi4",
-        bench_shapes={"phi4-mm": Phi4MultimodalConfig},  # the default config is the released shape
-        bench_note="without the speech LoRA adapter real checkpoints run with (that adds compute)",
         adapters={"speech": "speech-lora"},
-        model_types={"phi4_multimodal": "Phi4MultimodalForCausalLM"},
-        build_inputs=ChatFormat(),  # one audio item (its template's <|audio|>) per clip, in prompt order
         load_processor=processor_loader(AudioOnlyPhi4Processor),
         long_audio="whole (its feature extractor neither chunks nor truncates)",
     )

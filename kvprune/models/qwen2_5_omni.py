@@ -7,13 +7,12 @@ Audio goes in whole (no chunking): the processor's feature extractor covers up t
 from dataclasses import dataclass
 
 import torch
-from transformers import Qwen2_5OmniProcessor, Qwen2_5OmniThinkerConfig
+from transformers import Qwen2_5OmniProcessor
 
 from . import tiny
 from .audio_format import AudioFormat, padding_mask, whisper_tokens
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
-from .prompting import ChatFormat
 
 OMNI_TOKENS = (
     "image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token",
@@ -53,76 +52,31 @@ class OmniAudio(AudioFormat):
         return [config.audio_start_token_id, *run, config.audio_end_token_id]
 
 
-# -- real shapes -------------------------------------------------------------------------------------
-MROPE = dict(rope_type="default", rope_theta=1_000_000.0, mrope_section=[16, 24, 24])  # as the checkpoints
-VISION_START = 151652  # a bare config lacks it, but position ids are computed from it even without vision
-
-
-def _thinker(text: dict, width: int) -> Qwen2_5OmniThinkerConfig:
-    """The thinker of the checkpoints: audio and vision encoders project to the text width; the
-    vision tower is built (as loading a checkpoint would) at its real width 1280, not the config
-    default 3584, so that memory numbers include the right weights."""
-    return Qwen2_5OmniThinkerConfig(
-        text_config=text,
-        audio_config=dict(output_dim=width),
-        vision_config=dict(hidden_size=1280, out_hidden_size=width),
-        vision_start_token_id=VISION_START,
-    )
-
-
-def _thinker_7b() -> Qwen2_5OmniThinkerConfig:
-    return _thinker(text=dict(rope_parameters=MROPE), width=3584)
-
-
-def _thinker_3b() -> Qwen2_5OmniThinkerConfig:
-    """Qwen2.5-3B text model; the audio encoder is the 7B's, projecting to 2048."""
-    text = dict(
-        hidden_size=2048,
-        num_hidden_layers=36,
-        num_attention_heads=16,
-        num_key_value_heads=2,
-        intermediate_size=11008,
-        vocab_size=151936,
-        rope_parameters=MROPE,
-    )
-    return _thinker(text=text, width=2048)
-
-
+#: the markers both Omni thinkers' configs name alike (Qwen2.5-Omni, Qwen3-Omni), at their tiny ids
+TINY_MARKERS = dict(
+    audio_start_token_id=tiny.AUDIO_START, audio_end_token_id=tiny.AUDIO_END, vision_start_token_id=tiny.VISION_START
+)
 TINY = dict(
     audio_config=dict(**tiny.WHISPER, output_dim=tiny.TEXT["hidden_size"], n_window=8, max_source_positions=1500),
     vision_config=dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2, out_hidden_size=tiny.TEXT["hidden_size"]),
     text_config=dict(**tiny.TEXT, rope_parameters=dict(rope_type="default", rope_theta=10000.0, mrope_section=[2, 3, 3])),
     audio_token_index=tiny.AUDIO_TOKEN,
-    audio_start_token_id=tiny.AUDIO_START,
-    audio_end_token_id=tiny.AUDIO_END,
     image_token_index=tiny.IMAGE_TOKEN,
     video_token_index=tiny.VIDEO_TOKEN,
-    vision_start_token_id=tiny.VISION_START,
+    **TINY_MARKERS,
 )
 
 QWEN2_5_OMNI = register_family(
     ModelFamily(
         name="qwen2_5_omni",
         display_name="Qwen2.5-Omni",
-        entry_paths={
-            "Qwen2_5OmniThinkerForConditionalGeneration": "",
-            "Qwen2_5OmniForConditionalGeneration": "thinker",
-        },
-        decoder_paths=("model.language_model", "model"),
-        audio_token_attrs=("audio_token_index", "audio_token_id"),
+        model_class="Qwen2_5OmniThinkerForConditionalGeneration",
+        entry_paths={"Qwen2_5OmniForConditionalGeneration": "thinker"},
         llm_tokens_per_second=25.0,
-        encoder_start_paths=("model.audio_tower", "audio_tower"),
+        # the audio tower projects into the LLM itself (transformers < 5.2x keeps it on the thinker)
         encoder_end_paths=("model.audio_tower", "audio_tower"),
         audio_format=OmniAudio(),
-        model_class="Qwen2_5OmniThinkerForConditionalGeneration",
         tiny_kwargs=TINY,
-        tiny_preset="tiny-omni",
-        bench_shapes={"qwen2.5-omni-7b": _thinker_7b, "qwen2.5-omni-3b": _thinker_3b},
-        model_types={
-            "qwen2_5_omni": "Qwen2_5OmniForConditionalGeneration",
-            "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
-        },
-        build_inputs=ChatFormat(),  # one {"type": "audio"} item per clip, in prompt order
         load_processor=load_processor,
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},

@@ -1,7 +1,7 @@
 """What every family's tiny config shares: one small vocabulary layout and decoder shape.
 
 Tiny configs (``ModelFamily.tiny_config``) build random models of each family that run in
-milliseconds on a CPU: the test suite's models, ``kvprune bench --preset tiny-*``, and the starting
+milliseconds on a CPU: the test suite's models, the harness's tiny speed presets, and the starting
 point of the demo model's config. Their special ids sit above the ordinary text ids so that random
 text never contains a placeholder.
 """
@@ -25,5 +25,7 @@ TEXT = dict(
     bos_token_id=1,
     eos_token_id=2,
 )
+#: the tiny decoder as a Qwen2 text config (Qwen2-Audio, Audio Flamingo 3)
+QWEN2_TEXT = dict(model_type="qwen2", **TEXT)
 #: a one-layer Whisper-style encoder (Qwen2.5-Omni, Qwen2-Audio, Aero-1)
 WHISPER = dict(num_mel_bins=MELS, encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, d_model=32)

@@ -9,7 +9,6 @@ import math
 from dataclasses import dataclass
 
 import torch
-from transformers import VoxtralConfig
 
 from . import tiny
 from .audio_format import AudioFormat
@@ -39,11 +38,6 @@ class VoxtralAudio(AudioFormat):
         return dict(input_features=torch.randn(*shape, generator=generator))
 
 
-def _mini_3b() -> VoxtralConfig:
-    """Voxtral Mini-3B; a bare config has no audio token id (24 in the checkpoints' processor)."""
-    return VoxtralConfig(audio_token_id=24)
-
-
 TINY = dict(
     audio_config=dict(
         num_mel_bins=tiny.MELS,
@@ -61,18 +55,10 @@ VOXTRAL = register_family(
     ModelFamily(
         name="voxtral",
         display_name="Voxtral",
-        entry_paths={"VoxtralForConditionalGeneration": ""},
-        decoder_paths=("model.language_model",),
-        audio_token_attrs=("audio_token_id",),
-        llm_tokens_per_second=12.5,
-        encoder_start_paths=("model.audio_tower",),
-        encoder_end_paths=("model.multi_modal_projector",),
-        audio_format=VoxtralAudio(),
         model_class="VoxtralForConditionalGeneration",
+        llm_tokens_per_second=12.5,
+        audio_format=VoxtralAudio(),
         tiny_kwargs=TINY,
-        tiny_preset="tiny-voxtral",
-        bench_shapes={"voxtral-mini-3b": _mini_3b},
-        model_types={"voxtral": "VoxtralForConditionalGeneration"},
         build_inputs=build_inputs,
         long_audio="30 s chunks stacked on the encoder's batch axis, one placeholder run per clip",
         notes="A bare VoxtralConfig has audio_token_id=None; real checkpoints and the processor say 24.",

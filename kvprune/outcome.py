@@ -1,4 +1,4 @@
-"""What a press did: ``with press(model, ratio=0.5) as run:`` yields a ``PressRun``.
+"""What a press did: ``with press(model, ratio=0.5) as outcome:`` yields a ``PressOutcome``.
 
 Presses are configuration and never change; everything a ``with`` block learns about pruning lives
 here, so one press can serve several models at once.
@@ -21,7 +21,7 @@ class PruneStats:
     kept_tokens: int
 
 
-class PressRun:
+class PressOutcome:
     """The outcome of the last prefill of one ``with`` block (a new prefill replaces it; decoding
     and later turns on the same cache do not).
 
@@ -50,7 +50,7 @@ class PressRun:
         self._output_slots: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def __repr__(self) -> str:
-        return f"PressRun(press={self.press!r}, stats={self.stats!r})"
+        return f"PressOutcome(press={self.press!r}, stats={self.stats!r})"
 
     @property
     def kept_positions(self) -> list[torch.Tensor]:
