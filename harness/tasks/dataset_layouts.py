@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from kvprune.registry import Registry
 
-from ..benchmarks import avibench
-from ..benchmarks.records import read_records
+from ..official import avibench
+from ..official.records import read_records
 from .prompts import LETTERS
 from .sample import Sample, TaskDataError
 

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Literal
 
 from kvprune.registry import Registry
 
-from ..benchmarks.classification import f1
-from ..benchmarks.edit_distance import edit_distance
+from ..official.classification import f1
+from ..official.edit_distance import edit_distance
 
 if TYPE_CHECKING:
     from .sample import Sample
