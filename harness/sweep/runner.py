@@ -40,7 +40,8 @@ from kvprune.press import Press
 
 from ..demo import DEMO, DEMO_MODEL_DIR
 from ..long_audio import model_inputs
-from ..options import check_presses, resolve_cache
+from ..setup.device import resolve_cache
+from ..setup.methods import check_presses
 from ..tasks.prompts import RenderedPrompt
 from ..tasks.protocols import keep_rule
 from ..tasks.suites import expand_suites
