@@ -26,7 +26,7 @@ from .metrics import METRICS, Metric
 from .parsers import PARSERS
 from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
 from .protocols import OFFICIAL, PROTOCOLS
-from .sample import Sample, TaskDataError  # noqa: F401 (re-exported)
+from .sample import Grade, Sample, TaskDataError  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from .dataset_layouts import Layout
@@ -134,6 +134,21 @@ class Task:
             metric = METRICS.get(name)
             scores.update(metric.per_sample(parsed, sample, **self._options(metric)))
         return scores
+
+    def grade(self, output: str | None, sample: Sample) -> Grade:
+        """Parse and score one output (None: the run failed, which scores as no answer). A parser or
+        metric that fails on this output is that sample's error (``Grade.error``), not the sweep's."""
+        parsed, error = None, None
+        if output is not None:
+            try:
+                parsed = self.parse(output, sample)
+            except Exception as parse_error:
+                error = parse_error
+        try:
+            scores = self.score(parsed, sample)
+        except Exception as score_error:
+            error, scores = error or score_error, {}
+        return Grade(parsed, scores, error)
 
     def summarize(self, rows: list[dict]) -> dict[str, float]:
         """The task's metrics, primary first, from result rows holding ``parsed``, ``reference`` (the
