@@ -16,21 +16,18 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kvprune.registry import Registry
 
 from ..channels import MEAN, Channels
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
+from .dataset_layouts import LAYOUTS, Layout
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
 from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
 from .protocols import OFFICIAL, PROTOCOLS
 from .sample import Grade, Sample, TaskDataError  # noqa: F401 (re-exported)
-
-if TYPE_CHECKING:
-    from .dataset_layouts import Layout
-    from .variants import Variant
+from .variants import VARIANTS, Variant
 
 DATA_LAYOUTS = ("official", "provisional", "synthetic")
 
@@ -303,8 +300,6 @@ def task_from_config(config: dict, source: str) -> Task:
 
 
 def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]) -> Layout:
-    from .dataset_layouts import LAYOUTS  # layouts import this module's neighbours: import lazily
-
     if name not in LAYOUTS:
         raise fail(f"unknown {name!r}; choose from {sorted(LAYOUTS)}", "layout")
     allowed = [f.name for f in fields(LAYOUTS.get(name))]
@@ -330,8 +325,6 @@ def _build_channels(value, fail: Callable[..., TaskConfigError]) -> Channels:
 
 
 def _build_variant(value, fail: Callable[..., TaskConfigError]) -> Variant | None:
-    from .variants import VARIANTS
-
     if value is None:
         return None
     options = {"name": value} if isinstance(value, str) else dict(value)
