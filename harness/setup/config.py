@@ -25,6 +25,9 @@ from .options import CACHES, ENCODERS
 
 @dataclass
 class CommandConfig:
+    """The base of ``SweepConfig`` and ``BenchConfig``: subclasses declare their settings as fields and
+    implement ``normalise``, ``validate`` and ``overrides``."""
+
     #: what the command's YAML file is called in errors, and the error its mistakes raise
     file_kind: ClassVar[str] = "config"
     error: ClassVar[type[ValueError]] = ValueError
