@@ -89,14 +89,12 @@ def _tasks(args) -> int:
 def _sweep(args) -> int:
     """0 if every run succeeded, 1 if some failed, 130 if interrupted (the rows so far are kept)."""
     from .demo.default import asks_for_demo, prepare_default, runs_demo_suite
-    from .sweep.config import SweepConfig, overrides_from_args, read_config_file
+    from .sweep.config import SweepConfig
     from .sweep.runner import SweepInterrupted, run_sweep
 
-    given = overrides_from_args(args)
-    from_file = read_config_file(args.config) if args.config else {}
-    settings = dict(from_file, **{name: value for name, value in given.items() if value is not None})
+    settings = SweepConfig.settings(args.config, **SweepConfig.overrides(args))
     demo = asks_for_demo(settings.get("models"))
-    config = SweepConfig.build(None, **(prepare_default(settings) if demo else settings))
+    config = SweepConfig(**(prepare_default(settings) if demo else settings))
     if demo and runs_demo_suite(settings, config):
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
     try:
@@ -155,9 +153,10 @@ def _report(args) -> int:
 # -- bench ----------------------------------------------------------------------------------------
 def _bench(args) -> int:
     """0 if every run succeeded, 1 if some recorded an error."""
-    from .bench.config import BenchConfig, run_bench
+    from .bench.config import BenchConfig
+    from .bench.driver import run_bench
 
-    config = BenchConfig.from_args(args)
+    config = BenchConfig.build(None, **BenchConfig.overrides(args))
     frame = run_bench(config)
     errors = frame["error"].notna()
     print(f"{len(frame)} rows, {int(errors.sum())} with errors; bench.csv, bench.md and a figure in {config.out}")

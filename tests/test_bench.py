@@ -17,7 +17,8 @@ from kvprune import DARTPress, FastVPress
 from kvprune.harness.bench import batch as batching
 from kvprune.harness.bench import presets as bench_presets
 from kvprune.harness.bench.compare import targets
-from kvprune.harness.bench.config import BenchConfig, run_bench
+from kvprune.harness.bench.config import BenchConfig
+from kvprune.harness.bench.driver import run_bench
 from kvprune.harness.bench.measure import RequestTiming
 from kvprune.harness.bench.report import COLUMNS, bench_frame, markdown
 from kvprune.harness.bench.rounds import SKIPPED, Outcome, Request, disturbed, run_rounds, summary

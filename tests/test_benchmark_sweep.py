@@ -15,7 +15,7 @@ import benchmark_fixtures
 import task_fixtures
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.config import SweepConfig
-from kvprune.harness.sweep.runner import load_tasks, runs_of
+from kvprune.harness.sweep.plan import load_tasks, runs_of
 from kvprune.harness.sweep.store import read_rows
 from kvprune.harness.tasks.suites import expand_suites
 from kvprune.harness.tasks.task import get_task

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.benchmarks.audiomarathon import (
+from kvprune.harness.official.audiomarathon import (
     EXTRACTORS,
     TASKS,
     asr_metrics,

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from kvprune.harness.benchmarks.avibench import (
+from kvprune.harness.official.avibench import (
     clean,
     constants,
     conversation,

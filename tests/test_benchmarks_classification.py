@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.benchmarks.classification import accuracy, average_precision, f1, set_f1
+from kvprune.harness.official.classification import accuracy, average_precision, f1, set_f1
 
 GOLDS = ["A", "A", "A", "B", "B", "C"]
 PREDICTIONS = ["A", "A", "B", "B", "B", "A"]

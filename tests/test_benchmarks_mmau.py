@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvprune.harness.benchmarks.mmau import (
+from kvprune.harness.official.mmau import (
     MMAR_TABLES,
     MMAU_TABLES,
     Item,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.benchmarks.starbench import (
+from kvprune.harness.official.starbench import (
     NO_ANSWER,
     RunResult,
     build_runs,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.benchmarks.staudioqa import (
+from kvprune.harness.official.staudioqa import (
     FAMILIES,
     answer_accuracy,
     compositional_average,

@@ -13,7 +13,7 @@ import task_fixtures
 from helpers import GREEDY, K, clip_positions, model
 from kvprune import FramePress, get_press, parse_methods
 from kvprune.harness.sweep.config import SweepConfig
-from kvprune.harness.sweep.runner import load_tasks, runs_of
+from kvprune.harness.sweep.plan import load_tasks, runs_of
 from kvprune.harness.tasks.config_files import TaskConfigError
 from kvprune.harness.tasks.sample import Sample
 from kvprune.harness.tasks.task import get_task

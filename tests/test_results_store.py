@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kvprune.harness.sweep.ratios import parse_ratios
+from kvprune.harness.setup.ratios import parse_ratios
 from kvprune.harness.sweep.store import (
     ResultsFileWarning, ResultStore, append_run, clear_outputs, read_results, read_rows, recorded_tasks, run_key, unique_runs,
 )

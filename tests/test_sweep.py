@@ -22,7 +22,7 @@ import task_fixtures
 from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.store import KEY_FIELDS, read_rows, read_runs, run_key
-from kvprune.harness.sweep.runner import runs_of
+from kvprune.harness.sweep.plan import runs_of
 from kvprune.harness.sweep.config import SweepConfig
 from kvprune.harness.tasks.task import TASKS as REGISTERED_TASKS
 from kvprune.harness.tasks.task import get_task
@@ -245,7 +245,7 @@ def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterru
 
     out = tmp_path / "distributed"
     for rank in range(2):
-        monkeypatch.setattr(runner, "_distributed", lambda rank=rank: (rank, 2, "cpu"))
+        monkeypatch.setattr(runner, "process_share", lambda rank=rank: (rank, 2, "cpu"))
         assert main(sweep_args(data_root, out)) == 0
     assert sorted(p.name for p in out.glob("results*.jsonl")) == ["results.rank0.jsonl", "results.rank1.jsonl"]
     rank0 = {r["sample_id"] for r in read_rows_of(out / "results.rank0.jsonl")}

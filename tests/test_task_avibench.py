@@ -10,7 +10,7 @@ import math
 import pytest
 
 import benchmark_fixtures
-from kvprune.harness.benchmarks import avibench
+from kvprune.harness.official import avibench
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.task import get_task
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 import benchmark_fixtures
-from kvprune.harness.benchmarks import mmau
-from kvprune.harness.benchmarks.records import read_records
+from kvprune.harness.official import mmau
+from kvprune.harness.official.records import read_records
 from kvprune.harness.sweep.breakdown import breakdown
 from kvprune.harness.tasks.task import get_task
 

@@ -1,5 +1,5 @@
 """The STAR-Bench tasks on a fixture in the official layout: runs, prompts and golds equal the
-official assembly (``benchmarks.starbench.build_runs``, checked against the official code), the parser's
+official assembly (``official.starbench.build_runs``, checked against the official code), the parser's
 quirks reach the scores, and AA/ACR, their tables and the Final MA follow the official rules, worked
 out by hand below."""
 
@@ -12,7 +12,7 @@ import pytest
 import soundfile as sf
 
 import benchmark_fixtures
-from kvprune.harness.benchmarks import starbench
+from kvprune.harness.official import starbench
 from kvprune.harness.sweep.breakdown import breakdown, suite_scores
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.suites import expand_suites, get_suite

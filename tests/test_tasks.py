@@ -182,6 +182,31 @@ def test_unparsed_answers_score_as_wrong():
         task.summarize([])
 
 
+def test_grade_parses_and_scores_one_output_and_keeps_a_failing_parser_as_that_samples_error():
+    """What a sweep records for one output: the parsed answer and the scores; no output (a failed run)
+    scores as no answer; a parser that raises on an output is that sample's error, scored as no answer."""
+    from dataclasses import replace
+
+    from kvprune.harness.tasks.parsers import PARSERS
+
+    task = get_task("had")
+    sample = Sample("real/x.wav", (), "", ("real", "fake"), "A")
+    right, missing = task.grade("(A)", sample), task.grade(None, sample)
+    assert (right.parsed, right.scores["correct"], right.error) == ("A", 1.0, None)
+    assert (missing.parsed, missing.scores["correct"], missing.error) == (None, 0.0, None)
+
+    def broken(output, choices):
+        raise RuntimeError(f"cannot read {output!r}")
+
+    PARSERS.register("broken_for_test", broken)
+    try:
+        failed = replace(task, parser="broken_for_test").grade("A", sample)
+    finally:
+        PARSERS.unregister("broken_for_test")
+    assert failed.parsed is None and failed.scores["correct"] == 0.0
+    assert isinstance(failed.error, RuntimeError) and str(failed.error) == "cannot read 'A'"
+
+
 def test_variants_and_multi_clip_segments_from_a_user_yaml(tmp_path):
     """A STAR-Bench-like user task: two labelled clips per item, one run per left rotation (ids <id>@<r>),
     the gold letter following its option's text; AA pools runs, ACR asks for every run of an item."""

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvprune.press import Press
-from kvprune.specs import MethodSpec, parse_methods
+from kvprune.specs import MethodSpec
 
-from ..options import CACHES, add_shared_options, check_device, name_list
-from ..sweep.ratios import parse_ratios
+from ..setup.config import CommandConfig, unique_methods
+from ..setup.options import add_shared_options, name_list
+from ..setup.ratios import parse_ratios
 from .presets import PRESETS
 
 DESCRIPTION = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
@@ -39,7 +40,7 @@ DEFAULT_METHODS = {"ratios": "fastv,random,frame,dart", "batch": "fastv", "compa
 
 
 @dataclass
-class BenchConfig:
+class BenchConfig(CommandConfig):
     """What one bench run measures and how (the defaults are the command line's)."""
 
     presets: list[str] = field(default_factory=lambda: ["qwen2.5-omni-7b"])
@@ -69,32 +70,31 @@ class BenchConfig:
     presses: dict[tuple[str, float], Press] = field(init=False, repr=False)
     k: int | None = field(init=False)
 
-    def __post_init__(self):
-        """Validate names early (before any model is built) and drop repeated entries."""
+    def normalise(self) -> None:
+        """Lists from comma-separated text, each entry once (batch sizes sorted, ratios in the order given)."""
+        self.presets = list(dict.fromkeys(name_list(self.presets)))
+        self.audio_seconds = [float(s) for s in name_list(self.audio_seconds)]
+        self.ratios = list(dict.fromkeys(parse_ratios(self.ratios)))
+        if self.batch_sizes is not None:
+            self.batch_sizes = sorted(set(int(b) for b in name_list(self.batch_sizes)))
+
+    def validate(self) -> None:
+        """Validate names early (before any model is built), then what runs: the presses and their K."""
         for name in self.presets:
             PRESETS.get(name)
         if self.compare_stock and self.batch_sizes is not None:
             raise ValueError("--compare-stock and --batch-sizes are separate runs: give one of them.")
-        if self.encoder not in ("fast", "stock"):
-            raise ValueError(f"encoder={self.encoder!r} is invalid: choose fast or stock (--stock-encoder).")
-        if self.cache not in CACHES:
-            raise ValueError(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
-        if self.batch_sizes is not None:
-            self.batch_sizes = sorted(set(int(b) for b in self.batch_sizes))
-            if not self.batch_sizes or self.batch_sizes[0] < 1:
-                raise ValueError(f"batch sizes {self.batch_sizes} are invalid: give positive sizes, e.g. --batch-sizes 1,4,16.")
+        if self.batch_sizes is not None and (not self.batch_sizes or self.batch_sizes[0] < 1):
+            raise ValueError(f"batch sizes {self.batch_sizes} are invalid: give positive sizes, e.g. --batch-sizes 1,4,16.")
         if self.largest_batch and self.batch_sizes is None:
             raise ValueError("--largest-batch predicts from the batch sizes measured: give --batch-sizes too.")
         self._check_amounts()
         self._check_lengths()
-        check_device(self.device)
-        methods = DEFAULT_METHODS[self.mode] if self.methods is None else self.methods
-        self.methods = list({method.label: method for method in parse_methods(methods)}.values())
+        self.check_shared()
+        self.methods = unique_methods(DEFAULT_METHODS[self.mode] if self.methods is None else self.methods)
         if not self.methods:
             raise ValueError("no method to bench: give at least one (--methods).")
-        self.presets = list(dict.fromkeys(self.presets))
-        self.audio_seconds = list(dict.fromkeys(float(s) for s in self.audio_seconds))
-        self.ratios = list(dict.fromkeys(parse_ratios(self.ratios)))
+        self.audio_seconds = list(dict.fromkeys(self.audio_seconds))
         self.presses = {(m.label, r): m.build(r, self.layer) for m in self.methods for r in self.ratios}
         layers = sorted({part.layer for press in self.presses.values() for part in press.parts() if part.kind == "token"})
         if len(layers) > 1:
@@ -146,39 +146,16 @@ class BenchConfig:
         return "compare" if self.compare_stock else "batch" if self.batch_sizes is not None else "ratios"
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> BenchConfig:
-        """The configuration ``kvprune bench`` was given (see ``add_bench_arguments``)."""
-        return cls(
-            presets=name_list(args.preset),
-            audio_seconds=[float(s) for s in name_list(args.audio_seconds)],
-            methods=args.methods,
-            ratios=parse_ratios(args.ratios),
-            layer=args.layer,
-            decode_tokens=args.decode_tokens,
-            repeats=args.repeats,
-            warmup=args.warmup,
-            attn_implementation=args.attn_implementation,
-            encoder="stock" if args.stock_encoder else "fast",
-            cache=args.cache,
-            batch_sizes=None if args.batch_sizes is None else [int(b) for b in name_list(args.batch_sizes)],
-            largest_batch=args.largest_batch,
-            compare_stock=args.compare_stock,
-            device=args.device,
-            dtype=args.dtype,
-            out=args.out,
-            max_minutes=args.max_minutes,
-            seed=args.seed,
-            command=_command(getattr(args, "argv", None)),
+    def overrides(cls, args: argparse.Namespace) -> dict:
+        return dict(
+            presets=args.preset, audio_seconds=args.audio_seconds, methods=args.methods, ratios=args.ratios,
+            layer=args.layer, decode_tokens=args.decode_tokens, repeats=args.repeats, warmup=args.warmup,
+            attn_implementation=args.attn_implementation, encoder="stock" if args.stock_encoder else None,
+            cache=args.cache, batch_sizes=args.batch_sizes, largest_batch=args.largest_batch,
+            compare_stock=args.compare_stock, device=args.device, dtype=args.dtype, out=args.out,
+            max_minutes=args.max_minutes, seed=args.seed, command=_command(getattr(args, "argv", None)),
             progress=not args.quiet,
         )
-
-
-def run_bench(config: BenchConfig):
-    """Run every preset x audio length in the configured mode: a ``pandas.DataFrame`` with one row
-    per request, also written to ``config.out`` after every preset (unless it is None)."""
-    from .run import run_presets  # models, pandas and matplotlib load only when a bench runs
-
-    return run_presets(config)
 
 
 # -- command line ------------------------------------------------------------------------------------
@@ -194,17 +171,17 @@ def _command(argv: list[str] | None = None) -> str:
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    defaults = BenchConfig()
+    default = BenchConfig.default
     add = parser.add_argument
-    add("--preset", default=",".join(defaults.presets), help=f"comma list of: {', '.join(PRESETS)} (default: %(default)s)")
-    add("--audio-seconds", default=_joined(defaults.audio_seconds),
+    add("--preset", default=",".join(default("presets")), help=f"comma list of: {', '.join(PRESETS)} (default: %(default)s)")
+    add("--audio-seconds", default=_joined(default("audio_seconds")),
         help="comma list of audio lengths in seconds (default: %(default)s)")
-    add("--decode-tokens", type=int, default=defaults.decode_tokens,
+    add("--decode-tokens", type=int, default=default("decode_tokens"),
         help="forced tokens decoded after the prefill; 0: prefills only, except with --compare-stock (default: %(default)s)")
-    add("--repeats", type=int, default=defaults.repeats, help="timed rounds per request (median; default: %(default)s)")
-    add("--warmup", type=int, default=defaults.warmup,
+    add("--repeats", type=int, default=default("repeats"), help="timed rounds per request (median; default: %(default)s)")
+    add("--warmup", type=int, default=default("warmup"),
         help="untimed rounds before them (they absorb compilation; default: %(default)s)")
-    add("--max-minutes", type=float, default=defaults.max_minutes,
+    add("--max-minutes", type=float, default=default("max_minutes"),
         help="start no run after this many minutes (default: no limit)")
     add("--batch-sizes", help="batch mode: comma list of batch sizes, e.g. 1,4,16 (throughput at each); "
         "default: the ratios mode, batch 1")
@@ -216,10 +193,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     add_shared_options(
         parser,
         dict(
-            methods=None, ratios=_joined(defaults.ratios), layer=defaults.layer,
-            out=defaults.out, device=defaults.device, dtype=defaults.dtype,
-            attn_implementation=defaults.attn_implementation, seed=defaults.seed, quiet=False, stock_encoder=False,
-            cache=defaults.cache,
+            methods=None, ratios=_joined(default("ratios")), layer=default("layer"),
+            out=default("out"), device=default("device"), dtype=default("dtype"),
+            attn_implementation=default("attn_implementation"), seed=default("seed"), quiet=False, stock_encoder=False,
+            cache=default("cache"),
         ),
         notes=dict(
             methods="token-dropping, cache and composed presses alike (default: "

@@ -5,7 +5,7 @@ AudioMarathon's (run layer K-1 under eager attention with ``output_attentions``,
 its full (heads, S, S) attention matrix) against kvprune's (the softmax row of the last query only,
 ``kvprune.attention_probe.last_query_attention``, next to an unchanged sdpa layer). A press's own
 work is timed inside real prefills instead (``measure.Probes``); ``select_slots`` serves the CPU
-microbenchmarks of each press's selection (tests/benchmarks).
+microbenchmarks of each press's selection (tests/perf).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..options import name_list
+from ..setup.options import name_list
 from . import DEMO
 from .suite import demo_suite
 from .synthetic import TASKS

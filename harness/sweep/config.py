@@ -12,21 +12,20 @@ every task (``split``), or per task name with a ``default`` (``{default: split, 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
+from typing import ClassVar
 
 from kvprune.press import list_presses
 from kvprune.specs import MethodSpec, parse_methods
 
 from ..long_audio import DEFAULT_POLICY, POLICIES
-from ..options import CACHES, add_shared_options, check_device, name_list
+from ..setup.config import CommandConfig, unique_methods
+from ..setup.options import add_shared_options, name_list
+from ..setup.ratios import parse_ratios
 from ..tasks.protocols import PROTOCOLS
-from .ratios import parse_ratios
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
-ENCODERS = ("fast", "stock")
 
 
 class SweepConfigError(ValueError):
@@ -34,7 +33,11 @@ class SweepConfigError(ValueError):
 
 
 @dataclass
-class SweepConfig:
+class SweepConfig(CommandConfig):
+    file_kind: ClassVar[str] = "sweep config"
+    error: ClassVar[type[ValueError]] = SweepConfigError
+    aliases: ClassVar[dict[str, str]] = {"model": "models"}  # a single model is the common case
+
     models: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
     methods: list[MethodSpec] = field(default_factory=lambda: parse_methods(list_presses(kind="token")))
@@ -56,14 +59,12 @@ class SweepConfig:
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
 
-    @classmethod
-    def build(cls, yaml_path: str | Path | None = None, **overrides) -> "SweepConfig":
-        """Defaults, then the YAML file, then every override that is not None."""
-        values = read_config_file(yaml_path) if yaml_path else {}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        config = cls(**{k: _normalise(k, v) for k, v in values.items()})
-        config.validate()
-        return config
+    def normalise(self) -> None:
+        self.models, self.tasks = name_list(self.models), name_list(self.tasks)
+        self.methods = unique_methods(self.methods)
+        self.ratios = sorted(set(parse_ratios(self.ratios)))
+        self.data_root = None if self.data_root is None else Path(self.data_root).expanduser()
+        self.out = Path(self.out).expanduser()
 
     def validate(self) -> None:
         if not self.models:
@@ -87,12 +88,8 @@ class SweepConfig:
                 )
         if self.layer is not None and self.layer < 1:
             raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
-        if self.encoder not in ENCODERS:
-            raise SweepConfigError(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)}.")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
             raise SweepConfigError(f"protocol={self.protocol!r} is unknown; the protocols are {', '.join(PROTOCOLS)}.")
-        if self.cache not in CACHES:
-            raise SweepConfigError(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
         if self.limit is not None and self.limit < 1:
             raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
         tokens = self.max_new_tokens
@@ -101,11 +98,22 @@ class SweepConfig:
                 f"max_new_tokens={tokens!r} is invalid: it must be a whole number, at least 1 (--max-new-tokens; "
                 "leave it out for each task's own)."
             )
-        check_device(self.device)
+        self.check_shared()
         policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
         for policy in policies:
             if policy not in POLICIES:
                 raise SweepConfigError(f"long-audio policy {policy!r} is invalid: choose {', '.join(POLICIES)}.")
+
+    @classmethod
+    def overrides(cls, args: argparse.Namespace) -> dict:
+        return dict(
+            models=args.model, tasks=args.tasks, methods=args.methods, ratios=args.ratios, layer=args.layer,
+            limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
+            device_map=args.device_map, attn_implementation=args.attn_implementation,
+            trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
+            retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
+            protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None,
+        )
 
     def long_audio_policy(self, task: str) -> str:
         """The long-audio policy of one task."""
@@ -169,49 +177,3 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             "(compiling calls are left out of timing statistics, like the warm-up)",
         ),
     )
-
-
-def overrides_from_args(args: argparse.Namespace) -> dict:
-    """The settings given on the command line, for ``SweepConfig.build`` (None: not given)."""
-    return dict(
-        models=args.model, tasks=args.tasks, methods=args.methods, ratios=args.ratios, layer=args.layer,
-        limit=args.limit, data_root=args.data_root, out=args.out, dtype=args.dtype, device=args.device,
-        device_map=args.device_map, attn_implementation=args.attn_implementation,
-        trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
-        retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
-        protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None,
-    )
-
-
-# -- values ------------------------------------------------------------------------------------------
-def _normalise(name: str, value):
-    if name in ("models", "tasks"):
-        return name_list(value)
-    if name == "methods":
-        return list({method.label: method for method in parse_methods(value)}.values())  # once each
-    if name == "ratios":
-        return sorted(set(parse_ratios(value)))
-    if name in ("data_root", "out"):
-        return Path(value).expanduser()
-    return value
-
-
-def read_config_file(path: str | Path) -> dict:
-    """The settings of a sweep YAML file (``model: one`` read as ``models: [one]``), checked by name."""
-    path = Path(path)
-    if not path.is_file():
-        raise SweepConfigError(f"sweep config {path} not found.")
-    try:
-        values = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise SweepConfigError(f"sweep config {path} is not valid YAML: {error}") from None
-    if not isinstance(values, dict):
-        raise SweepConfigError(f"sweep config {path} must be a mapping of settings.")
-    if "model" in values:  # a single model is the common case
-        values["models"] = [values.pop("model")] if isinstance(values["model"], str) else values.pop("model")
-    known = {f.name for f in fields(SweepConfig)}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        spelled = sorted(known | {"model"})  # "model: one" is the usual spelling of "models: [one]"
-        raise SweepConfigError(f"sweep config {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(spelled)}.")
-    return values

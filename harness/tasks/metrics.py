@@ -13,7 +13,8 @@ better (WER: lower); the summary, its Pareto fronts and the plots follow that di
 unparsed answer (``None``) is a wrong prediction: it matches no class, so it adds a false negative to
 the gold class and a false positive to none (AudioMarathon's scripts drop such answers before
 computing F1: the ``audiomarathon`` protocol's metrics do so). WER is computed on the normalisation
-of ``normalize_transcript``. The benchmarks' own metrics are in ``official_metrics``.
+of ``normalize_transcript``. The benchmarks' own metrics are in ``official_metrics``, which registers
+them when the ``tasks`` package is imported (this module does not import the modules that register).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from typing import TYPE_CHECKING, Literal
 
 from kvprune.registry import Registry
 
-from ..benchmarks.classification import f1
-from ..benchmarks.edit_distance import edit_distance
+from ..official.classification import f1
+from ..official.edit_distance import edit_distance
 
 if TYPE_CHECKING:
     from .sample import Sample
@@ -185,5 +186,3 @@ register_metric(Metric("aa", _accuracy_of_rows, correct))
 register_metric(Metric("acr", _acr_of_rows, correct))
 register_metric(Metric("wer", _corpus_wer_of_rows, _asr_errors, higher_is_better=False))
 register_metric(Metric("word_accuracy", _word_accuracy_of_rows, _asr_errors))
-
-from . import official_metrics  # noqa: E402,F401  (the benchmarks' metrics register themselves)

@@ -1,4 +1,4 @@
-"""The benchmarks' own metrics, wired from ``harness.benchmarks`` (the official rules as pure functions)
+"""The benchmarks' own metrics, wired from ``harness.official`` (the official rules as pure functions)
 into the metric registry. Each says which official number it is; all are percentages (the official
 0-1 scores times 100), NaN when no row applies (a kind of question the rows lack, no reply at all).
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..benchmarks import audiomarathon, avibench, mmau, staudioqa, starbench
+from ..official import audiomarathon, avibench, mmau, staudioqa, starbench
 from .metrics import Metric, correct, mean_correct, parsed_of, register_metric
 from .metrics import row_meta as meta
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 
 from kvprune.registry import Registry
 
-from ..benchmarks import audiomarathon, mmau, starbench
+from ..official import audiomarathon, mmau, starbench
 
 Parser = Callable[[str, Sequence[str]], str | None]
 PARSERS: Registry[Parser] = Registry("parser")

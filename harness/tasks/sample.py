@@ -1,4 +1,5 @@
-"""What a task runs: one Sample per prompt (one run of one item), and the error its data raises."""
+"""What a task runs: one Sample per prompt (one run of one item), the error its data raises, and the
+Grade of one model output on a sample."""
 
 from __future__ import annotations
 
@@ -41,3 +42,13 @@ class Sample:
     def broken(cls, id: str, problem: str) -> Sample:
         """A sample standing for an item that cannot run."""
         return cls(id=id, audio=(), question="", choices=(), answer="", problem=problem)
+
+
+@dataclass(frozen=True)
+class Grade:
+    """What a task made of one output on one sample: the parsed answer, the per-sample scores its
+    metrics store with the row, and the error of a parser or metric that failed on this output."""
+
+    parsed: str | None
+    scores: dict[str, float]
+    error: Exception | None = None

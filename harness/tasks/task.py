@@ -16,21 +16,18 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from kvprune.registry import Registry
 
 from ..channels import MEAN, Channels
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
+from .dataset_layouts import LAYOUTS, Layout
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
 from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
 from .protocols import OFFICIAL, PROTOCOLS
-from .sample import Sample, TaskDataError  # noqa: F401 (re-exported)
-
-if TYPE_CHECKING:
-    from .dataset_layouts import Layout
-    from .variants import Variant
+from .sample import Grade, Sample, TaskDataError  # noqa: F401 (re-exported)
+from .variants import VARIANTS, Variant
 
 DATA_LAYOUTS = ("official", "provisional", "synthetic")
 
@@ -134,6 +131,21 @@ class Task:
             metric = METRICS.get(name)
             scores.update(metric.per_sample(parsed, sample, **self._options(metric)))
         return scores
+
+    def grade(self, output: str | None, sample: Sample) -> Grade:
+        """Parse and score one output (None: the run failed, which scores as no answer). A parser or
+        metric that fails on this output is that sample's error (``Grade.error``), not the sweep's."""
+        parsed, error = None, None
+        if output is not None:
+            try:
+                parsed = self.parse(output, sample)
+            except Exception as parse_error:
+                error = parse_error
+        try:
+            scores = self.score(parsed, sample)
+        except Exception as score_error:
+            error, scores = error or score_error, {}
+        return Grade(parsed, scores, error)
 
     def summarize(self, rows: list[dict]) -> dict[str, float]:
         """The task's metrics, primary first, from result rows holding ``parsed``, ``reference`` (the
@@ -288,8 +300,6 @@ def task_from_config(config: dict, source: str) -> Task:
 
 
 def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]) -> Layout:
-    from .dataset_layouts import LAYOUTS  # layouts import this module's neighbours: import lazily
-
     if name not in LAYOUTS:
         raise fail(f"unknown {name!r}; choose from {sorted(LAYOUTS)}", "layout")
     allowed = [f.name for f in fields(LAYOUTS.get(name))]
@@ -315,8 +325,6 @@ def _build_channels(value, fail: Callable[..., TaskConfigError]) -> Channels:
 
 
 def _build_variant(value, fail: Callable[..., TaskConfigError]) -> Variant | None:
-    from .variants import VARIANTS
-
     if value is None:
         return None
     options = {"name": value} if isinstance(value, str) else dict(value)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from kvprune.registry import Registry
 
-from ..benchmarks import starbench
+from ..official import starbench
 from .prompts import LETTERS
 from .sample import Sample, TaskDataError
 

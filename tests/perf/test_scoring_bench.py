@@ -1,7 +1,7 @@
 """Microbenchmarks of kvprune's scoring path on a CPU, at the Qwen2.5-Omni-7B shape with 2 minutes
 of audio (3,000 audio tokens). Skipped by the default test run; run them with
 
-    python -m pytest tests/benchmarks --benchmark-only
+    python -m pytest tests/perf --benchmark-only
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 A command adds the shared options it takes with ``add_shared_options(parser, defaults)``: the keys of
 ``defaults`` name the options (argparse destinations) and give the command's own default; ``notes``
 append what only that command needs to say. Names, types, choices and help live here alone, so
-``--attn-implementation eager`` means the same on both commands. ``check_device`` and ``check_presses``
-are the checks of those options that both commands make before anything is loaded or run.
+``--attn-implementation eager`` means the same on both commands. The checks of those options that
+both commands make before anything is loaded or run are in ``device`` and ``methods``.
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-import torch.nn as nn
-
-from kvprune.press_plan import validate_press
-from kvprune.press import Press
-
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 #: the KV cache decoding runs on: auto is static on a GPU (where generate compiles the decode step), else dynamic
 CACHES = ("auto", "static", "dynamic")
+#: the audio encoder path: fast (kvprune.fast_audio_encoder) or the model's own (--stock-encoder)
+ENCODERS = ("fast", "stock")
 
 SHARED_OPTIONS: dict[str, dict] = {
     "methods": dict(
@@ -71,48 +67,3 @@ def name_list(value) -> list[str]:
     if isinstance(value, str):
         return [name.strip() for name in value.split(",") if name.strip()]
     return [str(name) for name in value]
-
-
-def check_device(device: str | None) -> None:
-    """Refuse a ``--device`` that torch cannot read or this machine does not have, before a model is
-    loaded (torch would say so only when the first tensor moves there, after minutes of loading)."""
-    if device is None:
-        return
-    try:
-        parsed = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"--device {device!r} is not a device: give e.g. cpu, cuda or cuda:1.") from None
-    if parsed.type != "cuda":
-        return
-    if not torch.cuda.is_available():
-        raise ValueError(
-            f"--device {device}: this machine has no CUDA device (torch {torch.__version__} built without CUDA "
-            "or no GPU visible); use --device cpu."
-        )
-    count = torch.cuda.device_count()
-    if parsed.index is not None and parsed.index >= count:
-        raise ValueError(
-            f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}; give one of them."
-        )
-
-
-def check_presses(model: nn.Module, model_name: str, presses: dict[tuple[str, float], Press], static: bool = False) -> None:
-    """Every press (by its method's label and ratio) against ``model``, and with ``static`` against the
-    static cache decoding runs on: a layer out of range or presses that cannot run together stop a
-    command before its first run, not once per sample or request."""
-    for (label, ratio), press in presses.items():
-        for on_static in (False, True) if static else (False,):
-            try:
-                validate_press(model, press, static=on_static)
-            except (ValueError, NotImplementedError) as error:
-                fix = " On the command line: --cache dynamic." if on_static else ""
-                raise ValueError(f"method {label} (ratio {ratio:g}) cannot run on {model_name}: {error}{fix}") from None
-
-
-def resolve_cache(choice: str, device) -> str:
-    """The cache ``--cache`` asks for on ``device``: "static" or "dynamic" (auto: static on CUDA)."""
-    if choice not in CACHES:
-        raise ValueError(f"cache={choice!r} is invalid: choose one of {', '.join(CACHES)}.")
-    if choice == "auto":
-        return "static" if torch.device(device).type == "cuda" else "dynamic"
-    return choice

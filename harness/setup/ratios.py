@@ -1,5 +1,6 @@
 """Ratio lists as users write them: ``0.1..0.9`` (step 0.1), ``0.1..0.9:0.2``, or ``0,0.5,0.9``.
-A range may run downwards (``0.9..0.1`` is the same ratios); the sweep sorts them and drops repeats."""
+A range may run downwards (``0.9..0.1`` is the same ratios). Shared by ``kvprune sweep`` (which sorts the
+ratios and drops repeats) and ``kvprune bench`` (which drops repeats, keeping the order given)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,110 @@
+"""What a bench mode adds to the timed rows of one audio length: the cost of scoring (ratios mode),
+whether kvprune's audio encoder gives the stock one's output (compare mode), and the largest batch
+that fits (batch mode with ``--largest-batch``). Each records its own failure without losing the rows."""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+
+import torch
+
+from kvprune import fast_audio_encoder, resolve_family
+
+from ..setup.device import release_memory
+from . import batch as batching
+from .measure import takes_logits_to_keep
+from .presets import Preset, Prompt
+from .requests import describe, failed, run_request
+from .rounds import GIB
+from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms
+from .state import BenchState
+
+
+def scoring_costs(state: BenchState, model, prompt: Prompt) -> dict:
+    """AudioMarathon's eager attention matrix against kvprune's last-row scores, at layer K-1. If
+    they fail (e.g. the matrix does not fit), the unpruned row still counts, with the error."""
+    if state.expired():
+        return {}
+    try:
+        scoring = ScoringInputs.for_model(model, state.config.k, prompt.inputs["input_ids"], state.config.seed)
+        eager = eager_matrix_cost(state.meter, model, state.config.k, scoring)
+        return dict(
+            eager_score_ms=eager.extra_ms,
+            eager_score_extra_gib=eager.extra_bytes / GIB,
+            last_row_score_ms=last_row_ms(state.meter, scoring),
+        )
+    except Exception as error:
+        return {"error": f"scoring costs: {failed(error)}"}
+
+
+@torch.no_grad()
+def encoder_identical(state: BenchState, model, prompt: Prompt) -> bool | None:
+    """Whether kvprune's audio encoder gives exactly the stock encoder's output on this prompt (None:
+    not checked, for lack of time or because the check failed)."""
+    if state.expired():
+        return None
+    try:
+        return _same_encoder_output(model, prompt)
+    except Exception:
+        release_memory()
+        return None
+
+
+def _same_encoder_output(model, prompt: Prompt) -> bool:
+    end = resolve_family(model).audio_encoder(model)[1]
+    outputs = []
+    handle = end.register_forward_hook(
+        lambda module, args, output: outputs.append(output if isinstance(output, torch.Tensor) else output[0])
+    )
+    try:
+        for fast in (False, True):
+            with fast_audio_encoder(model) if fast else nullcontext():
+                model(**prompt.inputs, use_cache=False, **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}))
+    finally:
+        handle.remove()
+    return torch.equal(outputs[0], outputs[1])
+
+
+def largest_batches(state: BenchState, model, preset: Preset, base: dict, requests, outcomes, prompts, rows) -> None:
+    """Per configuration, the largest batch that fits (CUDA only): predicted from the measured
+    batches, then run (see ``bench.batch``)."""
+    if not state.meter.cuda:
+        for row in rows:
+            row.update(max_batch_predicted=math.nan, max_batch=math.nan)
+        return
+    configurations: dict[tuple, dict[int, object]] = {}
+    for request in requests:
+        outcome = outcomes[request]
+        if outcome.samples:
+            key = (request.method, request.ratio)
+            configurations.setdefault(key, {})[request.batch] = max(outcome.samples, key=lambda s: s.peak_bytes - s.base_bytes)
+    found = {}
+    for (method, ratio), samples in configurations.items():
+        request = next(r for r in requests if (r.method, r.ratio) == (method, ratio))
+        per_row = batching.row_bytes(samples, {b: prompts[b].input_bytes for b in samples})
+        fixed = min(s.base_bytes - prompts[b].input_bytes for b, s in samples.items())
+        predicted = batching.predicted_batch(per_row, fixed, batching.allocatable_bytes(state.device))
+
+        def fits(size: int, request=request) -> bool:
+            if state.expired():
+                return False
+            try:
+                prompt = preset.prompt(model, base["audio_seconds"], 1, state.config.seed, size)
+                run_request(state, model, prompt, request)
+                return True
+            except torch.OutOfMemoryError:
+                release_memory()
+                return False
+
+        try:
+            found[method, ratio] = (predicted, batching.largest_fitting(predicted, fits))
+        except Exception as error:  # not a lack of memory: the search stops, the rows stay
+            found[method, ratio] = (predicted, math.nan)
+            for row in rows:
+                if (row["method"], row["ratio"]) == (method, ratio) and row.get("error") is None:
+                    row["error"] = f"largest batch: {describe(error)}"
+        release_memory()
+    for row in rows:
+        predicted, largest = found.get((row["method"], row["ratio"]), (math.nan, math.nan))
+        row.update(max_batch_predicted=predicted, max_batch=largest)

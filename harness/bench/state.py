@@ -1,0 +1,33 @@
+"""What one ``kvprune bench`` run carries from preset to preset: its device and dtype, the meter that
+times its requests, its deadline, its progress bar and the rows so far."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+from tqdm.auto import tqdm
+
+from ..setup.device import default_device, resolve_cache
+from .config import BenchConfig
+from .measure import Meter
+
+
+class BenchState:
+    """State of one bench run: device, meter, deadline, progress bar and the rows so far."""
+
+    def __init__(self, config: BenchConfig):
+        self.config = config
+        self.device = torch.device(config.device or default_device())
+        auto = "bfloat16" if self.device.type == "cuda" else "float32"
+        self.dtype = getattr(torch, auto if config.dtype == "auto" else config.dtype)
+        self.meter = Meter(self.device, config.warmup, config.repeats, config.compile, config.compile_config)
+        self.cache = resolve_cache(config.cache, self.device)
+        self.deadline = math.inf if config.max_minutes is None else time.monotonic() + 60 * config.max_minutes
+        # shown once work has started (a run refused up front draws nothing); one count per audio length
+        self.bar = tqdm(total=0, disable=not config.progress, unit="request", dynamic_ncols=True, delay=1)
+        self.rows: list[dict] = []
+
+    def expired(self) -> bool:
+        return time.monotonic() > self.deadline

@@ -1,0 +1,105 @@
+"""One shape for the configurations of ``kvprune sweep`` and ``kvprune bench``.
+
+A command's configuration is a dataclass whose defaults are the command line's. ``build`` makes one
+from the defaults, then a YAML file, then every command-line override given (not None); ``overrides``
+reads the command's parsed arguments into those overrides. Constructing a configuration normalises
+what was written as text (``"0.1..0.9"``, ``"fastv,frame"``) and validates the whole, so a
+configuration that exists is one that can run, and a mistake stops the command before anything is
+loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+import yaml
+
+from kvprune.specs import MethodSpec, parse_methods
+
+from .device import check_device
+from .options import CACHES, ENCODERS
+
+
+@dataclass
+class CommandConfig:
+    """The base of ``SweepConfig`` and ``BenchConfig``: subclasses declare their settings as fields and
+    implement ``normalise``, ``validate`` and ``overrides``."""
+
+    #: what the command's YAML file is called in errors, and the error its mistakes raise
+    file_kind: ClassVar[str] = "config"
+    error: ClassVar[type[ValueError]] = ValueError
+    #: YAML keys read as another setting, one value as a list of one (``model: x`` is ``models: [x]``)
+    aliases: ClassVar[dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        self.normalise()
+        self.validate()
+
+    def normalise(self) -> None:
+        """Bring values written as text (on the command line, in a YAML file) to their types."""
+
+    def validate(self) -> None:
+        """Raise ``error`` naming the first setting that cannot run, and how to fix it."""
+
+    def check_shared(self) -> None:
+        """The settings every command has: the audio encoder path, the decoding cache, the device."""
+        if self.encoder not in ENCODERS:
+            raise self.error(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)} (--stock-encoder).")
+        if self.cache not in CACHES:
+            raise self.error(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
+        check_device(self.device)
+
+    @classmethod
+    def build(cls, yaml_path: str | Path | None = None, **overrides):
+        """Defaults, then the YAML file, then every override that is not None."""
+        return cls(**cls.settings(yaml_path, **overrides))
+
+    @classmethod
+    def settings(cls, yaml_path: str | Path | None = None, **overrides) -> dict:
+        """What ``build`` constructs from: the YAML file's settings and every override that is not None
+        (the defaults fill the rest)."""
+        values = cls.read_file(yaml_path) if yaml_path else {}
+        values.update({name: value for name, value in overrides.items() if value is not None})
+        return values
+
+    @classmethod
+    def read_file(cls, path: str | Path) -> dict:
+        """The settings of a YAML file, checked by name."""
+        path = Path(path)
+        if not path.is_file():
+            raise cls.error(f"{cls.file_kind} {path} not found.")
+        try:
+            values = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise cls.error(f"{cls.file_kind} {path} is not valid YAML: {error}") from None
+        if not isinstance(values, dict):
+            raise cls.error(f"{cls.file_kind} {path} must be a mapping of settings.")
+        for alias, name in cls.aliases.items():
+            if alias in values:
+                value = values.pop(alias)
+                values[name] = [value] if isinstance(value, str) else value
+        known = {f.name for f in fields(cls) if f.init}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            spelled = sorted(known | set(cls.aliases))
+            raise cls.error(f"{cls.file_kind} {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(spelled)}.")
+        return values
+
+    @classmethod
+    def overrides(cls, args: argparse.Namespace) -> dict:
+        """The settings given on the command line, for ``build`` (None: not given)."""
+        raise NotImplementedError
+
+    @classmethod
+    def default(cls, name: str):
+        """A setting's default, without building a configuration."""
+        spec = next(f for f in fields(cls) if f.name == name)
+        return spec.default_factory() if spec.default is MISSING else spec.default
+
+
+def unique_methods(specs) -> list[MethodSpec]:
+    """Method specs (a comma-separated string, a list) parsed, each label once."""
+    return list({method.label: method for method in parse_methods(specs)}.values())

@@ -1,0 +1,62 @@
+"""The device a command runs on: checked before anything is loaded, the KV cache decoding gets on it,
+its name for the records, and its memory released after a failure."""
+
+from __future__ import annotations
+
+import gc
+import platform
+
+import torch
+
+from .options import CACHES
+
+
+def default_device() -> str:
+    """Where a command runs when ``--device`` is not given: the GPU if there is one."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def check_device(device: str | None) -> None:
+    """Refuse a ``--device`` that torch cannot read or this machine does not have, before a model is
+    loaded (torch would say so only when the first tensor moves there, after minutes of loading)."""
+    if device is None:
+        return
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"--device {device!r} is not a device: give e.g. cpu, cuda or cuda:1.") from None
+    if parsed.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise ValueError(
+            f"--device {device}: this machine has no CUDA device (torch {torch.__version__} built without CUDA "
+            "or no GPU visible); use --device cpu."
+        )
+    count = torch.cuda.device_count()
+    if parsed.index is not None and parsed.index >= count:
+        raise ValueError(
+            f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to cuda:{count - 1}; give one of them."
+        )
+
+
+def resolve_cache(choice: str, device) -> str:
+    """The cache ``--cache`` asks for on ``device``: "static" or "dynamic" (auto: static on CUDA)."""
+    if choice not in CACHES:
+        raise ValueError(f"cache={choice!r} is invalid: choose one of {', '.join(CACHES)}.")
+    if choice == "auto":
+        return "static" if torch.device(device).type == "cuda" else "dynamic"
+    return choice
+
+
+def device_name(device: str | torch.device | None) -> str:
+    """The card a command runs on (None: wherever the model was placed), else the processor."""
+    if torch.cuda.is_available() and (device is None or str(device).startswith("cuda")):
+        return torch.cuda.get_device_name(torch.device(device or "cuda"))
+    return platform.processor() or platform.machine()
+
+
+def release_memory() -> None:
+    """Give back what a failed run held (after running out of memory, so that the next run has it)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

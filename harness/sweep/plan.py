@@ -1,0 +1,110 @@
+"""What a sweep runs: the unpruned baseline and every method at every ratio (``runs_of``), on the
+tasks it names (``load_tasks``), and the plan of it all (``plan_sweep``): every sample's prompt
+rendered once, with the identity of everything its results depend on (``identity.SweepPlan``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvprune.press import Press
+
+from ..demo import DEMO, DEMO_MODEL_DIR
+from ..tasks.prompts import RenderedPrompt
+from ..tasks.protocols import keep_rule
+from ..tasks.suites import expand_suites
+from ..tasks.task import Sample, Task, get_task
+from .config import BASELINE, SweepConfig
+from .identity import AudioDigests, SweepPlan, digest, input_hash, model_fingerprint
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One method at one ratio, with the press that runs it (None: the unpruned baseline)."""
+
+    method: str  # the method's canonical label, or BASELINE
+    ratio: float
+    press: Press | None
+    spec: str | None = None  # the method's full spec: every parameter of every press, layer included
+    method_id: str = BASELINE  # a digest of ``spec``: what results are grouped and resumed by
+
+    @property
+    def layer(self) -> int | None:
+        return None if self.press is None else self.press.layer
+
+
+@dataclass(frozen=True)
+class PlannedSample:
+    """One sample of a task with its prompt (None: the sample cannot run) and its input hash."""
+
+    sample: Sample
+    prompt: RenderedPrompt | None
+    input_hash: str
+
+
+def runs_of(config: SweepConfig) -> list[PlannedRun]:
+    """The unpruned baseline once, then every method at every ratio (with the protocol's keep rule)."""
+    rule = keep_rule(config.protocol)
+    runs = [PlannedRun(BASELINE, 0.0, None)]
+    for method in config.methods:
+        spec = repr(method.build(0.0, config.layer, rule))  # the ratio is the sweep's, apart
+        runs += [PlannedRun(method.label, r, method.build(r, config.layer, rule), spec, digest(spec)) for r in config.ratios]
+    return runs
+
+
+def load_tasks(names: list[str], protocol: str | None = None) -> list[Task]:
+    """The tasks of ``--tasks`` (names, suite names or YAML paths), under ``protocol`` when given;
+    two of one name would mix their results."""
+    names = expand_suites(names)
+    tasks = [get_task(name) for name in names]
+    tasks = [task.under(protocol) for task in tasks] if protocol else tasks
+    seen: dict[str, str] = {}
+    for name, task in zip(names, tasks):
+        if task.name in seen:
+            raise ValueError(
+                f"tasks {seen[task.name]!r} and {name!r} are both named {task.name!r}, so their results would mix: "
+                "give one of them another name (the name: field of its YAML file)."
+            )
+        seen[task.name] = name
+    return tasks
+
+
+def model_path(model_name: str) -> str:
+    """Where a model named on the command line is (``demo``: the embedded demo model's folder)."""
+    return str(DEMO_MODEL_DIR) if model_name == DEMO else model_name
+
+
+def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], cache: str,
+               digests: AudioDigests) -> tuple[SweepPlan, dict[str, list[PlannedSample]]]:
+    """Everything this configuration asks for, with what its results depend on, and every task's
+    samples with their prompts (a sample that cannot run is identified by what is wrong with it)."""
+    c = config
+    fingerprints = {name: model_fingerprint(model_path(name), c.trust_remote_code) for name in c.models}
+    settings = dict(
+        dtype=c.dtype, attn_implementation=c.attn_implementation, max_new_tokens=c.max_new_tokens,
+        protocol=c.protocol, cache=cache, long_audio=c.long_audio,
+        encoder=c.encoder,  # the same outputs either way, but not the same prefill times
+    )
+    methods = {run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer) for run in runs if run.press is not None}
+    settings_ids, hashes, planned = {}, {}, {}
+    for task in tasks:
+        task_settings = dict(
+            settings, task=task.config, long_audio=c.long_audio_policy(task.name),
+            generation=dict(max_new_tokens=c.max_new_tokens or task.max_new_tokens, do_sample=False),
+        )
+        for name in c.models:
+            settings_ids.setdefault(name, {})[task.name] = digest(dict(task_settings, model=fingerprints[name]))
+        samples = task.load(c.data_root, limit=c.limit, strict=False)  # a bad item is its own error
+        planned[task.name] = [_planned(task, sample, digests) for sample in samples]
+        hashes[task.name] = {p.sample.id: p.input_hash for p in planned[task.name]}
+    plan = SweepPlan(
+        settings=settings, models=fingerprints, tasks={t.name: t.config for t in tasks}, methods=methods,
+        runs=[(run.method_id, run.ratio) for run in runs], settings_ids=settings_ids, samples=hashes,
+    )
+    return plan, planned
+
+
+def _planned(task: Task, sample: Sample, digests: AudioDigests) -> PlannedSample:
+    if sample.problem:  # recorded as that sample's error, identified by what is wrong with it
+        return PlannedSample(sample, None, input_hash(sample.problem, []))
+    prompt = task.render(sample)
+    return PlannedSample(sample, prompt, input_hash(prompt.text, [digests(path) for path in prompt.files]))
