@@ -156,3 +156,23 @@ def test_incomplete_run_sets_are_refused():
         part_report("tr", _results([("t1", "X", "OSM", "TT")]), items)
     with pytest.raises(ValueError, match="p1: 1 of 2"):  # perception expects a run per option even when not robust
         part_report("pc", _results([("p1", "P", "s", "T")]), [{"id": "p1", "options": "ab"}], robust=False)
+
+
+def test_part_groups_expand_as_the_official_build_dataset():
+    from kvprune.harness.official.starbench import PART_GROUPS, PARTS, expand_parts
+
+    assert expand_parts(["starbench_default"]) == ["pc", "tr", "sr"]
+    assert expand_parts(["starbench_all"]) == ["tr", "tr_cap", "tr_uncut", "sr", "sr_ch", "pc_sp", "pc_nsp"]
+    # '+' joins names; case and spaces do not matter; a part already named is not repeated
+    assert expand_parts(["TR + sr", "temporal_all", "pc"]) == ["tr", "sr", "tr_cap", "tr_uncut", "pc"]
+    assert expand_parts(["perception_all"]) == ["pc_sp", "pc_nsp"] and set(PART_GROUPS["starbench_all"]) < set(PARTS)
+    with pytest.raises(ValueError, match=r"group 'spatial_all' names \['sp', 'sp_ch'\], which are not parts"):
+        expand_parts(["spatial_all"])
+    with pytest.raises(ValueError, match="unknown part 'sp'"):
+        expand_parts(["tr+sp"])
+
+
+def test_final_ma_over_a_group_averages_its_parts():
+    totals = {"tr": {"AA": 50.0, "ACR": 20.0, "unique_samples": 10}, "tr_cap": {"AA": 40.0, "ACR": 10.0, "unique_samples": 10},
+              "tr_uncut": {"AA": 60.0, "ACR": 30.0, "unique_samples": 10}}
+    assert final_ma(totals) == {"AA": 50.0, "ACR": 20.0, "Samples": 30}

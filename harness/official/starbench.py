@@ -38,6 +38,15 @@ PARTS: dict[str, str] = {
     "tr_uncut": "meta_info/holistic_reasoning_temporal.json",
 }
 DEFAULT_PARTS = ("pc", "tr", "sr")
+# ``datasets/__init__.py: DATASET_GROUPS``; "spatial_all" names aliases ("sp", "sp_ch") that are not
+# parts, so the official ``build_dataset`` fails on it, and ``expand_parts`` refuses it by name.
+PART_GROUPS: dict[str, tuple[str, ...]] = {
+    "temporal_all": ("tr", "tr_cap", "tr_uncut"),
+    "spatial_all": ("sp", "sp_ch"),
+    "perception_all": ("pc_sp", "pc_nsp"),
+    "starbench_all": ("tr", "tr_cap", "tr_uncut", "sr", "sr_ch", "pc_sp", "pc_nsp"),
+    "starbench_default": DEFAULT_PARTS,
+}
 REASONING_RUNS = 3
 NO_ANSWER = "Z"
 
@@ -75,6 +84,23 @@ class Run:
     @property
     def unique_id(self) -> str:
         return f"{self.item_id}@{self.rotate_id}"
+
+
+def expand_parts(names: Sequence[str]) -> list[str]:
+    """``build_dataset``'s reading of ``--data``: each name split at ``+``, stripped and lower-cased;
+    a group gives its parts in order; each part once, in first-named order (officially a part named
+    a second time is refused as "unknown"; here it is skipped). An unknown name, or a group naming
+    something that is not a part, is a ValueError."""
+    parts: list[str] = []
+    for name in names:
+        for sub in (n.strip().lower() for n in name.split("+")):
+            members = PART_GROUPS.get(sub, (sub,))
+            strays = [m for m in members if m not in PARTS]
+            if strays:
+                where = f"group {sub!r} names {strays}, which are not parts" if sub in PART_GROUPS else f"unknown part {sub!r}"
+                raise ValueError(f"STAR-Bench: {where}; the parts are {sorted(PARTS)}, the groups {sorted(PART_GROUPS)}")
+            parts += [m for m in members if m not in parts]
+    return parts
 
 
 def run_count(part: str, item: Mapping, robust: bool = True) -> int:
