@@ -68,6 +68,8 @@ class Generator:
 
     * ``compile``: compile the decode step with ``torch.compile`` ("auto": on CUDA).
     * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
+    * ``fast_linear``: run the compiled step's linear layers through ``gemv.grouped_linear`` (Triton
+      matrix-vector kernels, projections of one input in one launch; "auto": when compiling on CUDA).
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
     * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go).
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation).
@@ -77,6 +79,7 @@ class Generator:
     compile: bool | str = "auto"
     cuda_graphs: bool | str = "auto"
     compile_mode: str | None = None
+    fast_linear: bool | str = "auto"
     per_octave: int = 8
     max_state_bytes: int = 8 << 30
     check_every: int = 16
@@ -91,6 +94,7 @@ class Generator:
         cuda = self.device.type == "cuda"
         self.compile = cuda if self.compile == "auto" else bool(self.compile)
         self.cuda_graphs = cuda if self.cuda_graphs == "auto" else bool(self.cuda_graphs)
+        self.fast_linear = (cuda and self.compile) if self.fast_linear == "auto" else bool(self.fast_linear)
         if self.cuda_graphs and not cuda:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
         self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)
@@ -206,7 +210,7 @@ class Generator:
             def step(state: DecodeState) -> None:
                 decode_step(module, state, sampling, stopping, cache_name)
 
-            self._runners[key] = StepRunner(step, self.compile, self.cuda_graphs, self.compile_mode)
+            self._runners[key] = StepRunner(step, self.compile, self.cuda_graphs, self.compile_mode, self.fast_linear)
         return self._runners[key]
 
     def _captures(self) -> int:

@@ -36,6 +36,7 @@ class StepRunner:
     compile: bool
     cuda_graphs: bool
     compile_mode: str | None = None
+    group_linears: bool = False  # compile with ``gemv.GroupLinearsPass`` (decode GEMV kernels)
     captures: int = 0  # CUDA graphs captured so far
     fallbacks: dict[str, str] = field(default_factory=dict)  # why a state decodes without a graph, by reason
     _compiled: Callable | None = None
@@ -45,9 +46,18 @@ class StepRunner:
         if self.compile:
             self._compiled = torch.compile(self.step, mode=self.compile_mode)
 
-    @property
-    def function(self) -> Callable[[DecodeState], None]:
-        return self._compiled or self.step
+    def function(self, state: DecodeState) -> None:
+        """One step on ``state``, compiled if asked for (the compiler pass is in force while it compiles)."""
+        if self._compiled is None:
+            return self.step(state)
+        if not self.group_linears:
+            return self._compiled(state)
+        import torch._inductor.config as inductor_config
+
+        from .gemv import GroupLinearsPass
+
+        with inductor_config.patch(pre_grad_custom_pass=GroupLinearsPass()):
+            return self._compiled(state)
 
     def prepare(self, state: DecodeState) -> None:
         """Capture ``state``'s step as a CUDA graph if that is asked for and not done yet: a warm-up
