@@ -29,7 +29,13 @@ def load_clips(path: str | Path, channels: Channels = MEAN, sampling_rate: int =
     if not path.is_file():
         raise AudioLoadError(f"audio file not found: {path}")
     try:
-        data, rate = sf.read(path, dtype="float32", always_2d=True)
+        with open(path, "rb") as handle:
+            data, rate = sf.read(handle, dtype="float32", always_2d=True)
+    except PermissionError:
+        raise AudioLoadError(f"cannot read audio file {path}: permission denied; make it readable (chmod a+r) "
+                             "or leave it out of the task's data") from None
+    except OSError as error:
+        raise AudioLoadError(f"cannot read audio file {path}: {error.strerror or error}") from None
     except (sf.LibsndfileError, RuntimeError) as error:
         raise AudioLoadError(f"cannot read audio file {path}: {error}") from None
     if data.shape[0] == 0:

@@ -2,17 +2,23 @@
 
 Exit status: 0 success; 1 a sweep or bench ran but some runs failed (each is recorded with its
 error); 2 bad input or configuration (the message says what and how to fix it; nothing ran);
-130 interrupted (``kvprune sweep``: rerun the same command to resume)."""
+3 a file of the results folder could not be written (a full disk, permissions: what was written is
+kept; free the space, then rerun the same command to resume); 130 interrupted (``kvprune sweep``:
+rerun the same command to resume)."""
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import shlex
 import sys
+import warnings
 from pathlib import Path
 
 from .bench.config import DESCRIPTION, add_bench_arguments
 from .sweep.config import add_sweep_arguments
+from .sweep.disk import ResultsFileWarning, SweepOutputError, cannot_write
 from .sweep.lock import FolderLockedError
 
 
@@ -98,7 +104,7 @@ def _sweep(args) -> int:
     if demo and runs_demo_suite(settings, config):
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
     try:
-        outcome = run_sweep(config, progress=not args.quiet)
+        outcome = run_sweep(config, progress=not args.quiet, command=shlex.join(["kvprune", *args.argv]))
     except SweepInterrupted as stop:
         print(f"\nkvprune sweep: interrupted after {stop.written} new result rows (kept in {stop.out}); "
               "run the same command to resume.", file=sys.stderr)
@@ -113,11 +119,12 @@ def _sweep(args) -> int:
 def _finish(out: Path, plots: bool) -> int:
     """Write the outputs, print the headline, the failures and where to look; 1 if runs failed."""
     from .sweep.headline import headline_text
+    from .sweep.held import other_runs
     from .sweep.report import write_outputs
     from .sweep.summary import failures, folder_results, summarize
     from .sweep.store import recorded_tasks
 
-    written = write_outputs(out, plots=plots)
+    written = _writing(out, lambda: write_outputs(out, plots=plots))
     results = folder_results(out)
     print()
     print(headline_text(summarize(results, recorded_tasks(out))))
@@ -126,6 +133,10 @@ def _finish(out: Path, plots: bool) -> int:
         print(f"{failed} of {total} runs failed (each counts as a wrong answer; rerun with --retry-errors after fixing):")
         for count, example in kinds:
             print(f"  {count} × {example}")
+    others = other_runs(out)
+    if not others.empty:
+        print(f"{out} also holds {others['rows'].sum()} result(s) of earlier commands that this summary leaves out "
+              f"({', '.join(sorted(set(others['method'])))}): `kvprune report {out} --all` summarises every run it holds.")
     report = out / "report.md"
     print(f"Open {report.resolve()} for the full report (also in {out.resolve()}: "
           + ", ".join(p.name for p in written if p != report) + ").")
@@ -136,7 +147,8 @@ def _plot(args) -> int:
     from .sweep.plots import plot_summary
     from .sweep.summary import summarize_folder
 
-    for path in plot_summary(summarize_folder(args.results, everything=args.all), args.results):
+    summary = summarize_folder(args.results, everything=args.all)
+    for path in _writing(args.results, lambda: plot_summary(summary, args.results)):
         print(path)
     return 0
 
@@ -144,10 +156,26 @@ def _plot(args) -> int:
 def _report(args) -> int:
     from .sweep.report import write_outputs
 
-    for path in write_outputs(args.results, plots=False, everything=args.all):
+    for path in _writing(args.results, lambda: write_outputs(args.results, plots=False, everything=args.all)):
         if path.suffix in (".md", ".csv"):
             print(path)
     return 0
+
+
+#: what only a write can fail with: a full disk or quota, a file too large, a read-only file system
+_WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+
+
+def _writing(out: Path, write):
+    """``write()``, whose failure to write the summary, figures or report of ``out`` says that the
+    results are kept and how to write the outputs again."""
+    try:
+        return write()
+    except OSError as error:
+        if isinstance(error, SweepOutputError) or error.errno not in _WRITE_ERRORS:
+            raise
+        raise cannot_write(Path(error.filename or out), error, f"every result is kept in {out}",
+                           f"free the space, then `kvprune report {out}` writes the outputs again") from None
 
 
 # -- bench ----------------------------------------------------------------------------------------
@@ -208,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "quiet", False):
         _hide_library_progress()
     try:
-        return args.run(args)
+        with warnings.catch_warnings():
+            _warn_in_words(args.command)
+            return args.run(args)
     except KeyboardInterrupt:
         print(f"\nkvprune {args.command}: interrupted.", file=sys.stderr)
         return 130
@@ -216,7 +246,23 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("KVPRUNE_DEBUG"):
             raise
         print(f"kvprune {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        return 3 if isinstance(error, SweepOutputError) else 2
+
+
+def _warn_in_words(command: str) -> None:
+    """The harness's own warnings (an unreadable line of a results file...) as one sentence each,
+    once per command, without the Python source line that warned."""
+    show_others, said = warnings.showwarning, set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, ResultsFileWarning):
+            show_others(message, category, filename, lineno, file, line)
+        elif str(message) not in said:
+            said.add(str(message))
+            print(f"kvprune {command}: warning: {message}", file=sys.stderr)
+
+    warnings.showwarning = show
+    warnings.filterwarnings("always", category=ResultsFileWarning)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .disk import cannot_write
+
 try:
     import fcntl
 except ImportError:  # Windows
@@ -57,8 +59,12 @@ class FolderLock:
             handle.truncate()
             handle.write(json.dumps(_me(self.rank, self.world_size)) + "\n")
             handle.flush()
-        except BaseException:
-            handle.close()
+        except BaseException as error:
+            self._handle = handle
+            self.release()
+            if isinstance(error, OSError):  # a full disk: the lock file is gone again, the folder as it was
+                raise cannot_write(self.path, error, "nothing ran", "free the space or fix the permissions, then "
+                                   "rerun the command") from None
             raise
         self._handle = handle
         try:
@@ -70,12 +76,12 @@ class FolderLock:
     def release(self) -> None:
         if self._handle is None:
             return
+        handle, self._handle = self._handle, None
+        self.path.unlink(missing_ok=True)
         try:
-            self.path.unlink()
-        except FileNotFoundError:
+            handle.close()  # closing drops the flock
+        except OSError:  # a write that failed left data in the buffer: the file is gone and the flock with it
             pass
-        self._handle.close()  # closing drops the flock
-        self._handle = None
 
     def __enter__(self) -> "FolderLock":
         self.acquire()

@@ -3,37 +3,33 @@ one line per model run (each start or resume), saying where it ran and with whic
 
 A result line is written and flushed the moment its sample is done, so an interrupted sweep loses at
 most the sample in flight; a rerun reads the lines back and skips every run whose key is present.
-A line cut short by a kill is dropped when the file is next appended to; any other unreadable line
-is skipped with a warning that names the file and the line, and the rest is read. Each process of a
-multi-GPU sweep appends to its own file (``results.rank<N>.jsonl``). The task configs recorded in
+A line cut short by a kill (or by a full disk) is dropped when the file is next appended to; any
+other unreadable line is skipped with a warning that names the file and the line (once per
+command), and the rest is read; the next sweep on the folder moves such lines to
+``<file>.unreadable`` and says so, once. Each process of a multi-GPU sweep appends to its own file
+(``results.rank<N>.jsonl``). The task configs recorded in
 ``runs.jsonl`` let a summary read results whose task was since renamed or edited.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
 import pandas as pd
 
 from ..tasks.task import Task, task_from_config
+from .disk import ResultsFileWarning, SweepOutputError, cannot_write, write_line  # noqa: F401 (the errors: re-exported)
 from .identity import DIGESTS_FILE, PLAN_FILE
 
 RUNS_FILE = "runs.jsonl"
 #: a run's identity (see ``identity``): the readable fields and the digests of everything else
 KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id")
 #: what ``--overwrite`` removes: the files a sweep writes (other files in the folder stay)
-OUTPUT_PATTERNS = ("results*.jsonl", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv", "breakdown.csv", "report.md",
+OUTPUT_PATTERNS = ("results*.jsonl", "results*.jsonl.unreadable", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv", "breakdown.csv", "report.md",
                    "*_score_vs_ratio.png", "*_score_vs_prefill.png", "*_kv_saved.png")
-
-
-class ResultsFileWarning(UserWarning):
-    """A line of a results or runs file could not be read; the rest was."""
-
-
-class SweepOutputError(OSError):
-    """A results file could not be written (full disk, permissions); says which."""
 
 
 def run_key(row: dict) -> tuple:
@@ -61,20 +57,25 @@ def _json_lines(path: Path) -> list[dict]:
     rows = []
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                cut = "" if line.endswith("\n") else " (cut short: a sweep killed while writing it?)"
-                warnings.warn(f"{path}, line {number}: not a JSON object{cut} ({error.msg}); skipped, the other lines are read."
-                              " Rerunning the sweep redoes a skipped result.", ResultsFileWarning, stacklevel=2)
-                continue
-            if isinstance(row, dict):
+            row, problem = _parsed(line)
+            if problem:
+                warnings.warn(f"{path}, line {number}: {problem}; skipped, the other lines are read. Rerunning the sweep "
+                              "redoes a skipped result.", ResultsFileWarning, stacklevel=2)
+            elif row is not None:
                 rows.append(row)
-            else:
-                warnings.warn(f"{path}, line {number}: not a JSON object; skipped.", ResultsFileWarning, stacklevel=2)
     return rows
+
+
+def _parsed(line: str) -> tuple[dict | None, str | None]:
+    """(the row of one line, None) or (None, what is wrong with it); (None, None) for a blank line."""
+    if not line.strip():
+        return None, None
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        cut = "" if line.endswith("\n") else " (cut short: a sweep killed while writing it?)"
+        return None, f"not a JSON object{cut} ({error.msg})"
+    return (row, None) if isinstance(row, dict) else (None, "not a JSON object")
 
 
 def read_rows(out_dir: Path) -> list[dict]:
@@ -88,10 +89,10 @@ def append_run(out_dir: Path, info: dict) -> None:
     path = out_dir / RUNS_FILE
     _drop_cut_line(path)
     try:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(info, default=str) + "\n")
+        with open(path, "ab", buffering=0) as handle:
+            write_line(handle, json.dumps(info, default=str) + "\n")
     except OSError as error:
-        raise SweepOutputError(f"cannot write {path}: {error.strerror or error}") from None
+        raise cannot_write(path, error, "the results so far are kept") from None
 
 
 def clear_outputs(out_dir: Path) -> list[Path]:
@@ -125,12 +126,15 @@ def read_results(out_dir: Path | str) -> pd.DataFrame:
 
 
 class ResultStore:
-    """Appends result lines to one file and knows which runs are already done."""
+    """Appends result lines to one file and knows which runs are already done. Every line is one
+    unbuffered write: a write that fails (a full disk) raises ``SweepOutputError`` at once, and
+    ``close`` has nothing left to write."""
 
-    def __init__(self, out_dir: Path, rank: int = 0, world_size: int = 1):
+    def __init__(self, out_dir: Path, rank: int = 0, world_size: int = 1, stamp: dict | None = None):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.path = out_dir / ("results.jsonl" if world_size == 1 else f"results.rank{rank}.jsonl")
+        self.stamp = stamp or {}  # fields a row gets unless it has them (the start that wrote it)
         self.written = 0  # lines appended by this store
         self._handle = None
 
@@ -141,20 +145,48 @@ class ResultStore:
         try:
             if self._handle is None:
                 _drop_cut_line(self.path)
-                self._handle = open(self.path, "a", encoding="utf-8")
-            self._handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            self._handle.flush()
+                self._handle = open(self.path, "ab", buffering=0)
+            write_line(self._handle, json.dumps({**self.stamp, **row}, ensure_ascii=False) + "\n")
         except OSError as error:
-            raise SweepOutputError(
-                f"cannot write {self.path} ({error.strerror or error}); the {self.written} rows written before are kept: "
-                "free the space or fix the permissions, then rerun the same command to resume."
-            ) from None
+            self.close()
+            raise cannot_write(self.path, error, f"the {self.written} rows this sweep wrote before are kept, and a line "
+                               "it could not finish is dropped when the sweep resumes") from None
         self.written += 1
+
+    def set_aside_unreadable(self) -> str | None:
+        """Drop a last line cut short (a kill or a full disk while writing it: the run it was runs
+        again) and move the other lines of this store's file that are not results to
+        ``<file>.unreadable``, numbered as they were; says what was moved."""
+        if not self.path.exists():
+            return None
+        try:
+            _drop_cut_line(self.path)
+        except OSError as error:
+            raise cannot_write(self.path, error, "its whole lines are kept") from None
+        lines = self.path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+        bad = {n for n, line in enumerate(lines, start=1) if _parsed(line)[1] and line.endswith("\n")}
+        if not bad:
+            return None
+        aside = self.path.with_name(self.path.name + ".unreadable")
+        try:
+            with open(aside, "a", encoding="utf-8") as handle:
+                handle.writelines(f"line {n}: {lines[n - 1]}" for n in sorted(bad))
+            kept = self.path.with_name(f".{self.path.name}.tmp")
+            kept.write_text("".join(line for n, line in enumerate(lines, start=1) if n not in bad), encoding="utf-8")
+            os.replace(kept, self.path)
+        except OSError as error:
+            raise cannot_write(aside, error, f"{self.path} is unchanged") from None
+        numbers = ", ".join(map(str, sorted(bad)))
+        return (f"{self.path.name}: line{'s' if len(bad) > 1 else ''} {numbers} held no result (not a JSON object) and "
+                f"{'were' if len(bad) > 1 else 'was'} moved to {aside.name}; a run such a line held runs again.")
 
     def close(self) -> None:
         if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+            handle, self._handle = self._handle, None
+            try:
+                handle.close()
+            except OSError:  # unbuffered: nothing was left to write
+                pass
 
 
 def _drop_cut_line(path: Path) -> None:
