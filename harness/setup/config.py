@@ -11,6 +11,8 @@ loaded.
 from __future__ import annotations
 
 import argparse
+import types
+import typing
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
@@ -77,6 +79,7 @@ class CommandConfig:
             raise cls.error(f"{cls.file_kind} {path} is not valid YAML: {error}") from None
         if not isinstance(values, dict):
             raise cls.error(f"{cls.file_kind} {path} must be a mapping of settings.")
+        written = set(values)
         for alias, name in cls.aliases.items():
             if alias in values:
                 value = values.pop(alias)
@@ -86,6 +89,13 @@ class CommandConfig:
         if unknown:
             spelled = sorted(known | set(cls.aliases))
             raise cls.error(f"{cls.file_kind} {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(spelled)}.")
+        hints = typing.get_type_hints(cls)
+        for name, value in values.items():
+            expected = _kinds(hints[name])
+            if expected and not any(_is(value, kind) for kind in expected):
+                spelled = next((alias for alias, target in cls.aliases.items() if target == name and alias in written), name)
+                raise cls.error(f"{cls.file_kind} {path}: {spelled}: expected {' or '.join(_WORDS[k] for k in expected)}, "
+                                f"got {value!r}; fix the value or leave the setting out for its default.")
         return values
 
     @classmethod
@@ -98,6 +108,40 @@ class CommandConfig:
         """A setting's default, without building a configuration."""
         spec = next(f for f in fields(cls) if f.name == name)
         return spec.default_factory() if spec.default is MISSING else spec.default
+
+
+#: how a YAML value of each kind of setting is described in errors
+_WORDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text", list: "a list",
+          dict: "a mapping", type(None): "nothing (null)"}
+
+
+def _kinds(annotation) -> tuple[type, ...]:
+    """The YAML types a setting of this annotation takes (a path as text, a list also as
+    comma-separated text, a float also as a whole number, a method spec as text or a mapping); ()
+    when the annotation names something else (any value, checked where it is read)."""
+    kinds: list[type] = []
+    for part in typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,):
+        origin = typing.get_origin(part) or part
+        if origin is list:
+            kinds += [list, str, float] if typing.get_args(part) == (float,) else [list, str]
+        elif origin is Path:
+            kinds.append(str)
+        elif origin is MethodSpec:
+            kinds += [str, dict]
+        elif origin in _WORDS:
+            kinds.append(origin)
+        else:
+            return ()
+    return tuple(dict.fromkeys(kinds))
+
+
+def _is(value, kind: type) -> bool:
+    """Whether a YAML value is of ``kind`` (a boolean is no number; a whole number is a float)."""
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
 
 
 def unique_methods(specs) -> list[MethodSpec]:
