@@ -58,6 +58,7 @@ class SweepConfig(CommandConfig):
     cache: str = "auto"  # decoding's KV cache: static (compiled on a GPU), dynamic, or auto (static on a GPU)
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
+    rehash_audio: bool = False  # digest every audio file's content again instead of trusting the digest cache
 
     def normalise(self) -> None:
         self.models, self.tasks = name_list(self.models), name_list(self.tasks)
@@ -113,6 +114,7 @@ class SweepConfig(CommandConfig):
             trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
             retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
             protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None,
+            rehash_audio=args.rehash_audio or None,
         )
 
     def long_audio_policy(self, task: str) -> str:
@@ -160,6 +162,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--retry-errors", action="store_true", help="rerun the runs recorded with an error (default: keep them)")
     add("--overwrite", action="store_true", help="discard the results already in --out instead of refusing a folder "
         "made with other settings (default: off)")
+    add("--rehash-audio", action="store_true", help="read every audio file to digest its content, instead of trusting "
+        "the folder's digest cache for files whose size, modification and status-change times are unchanged "
+        "(default: trust it)")
     add("--no-plots", action="store_true", help="write summary.csv and report.md but no figures (default: figures too)")
     add_shared_options(
         parser,

@@ -11,8 +11,13 @@ A run (one sample under one method at one ratio) is identified by
 * ``method_id``: the method's full spec, every parameter of every press (its layer and keep rule
   included), not just the label it is shown under;
 * ``sample_id`` and ``input_hash``: the prompt's text and the content of each audio file it reads
-  (a digest, cached by path, size and modification time in ``audio-digests.json``);
+  (a digest, cached by path, size, modification and status-change time in ``audio-digests.json``:
+  ``AudioDigests`` says what that trusts);
 * the ratio.
+
+A row also records its sample's ``grade_hash`` (the gold answer, options, item and metadata its
+score depends on): a row whose run is done but whose grade hash is out of date is scored again from
+its stored output (``rescore``), not generated again.
 
 A sweep writes its ``SweepPlan`` (all of the above for everything the configuration asks for) to
 ``plan.json`` when it starts. The next start in the same folder compares its plan with it: settings
@@ -25,11 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import transformers
+
+from .disk import write_json
 
 PLAN_FILE = "plan.json"
 DIGESTS_FILE = "audio-digests.json"
@@ -70,16 +76,24 @@ def model_fingerprint(path: str, trust_remote_code: bool = False) -> str:
 
 
 class AudioDigests:
-    """Content digests of audio files, remembered by (path, size, modification time) in the results
-    folder, so that a resumed sweep reads each file once more only if it changed."""
+    """Content digests of audio files, remembered in the results folder (``audio-digests.json``) by
+    path, size, modification time and status-change time (``ctime``), so that a resumed sweep reads
+    a file again only if one of them changed. What is trusted: that a file whose four are unchanged
+    has its old content. Writing a file changes its ctime, and no user tool sets a ctime back (``touch
+    -r`` sets the modification time only), so content changed in place is read again; a file system
+    that does not keep ctimes, or a clock set back, can defeat it: ``rehash`` (``--rehash-audio``)
+    digests every file from its content, whatever the cache says. A file that cannot be read is not
+    cached: its sample's run records the error."""
 
-    def __init__(self, out_dir: Path):
+    def __init__(self, out_dir: Path, rehash: bool = False):
         self.path = Path(out_dir) / DIGESTS_FILE
+        self.rehash = rehash
         try:
             self._known = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             self._known = {}
         self._changed = False
+        self._fresh: set[str] = set()  # keys digested by this instance
 
     def __call__(self, file: Path) -> str:
         file = Path(file).resolve()
@@ -87,21 +101,31 @@ class AudioDigests:
             stat = file.stat()
         except OSError:
             return "missing"  # the run records the error when it tries to read it
-        key = f"{file}|{stat.st_size}|{stat.st_mtime_ns}"
-        if key not in self._known:
-            self._known[key] = file_digest(file)
+        key = f"{file}|{stat.st_size}|{stat.st_mtime_ns}|{stat.st_ctime_ns}"
+        if key not in self._fresh and (self.rehash or key not in self._known):
+            try:
+                self._known[key] = file_digest(file)
+            except OSError:
+                return "unreadable"  # permissions: the run records the error when it tries to read it
+            self._fresh.add(key)
             self._changed = True
         return self._known[key]
 
     def save(self) -> None:
         if self._changed:
-            _write_json(self.path, self._known)
+            write_json(self.path, self._known)
             self._changed = False
 
 
 def input_hash(prompt: str, audio_digests: list[str]) -> str:
     """The prompt's text and the content of its audio files, in order."""
     return digest([prompt, audio_digests])
+
+
+def grade_hash(sample) -> str:
+    """What a stored output's score depends on besides the output and the task's config: the
+    sample's gold answer, its options, its item and its metadata (categories, a benchmark's entry)."""
+    return digest([sample.answer, list(sample.choices), sample.item, sample.meta])
 
 
 @dataclass
@@ -116,6 +140,7 @@ class SweepPlan:
     runs: list[tuple[str, float]]  # (method_id, ratio), the baseline included
     settings_ids: dict[str, dict[str, str]]  # model -> task -> settings_id
     samples: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> sample_id -> input_hash
+    grades: dict[str, dict[str, str]] = field(default_factory=dict)  # task -> sample_id -> grade_hash
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -126,9 +151,10 @@ class SweepPlan:
         values["runs"] = [(m, float(r)) for m, r in values["runs"]]
         return cls(**values)
 
-    def select(self, rows: list[dict]) -> list[dict]:
+    def select(self, rows: list[dict], graded: bool = True) -> list[dict]:
         """The rows of the runs this plan asks for: its models, tasks, methods x ratios and samples,
-        with the settings and inputs it has now."""
+        with the settings and inputs it has now, and (``graded``) scored against the samples' answers
+        and metadata as they are now."""
         runs = {(m, round(r, 6)) for m, r in self.runs}
         kept = []
         for row in rows:
@@ -139,8 +165,22 @@ class SweepPlan:
                 continue
             if self.samples.get(task, {}).get(row.get("sample_id")) != row.get("input_hash"):
                 continue
+            if graded and not self.graded_now(row):
+                continue
             kept.append(row)
         return kept
+
+    def current(self, rows: list[dict]) -> list[dict]:
+        """Every row but those of samples this plan knows in another version: another prompt or
+        audio (the sample ran again), other answers or metadata (the output was scored again)."""
+        return [row for row in rows if self.samples.get(row.get("task"), {}).get(row.get("sample_id"), row.get("input_hash"))
+                == row.get("input_hash") and self.graded_now(row)]
+
+    def graded_now(self, row: dict) -> bool:
+        """Whether ``row`` was scored against its sample's answers and metadata as this plan knows
+        them (plans written before grades were recorded know none: every row is)."""
+        known = self.grades.get(row.get("task"), {}).get(row.get("sample_id"))
+        return known is None or row.get("grade_hash") == known
 
     def differences(self, recorded: "SweepPlan") -> list[str]:
         """The settings of ``recorded`` (an earlier start in the same folder) that this plan changes:
@@ -194,11 +234,4 @@ def read_plan(out_dir: Path | str) -> SweepPlan | None:
 
 
 def write_plan(out_dir: Path, plan: SweepPlan) -> None:
-    _write_json(Path(out_dir) / PLAN_FILE, plan.to_json())
-
-
-def _write_json(path: Path, value) -> None:
-    """Write ``value`` whole or not at all (a temporary file, then a rename)."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(value, indent=1, default=str), encoding="utf-8")
-    os.replace(temporary, path)
+    write_json(Path(out_dir) / PLAN_FILE, plan.to_json())

@@ -14,7 +14,7 @@ from ..tasks.protocols import keep_rule
 from ..tasks.suites import expand_suites
 from ..tasks.task import Sample, Task, get_task
 from .config import BASELINE, SweepConfig
-from .identity import AudioDigests, SweepPlan, digest, input_hash, model_fingerprint
+from .identity import AudioDigests, SweepPlan, digest, grade_hash, input_hash, model_fingerprint
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class PlannedSample:
     sample: Sample
     prompt: RenderedPrompt | None
     input_hash: str
+    grade_hash: str  # the answer, options, item and metadata its score depends on (``identity.grade_hash``)
 
 
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
@@ -85,7 +86,7 @@ def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], c
         encoder=c.encoder,  # the same outputs either way, but not the same prefill times
     )
     methods = {run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer) for run in runs if run.press is not None}
-    settings_ids, hashes, planned = {}, {}, {}
+    settings_ids, hashes, grades, planned = {}, {}, {}, {}
     for task in tasks:
         task_settings = dict(
             settings, task=task.config, long_audio=c.long_audio_policy(task.name),
@@ -96,15 +97,16 @@ def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], c
         samples = task.load(c.data_root, limit=c.limit, strict=False)  # a bad item is its own error
         planned[task.name] = [_planned(task, sample, digests) for sample in samples]
         hashes[task.name] = {p.sample.id: p.input_hash for p in planned[task.name]}
+        grades[task.name] = {p.sample.id: p.grade_hash for p in planned[task.name]}
     plan = SweepPlan(
         settings=settings, models=fingerprints, tasks={t.name: t.config for t in tasks}, methods=methods,
-        runs=[(run.method_id, run.ratio) for run in runs], settings_ids=settings_ids, samples=hashes,
+        runs=[(run.method_id, run.ratio) for run in runs], settings_ids=settings_ids, samples=hashes, grades=grades,
     )
     return plan, planned
 
 
 def _planned(task: Task, sample: Sample, digests: AudioDigests) -> PlannedSample:
     if sample.problem:  # recorded as that sample's error, identified by what is wrong with it
-        return PlannedSample(sample, None, input_hash(sample.problem, []))
+        return PlannedSample(sample, None, input_hash(sample.problem, []), grade_hash(sample))
     prompt = task.render(sample)
-    return PlannedSample(sample, prompt, input_hash(prompt.text, [digests(path) for path in prompt.files]))
+    return PlannedSample(sample, prompt, input_hash(prompt.text, [digests(path) for path in prompt.files]), grade_hash(sample))

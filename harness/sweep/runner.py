@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 from tqdm.auto import tqdm
@@ -34,6 +35,7 @@ from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .plan import PlannedRun, PlannedSample, load_tasks, model_path, plan_sweep, runs_of
+from .rescore import rescore
 from .samples import SampleRunner
 from .store import ResultStore, append_run, run_key
 
@@ -58,9 +60,11 @@ class SweepInterrupted(Exception):
 
 
 class SweepRunner:
-    def __init__(self, config: SweepConfig, progress: bool = True):
+    def __init__(self, config: SweepConfig, progress: bool = True, command: str | None = None):
         self.config = config
         self.progress = progress
+        self.command = command  # the command line, recorded in runs.jsonl
+        self.started = datetime.now(timezone.utc).isoformat(timespec="microseconds")  # this start, in every row it writes
         self.rank, self.world_size, device = process_share()
         self.device = config.device or device
         self.tasks = load_tasks(config.tasks, config.protocol)
@@ -81,12 +85,13 @@ class SweepRunner:
             self._folder = folder
             try:
                 self._check_methods()
-                self._digests = AudioDigests(out)
+                self._digests = AudioDigests(out, rehash=self.config.rehash_audio)
                 self.plan, planned = plan_sweep(self.config, self.tasks, self.runs, self.cache, self._digests)
                 self._samples = {name: samples[self.rank :: self.world_size] for name, samples in planned.items()}
                 folder.check(self.plan, self.config.overwrite)
                 barrier()
-                self.store = ResultStore(out, self.rank, self.world_size)
+                self.store = ResultStore(out, self.rank, self.world_size, stamp=dict(started=self.started))
+                self._tidy(folder)
                 todo = sum(self._run_model(model_name) for model_name in self.config.models)
                 if not todo:
                     folder.notes.append(f"nothing left to run: every run this sweep asks for has a result in {out} "
@@ -100,6 +105,19 @@ class SweepRunner:
                     self.store.close()
         finish()  # every process has finished before the outputs are written
         return SweepOutcome(out, self.rank, self.world_size, self.store.written, folder.notes)
+
+    def _tidy(self, folder: ResultsFolder) -> None:
+        """Before running anything: set aside the lines of this process's results file that hold no
+        result, and score again the stored outputs whose samples' answers or metadata changed."""
+        moved = self.store.set_aside_unreadable()
+        if moved:
+            folder.notes.append(moved)
+        rows, samples = rescore(self.store, self.plan, self.tasks, self._samples)
+        if rows:
+            folder.record(self.plan, self._digests)
+            folder.notes.append(f"scored {rows} stored result(s) of {samples} sample(s) again from their stored outputs: "
+                                "their answers or metadata changed, their prompt and audio did not (nothing was generated "
+                                "again for them).")
 
     def _check_methods(self) -> None:
         """Every method at every ratio against each model's skeleton (its modules on the meta device:
@@ -161,6 +179,8 @@ class SweepRunner:
         where = environment(self.device)
         append_run(self.config.out, dict(
             time=where.time,
+            started=self.started,
+            command=self.command,
             model=loaded.name,
             family=loaded.family.name,
             encoder=self.config.encoder,
@@ -185,5 +205,6 @@ def _key(model_name: str, task_name: str, run: PlannedRun, planned: PlannedSampl
     ))
 
 
-def run_sweep(config: SweepConfig, progress: bool = True) -> SweepOutcome:
-    return SweepRunner(config, progress=progress).run()
+def run_sweep(config: SweepConfig, progress: bool = True, command: str | None = None) -> SweepOutcome:
+    """Run ``config`` (``command``: the command line that asked for it, for the records)."""
+    return SweepRunner(config, progress=progress, command=command).run()

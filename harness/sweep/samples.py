@@ -37,7 +37,7 @@ class SampleRunner:
         sample = planned.sample
         base = dict(
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
-            item=sample.item, input_hash=planned.input_hash, settings_id=settings_id,
+            item=sample.item, input_hash=planned.input_hash, grade_hash=planned.grade_hash, settings_id=settings_id,
             reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
         )
         try:
@@ -81,7 +81,7 @@ class SampleRunner:
 
     def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, output=None, timing=None,
                 kept_tokens=None, error=None) -> None:
-        grade = task.grade(output, planned.sample)
+        grade = task.grade(output, planned.sample, failure=None if error is None else str(error))
         error = error or grade.error
         row = dict(
             base,

@@ -44,10 +44,12 @@ def summarize_folder(out_dir: Path | str, everything: bool = False) -> pd.DataFr
 def folder_results(out_dir: Path | str, everything: bool = False) -> pd.DataFrame:
     """The results a summary of ``out_dir`` reads: one row per run (a retried error replaced by its
     retry), restricted to the folder's plan unless ``everything``."""
-    rows = unique_runs(read_rows(Path(out_dir)))
-    plan = None if everything else read_plan(out_dir)
-    if plan is not None:
-        rows = plan.select(rows)
+    rows = read_rows(Path(out_dir))
+    plan = read_plan(out_dir)
+    if plan is not None:  # what the plan asks for, or everything but the rows of samples changed since
+        rows = plan.current(rows) if everything else plan.select(rows)
+    rows = unique_runs(rows)
+    plan = None if everything else plan
     if not rows:
         what = "results*.jsonl written by `kvprune sweep`" if plan is None else "results of the runs plan.json asks for"
         raise FileNotFoundError(f"no results in {out_dir}: expected {what} (`kvprune report --all` summarises every result)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import string
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -54,6 +55,7 @@ class Task:
     protocol: str = OFFICIAL  # the protocol this config follows
     protocols: dict = field(default_factory=dict, repr=False)  # other protocols: name -> the fields they change
     notes: str = ""  # what a reader of the results must know (shown in report.md)
+    failed_reply: str | None = None  # what a failed run is scored as ({error}: its message); None: no answer
     config: dict = field(default_factory=dict, compare=False, repr=False)  # the resolved YAML it was built from
 
     @property
@@ -132,9 +134,13 @@ class Task:
             scores.update(metric.per_sample(parsed, sample, **self._options(metric)))
         return scores
 
-    def grade(self, output: str | None, sample: Sample) -> Grade:
-        """Parse and score one output (None: the run failed, which scores as no answer). A parser or
+    def grade(self, output: str | None, sample: Sample, failure: str | None = None) -> Grade:
+        """Parse and score one output (None: the run failed, with ``failure`` its error's message). A
+        failed run scores as no answer, or, in a task with ``failed_reply``, as that reply with the
+        message in it (STAR-Bench's official loop scores ``"ERROR: <exception>"`` so). A parser or
         metric that fails on this output is that sample's error (``Grade.error``), not the sweep's."""
+        if output is None and failure is not None and self.failed_reply is not None:
+            output = self.failed_reply.format(error=failure)
         parsed, error = None, None
         if output is not None:
             try:
@@ -227,7 +233,7 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str,
+    "protocol": str, "protocols": dict, "notes": str, "failed_reply": str,
 }
 
 
@@ -246,7 +252,10 @@ def load_task_file(path: Path | str) -> Task:
       ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
       metadata fields to score per value (``breakdown.csv``);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
-      ``protocols``: other protocols by name, each the fields it changes (``Task.under``).
+      ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
+    - ``failed_reply``: the reply a failed run is scored as, ``{error}`` its error's message (a
+      benchmark whose official loop scores failures so: STAR-Bench's ``"ERROR: {error}"``); without
+      it a failed run is unanswered.
 
     Raises TaskConfigError naming the file and the field when anything is off.
     """
@@ -293,7 +302,7 @@ def task_from_config(config: dict, source: str) -> Task:
         variant=_build_variant(raw.get("variants"), fail), metric_options=_metric_options(raw, metrics, fail),
         breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail), benchmark=raw.get("benchmark", ""),
         data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
-        notes=raw.get("notes", ""), config=raw,
+        notes=raw.get("notes", ""), failed_reply=_failed_reply(raw.get("failed_reply"), fail), config=raw,
     )
     _check_fields(task, fail)
     return task
@@ -353,6 +362,12 @@ def _metric_options(raw: dict, metrics: tuple[str, ...], fail: Callable[..., Tas
             if allowed is not None and options[key] not in allowed:
                 raise fail(f"{key}={options[key]!r} is not one of {list(allowed)}", "metric_options")
     return dict(options)
+
+
+def _failed_reply(value: str | None, fail: Callable[..., TaskConfigError]) -> str | None:
+    if value is not None and set(name for _, name, _, _ in string.Formatter().parse(value) if name is not None) - {"error"}:
+        raise fail(f"{value!r} may name only {{error}}, the failed run's error message", "failed_reply")
+    return value
 
 
 def _breakdown(value: list, fail: Callable[..., TaskConfigError]) -> tuple[str, ...]:
