@@ -1,8 +1,8 @@
 """The outputs of a sweep folder: ``summary.csv``, ``breakdown.csv`` (when a task breaks its scores
 down or a suite aggregates them), the plots, and ``report.md``.
 
-``report.md`` opens with what went wrong, if anything (runs not done yet, runs that failed, audio
-that was cut), then the headline (per task, the unpruned score and each method's score and prefill
+``report.md`` opens with what it leaves out (runs of the folder that earlier commands added:
+``held``) and what went wrong, if anything (runs not done yet, runs that failed, audio that was cut), then the headline (per task, the unpruned score and each method's score and prefill
 speedup at each ratio), a word on whether the timings mean anything, where it ran, and per model the
 figures, the task average, one table per task (with the KV cache each run held and saved) and the
 breakdowns.
@@ -18,6 +18,7 @@ import pandas as pd
 from ..markdown import markdown_table
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
+from .held import other_runs_banner
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .identity import SweepPlan, read_plan
 from .plots import plot_summary, slug
@@ -164,8 +165,8 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
     returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n"]
     if results is not None:
-        banners = (incomplete_banner(plan, results) if plan is not None else "", failure_banner(results),
-                   long_audio_banner(results))
+        banners = (other_runs_banner(out_dir) if plan is not None else "", incomplete_banner(plan, results) if plan is not None else "",
+                   failure_banner(results), long_audio_banner(results))
         parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), _provenance(out_dir),
               "## Details\n\nScores are each task's primary metric (0-100); the change is against the unpruned run of "
