@@ -16,8 +16,6 @@ import sys
 import warnings
 from pathlib import Path
 
-from .bench.config import DESCRIPTION, add_bench_arguments
-from .sweep.config import add_sweep_arguments
 from .sweep.disk import ResultsFileWarning, SweepOutputError, cannot_write
 from .sweep.lock import FolderLockedError
 
@@ -96,11 +94,11 @@ def _sweep(args) -> int:
     """0 if every run succeeded, 1 if some failed, 130 if interrupted (the rows so far are kept)."""
     from .demo.default import asks_for_demo, prepare_default, runs_demo_suite
     from .sweep.config import SweepConfig
-    from .sweep.runner import SweepInterrupted, run_sweep
 
     settings = SweepConfig.settings(args.config, **SweepConfig.overrides(args))
     demo = asks_for_demo(settings.get("models"))
     config = SweepConfig(**(prepare_default(settings) if demo else settings))
+    from .sweep.runner import SweepInterrupted, run_sweep  # torch and transformers: once the configuration is checked
     if demo and runs_demo_suite(settings, config):
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
     try:
@@ -192,11 +190,20 @@ def _bench(args) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------------------
-def build_parser() -> argparse.ArgumentParser:
+FIGURE_COMMANDS = ("sweep", "plot", "bench")  # the commands that write figures to files
+BENCH = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``kvprune`` parser; with ``command``, only that command's options are added (the bench's
+    name its presets, which imports torch and transformers: a sweep's mistakes are found without)."""
     parser = argparse.ArgumentParser(prog="kvprune", description="Prune audio tokens in audio LLMs and measure what it costs.")
     commands = parser.add_subparsers(dest="command")
     sweep = commands.add_parser("sweep", help="run models x tasks x methods x ratios (no arguments: the embedded demo)")
-    add_sweep_arguments(sweep)
+    if command in (None, "sweep"):
+        from .sweep.config import add_sweep_arguments
+
+        add_sweep_arguments(sweep)
     sweep.set_defaults(run=_sweep)
     everything = dict(action="store_true", help="every result in the folder, grouped by everything that identifies a run "
                       "(default: the runs its last sweep asked for)")
@@ -205,7 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
         outputs = _command(commands, name, summary, run)
         outputs.add_argument("results", type=Path, help="a folder written by `kvprune sweep`")
         outputs.add_argument("--all", **everything)
-    add_bench_arguments(_command(commands, "bench", DESCRIPTION, _bench))
+    bench = _command(commands, "bench", BENCH, _bench)
+    if command in (None, "bench"):
+        from .bench.config import add_bench_arguments
+
+        add_bench_arguments(bench)
     _command(commands, "tasks", "list the benchmark tasks and suites: benchmark, metric, protocols, data layout", _tasks)
     _command(commands, "presses", "list the presses: kind, scope, parameters with their defaults, what each keeps", _presses)
     _command(commands, "families", "list the supported model families: audio tokens per second, architectures", _families)
@@ -227,14 +238,19 @@ def _hide_library_progress() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)  # the words as given, for the records
+    words = sys.argv[1:] if argv is None else list(argv)  # the words as given, for the records
+    parser = build_parser(next((word for word in words if not word.startswith("-")), None))
+    args = parser.parse_args(words)
+    args.argv = words
     if not hasattr(args, "run"):
         parser.print_help()
         return 0
     if getattr(args, "quiet", False):
         _hide_library_progress()
+    if args.command in FIGURE_COMMANDS:
+        import matplotlib
+
+        matplotlib.use("Agg")  # figures go to files: no window, whatever the environment's default backend
     try:
         with warnings.catch_warnings():
             _warn_in_words(args.command)

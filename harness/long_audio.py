@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvprune.models.prompting import Prompt, chunks
-
 from .audio import SAMPLING_RATE, duration_seconds
+
+if TYPE_CHECKING:
+    from kvprune.models.prompting import Prompt
 
 POLICIES = ("split", "truncate", "error")
 DEFAULT_POLICY = "split"
@@ -53,6 +55,8 @@ class FittedAudio:
         """``prompt`` for the fitted clips: each split clip's pieces stand in order where it stood."""
         if not self.pieces:
             return prompt
+        from kvprune.models.prompting import Prompt  # kvprune.models loads transformers: not before audio is fitted
+
         prompt = Prompt.of(prompt, len(self.pieces))
         starts = np.cumsum([0, *self.pieces]).tolist()
         segments = []
@@ -78,6 +82,8 @@ def fit_clips(waves: list[np.ndarray], max_seconds: float | None, policy: str, m
     if policy == "truncate":
         fitted = [w[:size] for w in waves]
         return FittedAudio(fitted, f"truncated {long_clips} clip(s) to {max_seconds:g} s (longest {longest:.1f} s)")
+    from kvprune.models.prompting import chunks  # as in FittedAudio.prompt
+
     split = [chunks(w, max_seconds) for w in waves]
     fitted = [piece for pieces in split for piece in pieces]
     return FittedAudio(fitted, f"split {long_clips} clip(s) into {len(fitted)} clips of at most {max_seconds:g} s",

@@ -304,7 +304,8 @@ def _check_press(name: str, cls) -> None:
 
 
 #: press classes by name; third-party packages add theirs through the entry-point group ``kvprune.presses``
-PRESSES: Registry[type[Press]] = Registry("press", entry_point_group="kvprune.presses", check=_check_press)
+PRESSES: Registry[type[Press]] = Registry("press", entry_point_group="kvprune.presses", check=_check_press,
+                                          builtin="kvprune.presses")
 
 
 def register_press(name: str, cls: type[Press] | None = None):

@@ -16,6 +16,7 @@ loaded the first time the registry is read, and registered under the entry point
 
 from __future__ import annotations
 
+import importlib
 import warnings
 from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
@@ -27,11 +28,14 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Named entries in registration order (built-in entries first, then entry points)."""
 
-    def __init__(self, kind: str, entry_point_group: str | None = None, check: Callable[[str, T], None] | None = None):
+    def __init__(self, kind: str, entry_point_group: str | None = None, check: Callable[[str, T], None] | None = None,
+                 builtin: str | None = None):
         """``kind`` names an entry in messages ("press"); ``check(name, entry)`` may refuse an entry
-        by raising (e.g. a class that is not a press)."""
+        by raising (e.g. a class that is not a press); ``builtin`` is the module whose import
+        registers the built-in entries, imported the first time the registry is read."""
         self.kind = kind
         self.entry_point_group = entry_point_group
+        self.builtin = builtin
         self._check = check
         self._entries: dict[str, T] = {}
         self._entry_points_loaded = entry_point_group is None
@@ -44,6 +48,7 @@ class Registry(Generic[T]):
         """
         if entry is None:
             return lambda decorated: self.register(name, decorated)
+        self._load_builtin()  # the built-in entries come first
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"{self.kind} name {name!r} is invalid: give a non-empty string.")
         if self._check is not None:
@@ -90,8 +95,14 @@ class Registry(Generic[T]):
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, {self.names()})"
 
+    def _load_builtin(self) -> None:
+        if self.builtin is not None:
+            builtin, self.builtin = self.builtin, None  # first: the module's own registrations must not recurse
+            importlib.import_module(builtin)
+
     def _loaded(self) -> dict[str, T]:
-        """The entries, once the entry points of the group (if any) have been loaded."""
+        """The entries, once the built-in ones and the entry points of the group (if any) have been loaded."""
+        self._load_builtin()
         if not self._entry_points_loaded:
             self._entry_points_loaded = True  # first, so that a plugin that reads the registry does not recurse
             for point in entry_points(group=self.entry_point_group):

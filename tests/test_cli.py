@@ -118,10 +118,10 @@ def test_sweep_help_explains_every_option_with_its_default_and_the_exit_status()
     assert max(len(line) for line in sweep.epilog.splitlines()) <= 100, "the epilog is printed as written"
     methods = next(action for action in sweep._actions if action.dest == "methods")
     assert "default: every registered token-dropping press (built in: fastv, random, frame, dart)" in methods.help
-    from kvprune.harness.sweep.config import SweepConfig
+    from kvprune.harness.sweep.config import default_methods
     from kvprune.press import list_presses
 
-    assert [m.label for m in SweepConfig.default("methods")] == list_presses(kind="token"), "the help says what the default is"
+    assert [m.label for m in default_methods()] == list_presses(kind="token"), "the help says what the default is"
     epilog = " ".join(sweep.epilog.split())
     for code in ("0 all runs succeeded", "1 some runs failed", "2 the configuration is wrong", "130 interrupted"):
         assert code in epilog

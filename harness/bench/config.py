@@ -34,7 +34,6 @@ from ..setup.options import add_shared_options, name_list
 from ..setup.ratios import parse_ratios
 from .presets import PRESETS
 
-DESCRIPTION = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
 MODES = ("ratios", "batch", "compare")
 DEFAULT_METHODS = {"ratios": "fastv,random,frame,dart", "batch": "fastv", "compare": "fastv"}
 

@@ -17,12 +17,14 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
+from typing import TYPE_CHECKING
+
 import yaml
 
-from kvprune.specs import MethodSpec, parse_methods
-
-from .device import check_device
 from .options import CACHES, ENCODERS
+
+if TYPE_CHECKING:
+    from kvprune.specs import MethodSpec
 
 
 @dataclass
@@ -52,6 +54,8 @@ class CommandConfig:
             raise self.error(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)} (--stock-encoder).")
         if self.cache not in CACHES:
             raise self.error(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
+        from .device import check_device  # imports torch: after every other check
+
         check_device(self.device)
 
     @classmethod
@@ -89,7 +93,7 @@ class CommandConfig:
         if unknown:
             spelled = sorted(known | set(cls.aliases))
             raise cls.error(f"{cls.file_kind} {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(spelled)}.")
-        hints = typing.get_type_hints(cls)
+        hints = typing.get_type_hints(cls, localns=_UNIMPORTED)
         for name, value in values.items():
             expected = _kinds(hints[name])
             if expected and not any(_is(value, kind) for kind in expected):
@@ -110,6 +114,13 @@ class CommandConfig:
         return spec.default_factory() if spec.default is MISSING else spec.default
 
 
+class _SpecText:
+    """What a YAML file writes a method spec as (text or a mapping), standing for ``MethodSpec`` when
+    the settings' types are read: ``kvprune.specs`` imports torch."""
+
+
+#: names in the settings' annotations that are not imported where they are declared
+_UNIMPORTED = {"MethodSpec": _SpecText, "Press": object}
 #: how a YAML value of each kind of setting is described in errors
 _WORDS = {int: "a whole number", float: "a number", bool: "true or false", str: "text", list: "a list",
           dict: "a mapping", type(None): "nothing (null)"}
@@ -126,7 +137,7 @@ def _kinds(annotation) -> tuple[type, ...]:
             kinds += [list, str, float] if typing.get_args(part) == (float,) else [list, str]
         elif origin is Path:
             kinds.append(str)
-        elif origin is MethodSpec:
+        elif origin is _SpecText:
             kinds += [str, dict]
         elif origin in _WORDS:
             kinds.append(origin)
@@ -146,4 +157,6 @@ def _is(value, kind: type) -> bool:
 
 def unique_methods(specs) -> list[MethodSpec]:
     """Method specs (a comma-separated string, a list) parsed, each label once."""
+    from kvprune.specs import parse_methods  # imports torch (the presses)
+
     return list({method.label: method for method in parse_methods(specs)}.values())

@@ -16,16 +16,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from kvprune.press import list_presses
-from kvprune.specs import MethodSpec, parse_methods
+from typing import TYPE_CHECKING
 
 from ..long_audio import DEFAULT_POLICY, POLICIES
 from ..setup.config import CommandConfig, unique_methods
 from ..setup.options import add_shared_options, name_list
 from ..setup.ratios import parse_ratios
 from ..tasks.protocols import PROTOCOLS
+from ..tasks.suites import expand_suites
+from ..tasks.task import get_task
+
+if TYPE_CHECKING:
+    from kvprune.specs import MethodSpec
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
+
+
+def default_methods() -> list[MethodSpec]:
+    """The sweep's methods when none are given: every registered token-dropping press."""
+    from kvprune.press import list_presses
+
+    return unique_methods(list_presses(kind="token"))
 
 
 class SweepConfigError(ValueError):
@@ -40,7 +51,7 @@ class SweepConfig(CommandConfig):
 
     models: list[str] = field(default_factory=list)
     tasks: list[str] = field(default_factory=list)
-    methods: list[MethodSpec] = field(default_factory=lambda: parse_methods(list_presses(kind="token")))
+    methods: list[MethodSpec] | None = None  # None: default_methods()
     ratios: list[float] = field(default_factory=lambda: parse_ratios("0.1..0.9"))
     layer: int | None = None
     limit: int | None = None
@@ -61,32 +72,41 @@ class SweepConfig(CommandConfig):
     rehash_audio: bool = False  # digest every audio file's content again instead of trusting the digest cache
 
     def normalise(self) -> None:
-        self.models, self.tasks = name_list(self.models), name_list(self.tasks)
-        self.methods = unique_methods(self.methods)
+        """The settings written as text, but the methods: ``validate`` reads them after checking the
+        rest, since their presses' registry imports torch, so that a mistake elsewhere is reported at once."""
         self.ratios = sorted(set(parse_ratios(self.ratios)))
+        self.models, self.tasks = name_list(self.models), name_list(self.tasks)
         self.data_root = None if self.data_root is None else Path(self.data_root).expanduser()
         self.out = Path(self.out).expanduser()
 
     def validate(self) -> None:
-        if not self.models:
-            raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
-        if not self.tasks:
-            raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
+        self._check_settings()
+        self.methods = default_methods() if self.methods is None else unique_methods(self.methods)
         if not self.methods:
             raise SweepConfigError(
                 "no method given: pass --methods, e.g. fastv,frame (see `kvprune presses`); the unpruned baseline runs "
                 "with every method."
             )
-        if self.data_root is None:
-            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
-        if not Path(self.data_root).is_dir():
-            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
         for method in self.methods:
             if not method.takes_ratio and len(self.ratios) > 1:
                 raise SweepConfigError(
                     f"method {method.label} sets the ratio of every press it holds, so each of the {len(self.ratios)} "
                     "ratios would run it the same way: leave one press's ratio to the sweep."
                 )
+        self.check_shared()
+
+    def _check_settings(self) -> None:
+        """Everything but the methods and the device, which need torch."""
+        if not self.models:
+            raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
+        if not self.tasks:
+            raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
+        for name in expand_suites(self.tasks):  # an unknown name or a broken task file, before torch is loaded
+            get_task(name)
+        if self.data_root is None:
+            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
+        if not Path(self.data_root).is_dir():
+            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
         if self.layer is not None and self.layer < 1:
             raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
         if self.protocol is not None and self.protocol not in PROTOCOLS:
@@ -99,7 +119,6 @@ class SweepConfig(CommandConfig):
                 f"max_new_tokens={tokens!r} is invalid: it must be a whole number, at least 1 (--max-new-tokens; "
                 "leave it out for each task's own)."
             )
-        self.check_shared()
         policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
         for policy in policies:
             if policy not in POLICIES:

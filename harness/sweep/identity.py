@@ -33,8 +33,6 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import transformers
-
 from .disk import write_json
 
 PLAN_FILE = "plan.json"
@@ -70,6 +68,8 @@ def model_fingerprint(path: str, trust_remote_code: bool = False) -> str:
             content = file_digest(file) if stat.st_size <= HASHED_FILE_BYTES else f"{stat.st_size}:{stat.st_mtime_ns}"
             files.append((str(file.relative_to(folder)), content))
         return f"local:{digest(files)}"
+    import transformers  # a summary of a folder (plan.json) needs no transformers; a sweep's plan of a hub model does
+
     config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     revision = getattr(config, "_commit_hash", None) or f"config {digest(config.to_dict())}"
     return f"hub:{path}@{revision}"

@@ -28,13 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvprune.models.prompting import Prompt
-
 from ..audio import load_clips
 from ..channels import MEAN, Channels
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from kvprune.models.prompting import Prompt
 
     from .sample import Sample
 
@@ -80,6 +80,8 @@ class RenderedPrompt:
     def load(self, channels: Channels = MEAN) -> tuple[list[np.ndarray], Prompt]:
         """Read the audio (each file once, by the channel policy) and return the waveforms with the
         model-side ``Prompt`` whose clip segments index them."""
+        from kvprune.models.prompting import Prompt  # kvprune.models loads transformers: only when audio is read
+
         files: dict[Path, list] = {}
         waves, segments = [], []
         for segment in self.segments:
