@@ -130,6 +130,9 @@ def test_two_layers_into_one_folder_the_report_says_what_else_it_holds(data_root
     assert f"added by `kvprune {' '.join(first)}`" in banner
     assert f"`kvprune report {out} --all`" in banner
     assert "2 result(s) of earlier commands that this summary leaves out (fastv (layer 2))" in printed
+    runs = read_runs(out)
+    assert [run["command"] for run in runs] == [f"kvprune {' '.join(first)}", f"kvprune {' '.join(args(data_root, out, '--layer', '3', methods='fastv', limit=2))}"]
+    assert all(run["cpu_threads"] == 1 for run in runs), "the demo model on the CPU runs on one thread"
     assert set(pd.read_csv(out / "summary.csv")["method"]) == {"none", "fastv"}
     assert main(["report", str(out), "--all"]) == 0
     assert set(pd.read_csv(out / "summary.csv")["method"]) == {"none", "fastv (layer 2)", "fastv (layer 3)"}

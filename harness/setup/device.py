@@ -1,10 +1,13 @@
 """The device a command runs on: checked before anything is loaded, the KV cache decoding gets on it,
-its name for the records, and its memory released after a failure."""
+its name for the records, its memory released after a failure, and the CPU threads a small model gets."""
 
 from __future__ import annotations
 
 import gc
+import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 
@@ -60,3 +63,29 @@ def release_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+#: below this many parameters, a model on the CPU runs on one thread (``cpu_threads``)
+SMALL_MODEL_PARAMETERS = 100_000_000
+#: what a user sets to choose torch's CPU threads; a command leaves the threads to them
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def cpu_threads(model: torch.nn.Module) -> Iterator[int]:
+    """Run a small model on the CPU on one torch thread for the duration of the block, and yield the
+    thread count in force. A model this small (the demo's 1.2 M parameters) multiplies matrices too
+    small for threads to pay, and its threads wait on each other whenever another process takes a
+    core: on 2 cores beside one busy process, the demo's 40 generations took 14.9 s on one thread
+    and 161 s on two (docs/demo/README.md, ``scripts/cpu_threads.py``). Larger models, models on a
+    GPU, and a user who set ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` keep torch's threads."""
+    before = torch.get_num_threads()
+    first = next(model.parameters(), None)
+    small = sum(p.numel() for p in model.parameters()) < SMALL_MODEL_PARAMETERS
+    chosen = any(os.environ.get(name) for name in THREAD_VARIABLES)
+    if first is not None and first.device.type == "cpu" and small and not chosen:
+        torch.set_num_threads(1)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
 from kvprune.models.loading import LoadedModel, load_model
 
-from ..setup.device import default_device, resolve_cache
+from ..setup.device import cpu_threads, default_device, resolve_cache
 from ..setup.environment import environment
 from ..setup.methods import check_methods, check_presses, checkpoint_skeleton
 from .config import SweepConfig
@@ -139,10 +139,11 @@ class SweepRunner:
         check_presses(loaded.model, model_name, self.presses, static=self.cache == "static")
         self._folder.record(self.plan, self._digests)
         samples = SampleRunner(self.config, self.cache, self.store)
-        with ExitStack() as model_lifetime:  # the fast encoder's handle lives as long as the model runs
+        with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
-            self._record_run(loaded, encoder)
+            threads = model_lifetime.enter_context(cpu_threads(loaded.model))
+            self._record_run(loaded, encoder, threads)
             warm = False
             for task, work in plan:
                 bar = tqdm(total=sum(len(todo) for _, todo in work), desc=f"{Path(model_name).name}/{task.name}",
@@ -173,7 +174,7 @@ class SweepRunner:
         )
         return replace(loaded, name=model_name)
 
-    def _record_run(self, loaded: LoadedModel, encoder: FastAudioEncoder | None) -> None:
+    def _record_run(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
         """Record what runs where (card, versions, audio encoder path) and each task as it runs, so
         that numbers can be traced and results summarised even after a task file changes."""
         where = environment(self.device)
@@ -192,6 +193,7 @@ class SweepRunner:
             model_fingerprint=self.plan.models[loaded.name],
             methods=self.plan.methods,
             device=where.card,
+            cpu_threads=threads,
             rank=self.rank,
             world_size=self.world_size,
             versions=where.versions,
