@@ -135,17 +135,22 @@ def test_plot_and_report_commands(uninterrupted, capsys):
     assert "score_vs_ratio.png" in printed and "report.md" in printed
 
 
-def test_notebook_analyses_a_results_folder(uninterrupted, monkeypatch):
-    import matplotlib
+def test_notebook_analyses_a_results_folder_and_every_figure_has_a_legend(uninterrupted, monkeypatch, tmp_path):
+    import matplotlib.pyplot as plt
 
-    matplotlib.use("Agg")
+    monkeypatch.setenv("KVPRUNE_RESULTS", str(uninterrupted))
+    monkeypatch.setenv("KVPRUNE_FIGURES", str(tmp_path))
+    plt.close("all")
     notebook = json.loads((Path(__file__).parents[1] / "notebooks" / "analysis.ipynb").read_text())
     namespace: dict = {}
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":
-            source = "".join(cell["source"]).replace('Path("../kvprune-results/demo")', f"Path({str(uninterrupted)!r})")
-            exec(compile(source, "analysis.ipynb", "exec"), namespace)
+            exec(compile("".join(cell["source"]), "analysis.ipynb", "exec"), namespace)
     assert len(namespace["summary"]) == len(TASKS) * 5
+    figures = [plt.figure(number) for number in plt.get_fignums()]  # a non-interactive backend keeps them open
+    assert len(figures) == 2 * len(TASKS)
+    assert all(ax.get_legend() for figure in figures for ax in figure.axes)
+    plt.close("all")
 
 
 def test_a_bad_audio_file_is_recorded_and_the_sweep_goes_on(tmp_path):

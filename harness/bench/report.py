@@ -7,15 +7,12 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import pandas as pd  # noqa: E402
-
-from ..markdown import markdown_table  # noqa: E402
-from .compare import targets, variant  # noqa: E402
-from .presets import PRESETS  # noqa: E402
+from ..markdown import markdown_table
+from .compare import targets, variant
+from .presets import PRESETS
 
 UNPRUNED, IDEAL, STOCK = "none", "ideal", "stock"
 GROUP = ["preset", "audio_seconds"]

@@ -7,8 +7,10 @@ ratio each method's points are shifted sideways by a hair. Each method's score l
 0 from the unpruned score. Each figure has one legend, for all of its panels (its labels are also
 stored in the PNG's ``Legend`` text field, for tools and tests). Panels say how many samples each
 point averages; the task average covers only the tasks every method ran. In the score-vs-prefill
-figure each point is labelled with its ratio, horizontal bars span the middle half of the
-per-sample prefill times, and the figure says so when the timings are within noise.
+figure points are labelled with their ratio where a label fits (inside the panel, clear of the other
+labels: each method's highest and lowest ratio first, tied points one label), horizontal bars span
+the middle half of the per-sample prefill times, and the figure says so when the timings are within
+noise.
 """
 
 from __future__ import annotations
@@ -18,15 +20,12 @@ import math
 import re
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import pandas as pd  # noqa: E402
-
-from .config import BASELINE  # noqa: E402
-from .headline import noise_share, ratio_text  # noqa: E402
-from .summary import direction, task_averages  # noqa: E402
+from .config import BASELINE
+from .headline import noise_share, ratio_text
+from .summary import direction, task_averages
 
 MARKERS = "osD^vPX*<>"
 LINESTYLES = ("-", "--", "-.", ":")
@@ -94,8 +93,9 @@ def _figure(panels, model, path: Path, draw, styles: dict, note: str | None = No
     columns = min(3, len(panels))
     rows = math.ceil(len(panels) / columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.9 * rows), squeeze=False)
+    labels = {}
     for ax, (title, ylabel, frame) in zip(axes.flat, panels):
-        draw(ax, frame, styles)
+        labels[ax] = draw(ax, frame, styles) or []
         ax.set_title(title, fontsize=10)
         ax.set_ylabel(ylabel)
         ax.set_ylim(min(0.0, frame["score"].min() - 2), max(102.0, frame["score"].max() + 2))  # the whole 0-100 scale
@@ -106,8 +106,38 @@ def _figure(panels, model, path: Path, draw, styles: dict, note: str | None = No
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(len(legend), 6), frameon=False)
     fig.suptitle(Path(str(model)).name + (f"\n{note}" if note else ""))
     fig.tight_layout(rect=(0, 0.06 + 0.03 * (len(legend) > 6), 1, 0.94 if note else 0.96))
+    for ax, candidates in labels.items():
+        place_labels(ax, candidates)
     _save(fig, path, legend)
     return path
+
+
+def place_labels(ax, candidates: list[tuple[float, float, str, object]]) -> list:
+    """Label points ``(x, y, text, colour)`` in the order given, each inside the axes and clear of
+    the labels already placed: a label that would leave the axes or cover another is left out (tied
+    points share one label, and none covers a panel's title). Returns the labels placed."""
+    renderer = getattr(ax.figure.canvas, "get_renderer", lambda: None)()
+    frame = ax.get_window_extent(renderer) if renderer is not None else None
+    placed, boxes = [], []
+    for x, y, text, colour in candidates:
+        label = ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7, color=colour,
+                            annotation_clip=True, clip_on=True)
+        if renderer is None:
+            placed.append(label)
+            continue
+        box = label.get_window_extent(renderer)
+        for offset in ((4, -10), (-4 - box.width * 72 / ax.figure.dpi, 3)):  # below, then left, where it does not fit above
+            if frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1):
+                break
+            label.set_position(offset)
+            box = label.get_window_extent(renderer)
+        inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+        if not inside or any(box.overlaps(other) for other in boxes):
+            label.remove()
+            continue
+        placed.append(label)
+        boxes.append(box)
+    return placed
 
 
 def _save(fig, path: Path, legend: dict) -> None:
@@ -146,7 +176,10 @@ def _line(ax, ratios, values, style: dict, label: str) -> None:
             linestyle=style["linestyle"], markersize=style["size"], linewidth=style["width"], label=label)
 
 
-def _score_vs_prefill(ax, frame: pd.DataFrame, styles) -> None:
+def _score_vs_prefill(ax, frame: pd.DataFrame, styles) -> list[tuple[float, float, str, object]]:
+    """The points of every method, the unpruned one and the Pareto front; returns the ratio labels
+    to place once the figure is laid out (``place_labels``)."""
+    labels: list[tuple[float, float, str, object]] = []
     for method, rows in frame[frame["method"] != BASELINE].groupby("method"):
         style = styles[method]
         rows = rows.sort_values("ratio")
@@ -154,10 +187,9 @@ def _score_vs_prefill(ax, frame: pd.DataFrame, styles) -> None:
         spread = _spread(rows)
         ax.errorbar(x, y, xerr=spread, fmt=style["marker"], color=style["color"], markersize=style["size"], elinewidth=0.8,
                     capsize=2, label=method)
-        for px, py, ratio in zip(x, y, rows["ratio"]):
-            if pd.notna(px) and pd.notna(py):
-                ax.annotate(ratio_text(ratio), (px, py), textcoords="offset points", xytext=(4, 3), fontsize=7,
-                            color=style["color"])
+        points = [(px, py, ratio_text(ratio), style["color"]) for px, py, ratio in zip(x, y, rows["ratio"])
+                  if pd.notna(px) and pd.notna(py)]
+        labels += points[-1:] + points[:1] + points[1:-1]  # each method's highest and lowest ratio first
     baseline = frame[frame["method"] == BASELINE]
     if len(baseline):
         ax.errorbar(baseline["prefill_ms_median"], baseline["score"], xerr=_spread(baseline), fmt="*", markersize=12,
@@ -165,6 +197,7 @@ def _score_vs_prefill(ax, frame: pd.DataFrame, styles) -> None:
     front = pareto_front(frame)
     ax.step(front["prefill_ms_median"], front["score"], where="post", color="grey", linewidth=2, alpha=0.5, label="Pareto front")
     ax.set_xlabel("prefill ms (median; bars: middle half of the samples)")
+    return labels
 
 
 def _spread(rows: pd.DataFrame):
