@@ -173,7 +173,7 @@ def test_reasoning_parts_pool_their_runs_and_the_suite_averages_the_parts(data):
     """sr: 2 items x 3 runs; answering "<A>" is right where the gold is A. Rotating right by r puts the
     last r options first: sr_move_1's gold "left to right" (option 1 of 3) is A, B, C in runs 0, 1, 2;
     sr_count_1's "2" (option 2 of 4) is B, C, D -> 1 of 6 right, AA 16.67, ACR 0. The Final MA is the
-    plain mean of the parts' AA and ACR."""
+    plain mean of the parts' AA and ACR, its samples the parts' unique items (4 + 2 + 2)."""
     root, _ = data
     task = get_task("starbench_sr")
     samples = task.load(root)
@@ -183,13 +183,14 @@ def test_reasoning_parts_pool_their_runs_and_the_suite_averages_the_parts(data):
 
     assert expand_suites(["starbench", "mmau", "starbench_pc"]) == ["starbench_pc", "starbench_sr", "starbench_tr", "mmau"]
     summary = pd.DataFrame([
-        dict(model="m", task=name, method="fastv", ratio=0.5, samples=n, starbench_aa=aa, starbench_acr=acr)
-        for name, n, aa, acr in (("starbench_pc", 11, 63.33, 33.33), ("starbench_sr", 6, 33.33, 0.0), ("starbench_tr", 6, 50.0, 50.0))
+        dict(model="m", task=name, method="fastv", ratio=0.5, samples=n, items=k, starbench_aa=aa, starbench_acr=acr)
+        for name, n, k, aa, acr in (("starbench_pc", 11, 4, 63.33, 33.33), ("starbench_sr", 6, 2, 33.33, 0.0),
+                                    ("starbench_tr", 6, 2, 50.0, 50.0))
     ])
     ma = suite_scores(summary, [get_suite("starbench")])
     expected = starbench.final_ma({p: {"AA": aa, "ACR": acr, "unique_samples": 0} for p, aa, acr in
                                    (("pc", 63.33, 33.33), ("sr", 33.33, 0.0), ("tr", 50.0, 50.0))})
-    assert ma[["task", "value", "samples"]].values.tolist() == [["starbench", "Final MA", 23]]
+    assert ma[["task", "value", "samples"]].values.tolist() == [["starbench", "Final MA", 8]]  # items, not runs
     assert ma["starbench_aa"].item() == pytest.approx(expected["AA"]) == pytest.approx((63.33 + 33.33 + 50.0) / 3)
     assert ma["starbench_acr"].item() == pytest.approx(expected["ACR"])
     assert suite_scores(summary[summary["task"] != "starbench_tr"], [get_suite("starbench")]).empty  # a part missing

@@ -46,8 +46,7 @@ def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
                         method_id=method_id, settings_id=settings_id)
         for field in task.breakdown_by:
             by_value: dict[str, list[dict]] = {}
-            for record in records:
-                value = row_meta(record).get(field)
+            for record, value in zip(records, _values(records, field, task.breakdown_whole.get(field))):
                 if value is not None:
                     by_value.setdefault(_text(value), []).append(record)
             for value, subset in sorted(by_value.items()):
@@ -57,9 +56,30 @@ def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     return distinguish_labels(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
 
 
+def _values(records: list[dict], field: str, whole: str | None = None) -> list:
+    """Each record's value of ``field``; with ``whole``, the value of the first record (in sample
+    order) of its ``whole`` group, so that the group counts whole under one value (STAR-Bench's
+    perception table puts a sub-category under the category of its first row)."""
+    own = [row_meta(record).get(field) for record in records]
+    if whole is None:
+        return own
+    groups = [row_meta(record).get(whole) for record in records]
+    first: dict[str, object] = {}
+    for index in sorted(range(len(records)), key=lambda i: _position(records[i])):
+        if groups[index] is not None:
+            first.setdefault(_text(groups[index]), own[index])
+    return [value if group is None else first[_text(group)] for value, group in zip(own, groups)]
+
+
+def _position(record: dict) -> float:
+    position = record.get("position")
+    return position if isinstance(position, (int, float)) and not pd.isna(position) else float("inf")
+
+
 def suite_scores(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
     """Per suite with an aggregate, model, method and ratio that ran all its tasks: the mean of each
-    aggregated metric over the suite's tasks (``task`` holds the suite's name)."""
+    aggregated metric over the suite's tasks (``task`` holds the suite's name), and ``samples``, the
+    items of all its tasks (an item run several times counts once, as STAR-Bench's Final MA counts)."""
     rows = []
     for suite in suites:
         if not suite.aggregate or summary.empty:
@@ -69,8 +89,9 @@ def suite_scores(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
             if set(frame["task"]) != set(suite.tasks):
                 continue
             scores = {metric: frame[metric].mean() for metric in suite.aggregate}
+            items = frame["items"] if "items" in frame else frame["samples"]  # summaries of older versions
             rows.append(dict(model=model, task=suite.name, method=method, ratio=ratio, field=SUITE_FIELD,
-                             value=suite.aggregate_name, samples=int(frame["samples"].sum()),
+                             value=suite.aggregate_name, samples=int(items.sum()),
                              metric=suite.aggregate[0], score=scores[suite.aggregate[0]], **scores))
     return pd.DataFrame(rows)
 

@@ -71,7 +71,8 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
         rows.append(dict(
             model=model, task=task_name, method=method, ratio=ratio, layer=None if pd.isna(layer) else int(layer),
             method_id=method_id, settings_id=settings_id,
-            samples=len(group), errors=int(group["error"].notna().sum()),
+            samples=len(group), items=group["item"].nunique() if "item" in group else len(group),
+            errors=int(group["error"].notna().sum()),
             metric=task.primary_metric, higher_is_better=task.higher_is_better, score=metrics[task.primary_metric],
             **metrics,
             audio_seconds=group["audio_seconds"].mean(),

@@ -50,6 +50,8 @@ class Task:
     variant: Variant | None = None  # one item -> several runs ("<id>@<r>")
     metric_options: dict = field(default_factory=dict)
     breakdown_by: tuple[str, ...] = ()
+    #: field -> the field whose groups count whole under their first row's value of it (breakdowns)
+    breakdown_whole: dict = field(default_factory=dict)
     benchmark: str = ""
     data_layout: str = "official"  # whether the data layout is the benchmark's published one
     protocol: str = OFFICIAL  # the protocol this config follows
@@ -233,7 +235,7 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str, "failed_reply": str,
+    "protocol": str, "protocols": dict, "notes": str, "failed_reply": str, "breakdown_whole": dict,
 }
 
 
@@ -250,7 +252,9 @@ def load_task_file(path: Path | str) -> Task:
     - ``variants``: a name from ``variants.VARIANTS``, or ``{name: ..., <options>}``;
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
       ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
-      metadata fields to score per value (``breakdown.csv``);
+      metadata fields to score per value (``breakdown.csv``); ``breakdown_whole``: ``{field: group}``,
+      a ``group`` value's rows all count under the ``field`` value of its first row (STAR-Bench
+      perception: a sub-category under its first row's category, as the official table counts it);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
       ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
     - ``failed_reply``: the reply a failed run is scored as, ``{error}`` its error's message (a
@@ -300,7 +304,9 @@ def task_from_config(config: dict, source: str) -> Task:
         layout=layout, prompt=_build_prompt(raw, fail), parser=raw["parser"], metrics=metrics,
         max_new_tokens=raw["max_new_tokens"], channels=_build_channels(raw.get("channels"), fail),
         variant=_build_variant(raw.get("variants"), fail), metric_options=_metric_options(raw, metrics, fail),
-        breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail), benchmark=raw.get("benchmark", ""),
+        breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail),
+        breakdown_whole=_breakdown_whole(raw.get("breakdown_whole") or {}, raw.get("breakdown_by") or [], fail),
+        benchmark=raw.get("benchmark", ""),
         data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
         notes=raw.get("notes", ""), failed_reply=_failed_reply(raw.get("failed_reply"), fail), config=raw,
     )
@@ -362,6 +368,13 @@ def _metric_options(raw: dict, metrics: tuple[str, ...], fail: Callable[..., Tas
             if allowed is not None and options[key] not in allowed:
                 raise fail(f"{key}={options[key]!r} is not one of {list(allowed)}", "metric_options")
     return dict(options)
+
+
+def _breakdown_whole(value: dict, fields: list, fail: Callable[..., TaskConfigError]) -> dict:
+    strays = sorted(str(name) for pair in value.items() for name in pair if name not in fields)
+    if strays:
+        raise fail(f"names {strays}, which breakdown_by does not list: map a breakdown field to another", "breakdown_whole")
+    return dict(value)
 
 
 def _failed_reply(value: str | None, fail: Callable[..., TaskConfigError]) -> str | None:
