@@ -1,5 +1,13 @@
 """Audio files to the mono 16 kHz float32 waveforms every supported processor expects (one per file, or
-several when a task's channel policy splits a file: ``channels``)."""
+several when a task's channel policy splits a file: ``channels``).
+
+Loading follows ``librosa.load(path, sr=16000)``, the loader of the reference pipelines
+(AudioMarathon's scripts): soundfile reads float32 samples, channels are averaged (the default
+``mean`` policy), and each clip is resampled with soxr at its "HQ" quality (``soxr_hq``, librosa's
+default ``res_type``), the result cut or zero-padded to ``ceil(n * (16000 / rate))`` samples as
+``librosa.resample`` (``fix=True``) leaves it. soxr is the maintained resampler librosa calls, so the
+waveforms equal librosa's to the bit without librosa and its dependencies (numba, scipy, scikit-learn).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import soxr
 
 from .channels import MEAN, ChannelError, Channels
 
@@ -66,17 +75,15 @@ def check_samples(data: np.ndarray, path) -> None:
 
 
 def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
-    """Band-limited resampling by zero-padding or truncating the spectrum (as scipy.signal.resample)."""
+    """``wave`` from ``rate`` to ``target`` Hz as ``librosa.resample(res_type="soxr_hq")`` does it:
+    soxr's HQ band-limited resampler, then cut or zero-padded to ``ceil(n * (target / rate))`` samples
+    (librosa's expression; soxr itself gives the rounded length, one sample fewer at most)."""
+    wave = np.asarray(wave, dtype=np.float32)
     if rate == target:
-        return wave.astype(np.float32, copy=False)
-    n_out = int(round(len(wave) * target / rate))
-    spectrum = np.fft.rfft(wave)
-    n_bins = n_out // 2 + 1
-    if n_bins <= len(spectrum):
-        spectrum = spectrum[:n_bins]
-    else:
-        spectrum = np.pad(spectrum, (0, n_bins - len(spectrum)))
-    return (np.fft.irfft(spectrum, n=n_out) * (n_out / len(wave))).astype(np.float32)
+        return wave
+    length = int(np.ceil(len(wave) * (float(target) / rate)))
+    out = soxr.resample(wave, rate, target, quality="soxr_hq")[:length]
+    return np.pad(out, (0, length - len(out))).astype(np.float32, copy=False)
 
 
 def duration_seconds(waves: list[np.ndarray], sampling_rate: int = SAMPLING_RATE) -> float:
