@@ -20,6 +20,8 @@ import soxr
 from .channels import MEAN, ChannelError, Channels
 
 SAMPLING_RATE = 16_000
+#: how clips are resampled, recorded in a sweep's settings (results of another resampler are not mixed in)
+RESAMPLER = "soxr_hq"
 
 
 class AudioLoadError(ValueError):
@@ -82,7 +84,7 @@ def resample(wave: np.ndarray, rate: int, target: int) -> np.ndarray:
     if rate == target:
         return wave
     length = int(np.ceil(len(wave) * (float(target) / rate)))
-    out = soxr.resample(wave, rate, target, quality="soxr_hq")[:length]
+    out = soxr.resample(wave, rate, target, quality=RESAMPLER)[:length]
     return np.pad(out, (0, length - len(out))).astype(np.float32, copy=False)
 
 

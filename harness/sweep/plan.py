@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from kvprune.press import Press
 
+from ..audio import RESAMPLER
 from ..demo import DEMO, DEMO_MODEL_DIR
 from ..tasks.prompts import RenderedPrompt
 from ..tasks.protocols import keep_rule
@@ -84,6 +85,7 @@ def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], c
         dtype=c.dtype, attn_implementation=c.attn_implementation, max_new_tokens=c.max_new_tokens,
         protocol=c.protocol, cache=cache, long_audio=c.long_audio,
         encoder=c.encoder,  # the same outputs either way, but not the same prefill times
+        resampler=RESAMPLER,  # what a clip at another rate than 16 kHz becomes
     )
     methods = {run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer) for run in runs if run.press is not None}
     settings_ids, hashes, grades, planned = {}, {}, {}, {}
