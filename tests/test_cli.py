@@ -123,7 +123,8 @@ def test_sweep_help_explains_every_option_with_its_default_and_the_exit_status()
 
     assert [m.label for m in default_methods()] == list_presses(kind="token"), "the help says what the default is"
     epilog = " ".join(sweep.epilog.split())
-    for code in ("0 all runs succeeded", "1 some runs failed", "2 the configuration is wrong", "130 interrupted"):
+    for code in ("0 all runs succeeded", "1 some runs failed", "2 the configuration is wrong", "3 a file of the results folder",
+                 "130 interrupted"):
         assert code in epilog
     assert "--overwrite" in epilog and "One sweep writes to a folder at a time" in epilog
 

@@ -154,9 +154,14 @@ its layer and keep rule, the ratio, the prompt and the audio files' content): re
 command resumes a folder; new methods, ratios, tasks or samples extend it; other settings are
 refused (use another --out, or --overwrite). One sweep writes to a folder at a time.
 
+A folder's summary and report cover the runs of its last command; report.md lists the runs earlier
+commands left in it, and `kvprune report DIR --all` summarises them all. Labels fixed in a dataset
+(the same audio and prompts) are scored again from the stored outputs, without generating again.
+
 Exit status: 0 all runs succeeded, 1 some runs failed (each is recorded with its error and counts
-as a wrong answer), 2 the configuration is wrong (nothing ran), 130 interrupted (rerun the same
-command to resume)."""
+as a wrong answer), 2 the configuration is wrong (nothing ran), 3 a file of the results folder
+could not be written (a full disk: what was written is kept; free space and rerun the same command
+to resume), 130 interrupted (rerun the same command to resume)."""
 
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:

@@ -4,7 +4,8 @@ Before anything runs, a start takes its folder (``folder``: created if needed, l
 writer), checks every method at every ratio against each model's skeleton (a layer out of range is
 an error before the first sample, not one per sample), works out its plan (``plan``: what every
 run's results depend on) and refuses a folder whose results were made with other settings. A start
-that fails leaves the folder as it found it.
+that fails leaves the folder as it found it. Then it sets aside the lines of its results file that
+hold no result and scores again the stored outputs whose samples' labels changed (``rescore``).
 
 Samples are the outer loop (``samples.SampleRunner``): a sample's inputs are prepared once, then the
 unpruned baseline and every method x ratio run on them back to back, each result line appended

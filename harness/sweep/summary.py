@@ -4,7 +4,8 @@ Rows are grouped by every field of a run's identity (``identity``): model, task,
 layer and full spec (``method_id``), the settings (``settings_id``) and the ratio, so results of two
 layers or two configurations are never blended; a label shared by two specs is shown with what
 tells them apart (``fastv (layer 3)``). A folder is summarised as its last sweep asked for
-(``plan.json``): exactly its models, tasks, methods, ratios and samples.
+(``plan.json``): exactly its models, tasks, methods, ratios and samples (what else the folder holds:
+``held``).
 
 Metrics use every sample, failed ones included (an error is an unanswered question), and are those
 of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
@@ -43,7 +44,8 @@ def summarize_folder(out_dir: Path | str, everything: bool = False) -> pd.DataFr
 
 def folder_results(out_dir: Path | str, everything: bool = False) -> pd.DataFrame:
     """The results a summary of ``out_dir`` reads: one row per run (a retried error replaced by its
-    retry), restricted to the folder's plan unless ``everything``."""
+    retry), restricted to the folder's plan (scored against its samples' labels as they are now), or
+    with ``everything`` every run the folder holds but those of samples changed since."""
     rows = read_rows(Path(out_dir))
     plan = read_plan(out_dir)
     if plan is not None:  # what the plan asks for, or everything but the rows of samples changed since
