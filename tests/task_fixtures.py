@@ -8,6 +8,7 @@ letter worked out here from where the right option was placed (or the transcript
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,17 @@ SAMPLE_RATE = 16_000
 
 
 CLIP_SECONDS = 0.05  # tests that run a model on the fixtures set this longer, so there is audio to prune
+
+
+@contextmanager
+def clip_seconds(seconds: float):
+    """Clips written in the block last ``seconds`` (a model needs audio tokens to prune)."""
+    global CLIP_SECONDS
+    saved, CLIP_SECONDS = CLIP_SECONDS, seconds
+    try:
+        yield
+    finally:
+        CLIP_SECONDS = saved
 
 
 def write_audio(path: Path, seconds: float | None = None) -> Path:

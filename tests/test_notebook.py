@@ -20,12 +20,9 @@ NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "analysis.ipynb"
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 2.0
-    try:
+    with task_fixtures.clip_seconds(2.0):
         task_fixtures.gtzan(root)
         task_fixtures.had(root, real=1, fake=1)
-    finally:
-        task_fixtures.CLIP_SECONDS = saved
     out = tmp_path_factory.mktemp("sweep")
     assert main(["sweep", "--model", "demo", "--tasks", "gtzan,had", "--methods", "frame,fastv", "--ratios", "0.5",
                  "--limit", "2", "--data-root", str(root), "--out", str(out), "--device", "cpu", "--quiet"]) == 0
