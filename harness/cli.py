@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from .bench.config import DESCRIPTION, add_bench_arguments
+from .estimate.config import DESCRIPTION as ESTIMATE
+from .estimate.config import add_estimate_arguments
 from .sweep.config import add_sweep_arguments
 from .sweep.lock import FolderLockedError
 
@@ -163,6 +165,26 @@ def _bench(args) -> int:
     return 1 if errors.any() else 0
 
 
+# -- estimate -------------------------------------------------------------------------------------
+def _estimate(args) -> int:
+    """0 once every task is priced."""
+    import shlex
+
+    from .estimate.config import EstimateConfig
+    from .estimate.estimate import run_estimate
+    from .estimate.report import write_estimate
+
+    settings = EstimateConfig.settings(args.config, **EstimateConfig.overrides(args))
+    settings.setdefault("out", Path("kvprune-results") / "estimate")
+    if settings.get("out") == Path("kvprune-results") and args.out is None:
+        settings["out"] = Path("kvprune-results") / "estimate"
+    config = EstimateConfig(**settings)
+    table = run_estimate(config, progress=not args.quiet)
+    written = write_estimate(table, config.out, "kvprune " + shlex.join(args.argv))
+    print(written[1].read_text())
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvprune", description="Prune audio tokens in audio LLMs and measure what it costs.")
@@ -178,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         outputs.add_argument("results", type=Path, help="a folder written by `kvprune sweep`")
         outputs.add_argument("--all", **everything)
     add_bench_arguments(_command(commands, "bench", DESCRIPTION, _bench))
+    add_estimate_arguments(_command(commands, "estimate", ESTIMATE, _estimate))
     _command(commands, "tasks", "list the benchmark tasks and suites: benchmark, metric, protocols, data layout", _tasks)
     _command(commands, "presses", "list the presses: kind, scope, parameters with their defaults, what each keeps", _presses)
     _command(commands, "families", "list the supported model families: audio tokens per second, architectures", _families)

@@ -42,7 +42,7 @@ def data_root(tmp_path_factory) -> Path:
 
 def args(data_root: Path, out: Path, *extra: str, methods: str = "frame", ratios: str = "0.5", limit: int = 2) -> list[str]:
     return ["sweep", "--model", "demo", "--tasks", "had", "--methods", methods, "--ratios", ratios, "--limit", str(limit),
-            "--data-root", str(data_root), "--out", str(out), "--device", "cpu", "--quiet", *extra]
+            "--data-root", str(data_root), "--out", str(out), "--device", "cpu", "--quiet", "--no-reuse-encoder", *extra]
 
 
 def command(arguments: list[str]) -> list[str]:
@@ -127,9 +127,9 @@ def test_the_decoding_cache_the_protocol_the_encoder_and_a_keep_rule_are_part_of
     capsys.readouterr()
     assert main(args(data_root, out, "--cache", "static", "--protocol", "audiomarathon", "--stock-encoder")) == 2
     error = capsys.readouterr().err
-    assert "cache: dynamic before, static now" in error and "protocol: unset before, audiomarathon now" in error
+    assert "cache: engine before, static now" in error and "protocol: unset before, audiomarathon now" in error
     assert "encoder: fast before, stock now" in error, "the same outputs, not the same prefill times"
-    assert main(args(data_root, out, "--cache", "dynamic")) == 0, "auto resolves to dynamic on a CPU: the same runs"
+    assert main(args(data_root, out, "--cache", "engine")) == 0, "auto resolves to the engine: the same runs"
     assert len(read_rows(out)) == 4
     assert main(args(data_root, out, methods="frame,frame:keep_rule=floor")) == 0, "another keep rule is another method"
     rows = read_rows(out)

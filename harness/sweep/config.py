@@ -55,7 +55,10 @@ class SweepConfig(CommandConfig):
     retry_errors: bool = False
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
     protocol: str | None = None  # run every task under this protocol (None: each task's own)
-    cache: str = "auto"  # decoding's KV cache: static (compiled on a GPU), dynamic, or auto (static on a GPU)
+    cache: str = "auto"  # how decoding runs: engine (kvprune's), static or dynamic (stock generate); auto: engine
+    batch_size: int = 1  # samples decoded together (each prefilled on its own)
+    reuse_encoder: bool = True  # a sample's audio encoder output computed once for all its runs
+    timing_samples: int = 4  # per task, samples also run alone without sharing, for per-sample timings
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
 
@@ -67,19 +70,27 @@ class SweepConfig(CommandConfig):
         self.out = Path(self.out).expanduser()
 
     def validate(self) -> None:
+        self.check_inputs()
+        self.check_runs()
+
+    def check_inputs(self) -> None:
+        """The model, the tasks and their data folder exist."""
         if not self.models:
             raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
         if not self.tasks:
             raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
+        if self.data_root is None:
+            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
+        if not Path(self.data_root).is_dir():
+            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
+
+    def check_runs(self) -> None:
+        """Methods, ratios, layer, protocol and every other setting of how the runs go."""
         if not self.methods:
             raise SweepConfigError(
                 "no method given: pass --methods, e.g. fastv,frame (see `kvprune presses`); the unpruned baseline runs "
                 "with every method."
             )
-        if self.data_root is None:
-            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
-        if not Path(self.data_root).is_dir():
-            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
         for method in self.methods:
             if not method.takes_ratio and len(self.ratios) > 1:
                 raise SweepConfigError(
@@ -98,6 +109,14 @@ class SweepConfig(CommandConfig):
                 f"max_new_tokens={tokens!r} is invalid: it must be a whole number, at least 1 (--max-new-tokens; "
                 "leave it out for each task's own)."
             )
+        for name in ("batch_size", "timing_samples"):
+            value, least = getattr(self, name), 1 if name == "batch_size" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise SweepConfigError(
+                    f"{name}={value!r} is invalid: it must be a whole number, at least {least} (--{name.replace('_', '-')})."
+                )
+        if not isinstance(self.reuse_encoder, bool):
+            raise SweepConfigError(f"reuse_encoder={self.reuse_encoder!r} is invalid: true or false (--no-reuse-encoder).")
         self.check_shared()
         policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
         for policy in policies:
@@ -113,6 +132,8 @@ class SweepConfig(CommandConfig):
             trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
             retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
             protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None,
+            batch_size=args.batch_size, timing_samples=args.timing_samples,
+            reuse_encoder=False if args.no_reuse_encoder else None,
         )
 
     def long_audio_policy(self, task: str) -> str:
@@ -161,6 +182,13 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--overwrite", action="store_true", help="discard the results already in --out instead of refusing a folder "
         "made with other settings (default: off)")
     add("--no-plots", action="store_true", help="write summary.csv and report.md but no figures (default: figures too)")
+    add("--batch-size", type=int, help="samples decoded together, each prefilled on its own (default: 1); answers do not "
+        "depend on it (greedy tokens equal batch 1's; on a GPU in bfloat16 the report says how often they do)")
+    add("--timing-samples", type=int, help="per task, the first N samples also run alone, without batching or "
+        "sharing, for per-sample prefill and decode times (default: 4; 0: none); the report's timings and the "
+        "score-vs-prefill figure use them, batched runs give throughput")
+    add("--no-reuse-encoder", action="store_true", help="run the audio encoder in every run of a sample instead of "
+        "once per sample (default: reuse it; exact: the same tensors)")
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
@@ -173,7 +201,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             device="ignored with --device-map",
             dtype="default: auto, the dtype the checkpoint was saved in",
             attn_implementation="default: sdpa; pruning works under all three",
-            cache="default: auto; each result records the cache it ran on, and whether the call compiled "
-            "(compiling calls are left out of timing statistics, like the warm-up)",
+            cache="default: auto; each result records how it decoded, and whether the call compiled or captured a graph "
+            "(such calls are timed again, warm, in the timing pass, and left out of timing statistics elsewhere, like "
+            "the warm-up)",
         ),
     )
