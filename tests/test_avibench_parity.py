@@ -1,5 +1,5 @@
 """AVI-Bench's scorers against an independent transcription of the official evaluator
-(tests/avibench_official.py), on hundreds of synthetic entries from a seeded generator, edge cases
+(tests/support/avibench_official.py), on hundreds of synthetic entries from a seeded generator, edge cases
 included (empty and missing replies, pre-questions, malformed dicts and boxes, ties): exact equality."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-import avibench_official as official
 from kvprune.harness.official import avibench
 from kvprune.harness.official.avibench_grounding import score_avl, score_avlg
 from kvprune.harness.official.avibench_retrieval import score_retrieval
+from tests.support import avibench_official as official
 
 SEEDS = range(8)
 # an entry with no gold class gives the official numpy an empty mean (NaN, then capped): same warning here

@@ -6,19 +6,18 @@ keep rule in the kept counts; bad items recorded as their samples' errors while 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-import benchmark_fixtures
-import task_fixtures
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.config import SweepConfig
 from kvprune.harness.sweep.plan import load_tasks, runs_of
 from kvprune.harness.sweep.store import read_rows
 from kvprune.harness.tasks.suites import expand_suites
 from kvprune.harness.tasks.task import get_task
+from tests.support import benchmark_fixtures, task_fixtures
+from tests.support.paths import REPO
 
 TASKS = ["starbench", "mmau", "mmar", "avibench", "staudioqa_a", "staudioqa_c"]
 RUNS = 5  # the baseline, then 2 methods x 2 ratios
@@ -126,7 +125,7 @@ def test_bad_items_are_their_samples_errors_and_the_sweep_goes_on(data_root, tmp
     assert "s2.wav has 2 channel(s), but the task's channel policy foa_omni (acn order) needs 4" in failed[("staudioqa_a", "a3")]
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "bench_configs").glob("*.yaml")), ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", sorted((REPO / "bench_configs").glob("*.yaml")), ids=lambda p: p.stem)
 def test_every_shipped_sweep_config_builds_with_its_tasks(path, tmp_path):
     config = SweepConfig.build(path, data_root=tmp_path)
     tasks = load_tasks(config.tasks, config.protocol)

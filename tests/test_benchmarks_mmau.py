@@ -5,8 +5,6 @@ gold's tokens)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from kvprune.harness.official.mmau import (
@@ -19,10 +17,10 @@ from kvprune.harness.official.mmau import (
     string_match,
     tokenize,
 )
+from tests.support.paths import OFFICIAL_DATA
 
-OFFICIAL = Path(__file__).parent / "data" / "official"
-MMAU_FILE = OFFICIAL / "mmau-test-mini.json.gz"
-MMAR_FILE = OFFICIAL / "MMAR-meta.jsonl.gz"
+MMAU_FILE = OFFICIAL_DATA / "mmau-test-mini.json.gz"
+MMAR_FILE = OFFICIAL_DATA / "MMAR-meta.jsonl.gz"
 
 
 def test_tokens_ignore_case_punctuation_and_order():

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers, single_row
 from kvprune import ComposedPress, DARTPress, KNormPress
 from kvprune.ratios import keep_count
-from tiny_models import AUDIO, FAMILIES
+from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers, single_row
+from tests.support.tiny_models import AUDIO, FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)
 ROW = [[("text", 4), ("audio", 16), ("text", 3), ("audio", 8), ("text", 5)]]

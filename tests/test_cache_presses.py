@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-import cache_reference as ref
-from helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, decoder_layers, kv_sources, model, single_row
 from kvprune import ComposedPress, FramePress, get_press, list_presses, parse_method
 from kvprune.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
 from kvprune.ratios import keep_count
-from tiny_models import FAMILIES, N_LAYERS
+from tests.support import cache_reference as ref
+from tests.support.helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, decoder_layers, kv_sources, model, single_row
+from tests.support.tiny_models import FAMILIES, N_LAYERS
 
 FAMILY_NAMES = list(FAMILIES)
 WINDOW = 4  # every prompt below ends with at least 5 text tokens: the window is text

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-import benchmark_fixtures
 from kvprune.harness.audio import AudioLoadError, load_clips
 from kvprune.harness.channels import Channels, ChannelError
+from tests.support import benchmark_fixtures
 
 # four channels over three frames, each channel its own values
 DATA = np.array([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0], [0.0, 0.25, -0.5, 1.0]], dtype=np.float32)

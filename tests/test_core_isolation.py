@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+from tests.support.paths import REPO
 
 SCRIPT = r"""
 import builtins, importlib, importlib.util, json, pkgutil, sys
@@ -44,9 +45,9 @@ for package in ("kvprune", "kvprune.models", "kvprune.presses"):
         importlib.import_module(module.name)
         core.append(module.name)
 
-sys.path.insert(0, TESTS)
+sys.path.insert(0, REPO)
 import torch
-from tiny_models import FAMILIES
+from tests.support.tiny_models import FAMILIES
 
 family = FAMILIES["qwen2_audio"]
 model = family.build("sdpa")
@@ -62,9 +63,8 @@ print(json.dumps(dict(
 
 
 def test_core_imports_nothing_of_the_harness_and_runs_without_it():
-    tests = Path(__file__).parent
     result = subprocess.run(
-        [sys.executable, "-c", f"TESTS = {str(tests)!r}\n{SCRIPT}"], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", f"REPO = {str(REPO)!r}\n{SCRIPT}"], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])

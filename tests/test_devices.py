@@ -14,19 +14,19 @@ from __future__ import annotations
 import copy
 import importlib.util
 import io
-from pathlib import Path
 
 import pytest
 import torch
 
 import kvprune.engine as engine
-from helpers import K, model
 from kvprune import ComposedPress, FramePress, get_press, list_presses
 from kvprune.compression import PrefillCompression, _Tables
 from kvprune.token_evidence import Evidence
 from kvprune.slots import SlotMap
-from tiny_models import FAMILIES, N_LAYERS
-from virtual_devices import CrossDevice, VirtualDevices, device_of, on
+from tests.support.helpers import K, model
+from tests.support.paths import REPO
+from tests.support.tiny_models import FAMILIES, N_LAYERS
+from tests.support.virtual_devices import CrossDevice, VirtualDevices, device_of, on
 
 ROWS = [[("text", 3), ("audio", 12), ("text", 4), ("audio", 8), ("text", 5)], [("text", 5), ("audio", 16), ("text", 3)]]
 SPLITS = range(1, N_LAYERS + 1)  # the first decoder layer on the second device (N_LAYERS: only the norm and head)
@@ -155,7 +155,7 @@ def test_slot_maps_follow_the_layer_they_serve():
 
 
 def _multi_gpu_script():
-    path = Path(__file__).parents[1] / "scripts" / "check_multi_gpu.py"
+    path = REPO / "scripts" / "check_multi_gpu.py"
     spec = importlib.util.spec_from_file_location("check_multi_gpu", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

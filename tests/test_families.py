@@ -4,16 +4,16 @@ from it, and what its AudioFormat promises is what its model's encoder does."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 import torch
 
-from helpers import model
 from kvprune.harness.bench.presets import PRESETS
 from kvprune.harness.bench.shapes import shapes_of
 from kvprune.models import QWEN2_5_OMNI, VOXTRAL, ModelFamily, list_families
-from tiny_models import AUDIO, FAMILIES
+from tests.support.helpers import model
+from tests.support.paths import REPO
+from tests.support.tiny_models import AUDIO, FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)  # the families the installed transformers has
 TEST_OVERRIDES = {"initializer_range", "text_config.initializer_range"}  # what tiny_models.config_for_tests sets
@@ -96,7 +96,7 @@ def test_voxtral_refuses_a_clip_between_whole_chunks():
 
 
 def test_every_family_lists_what_the_readme_table_shows():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     for family in list_families():
         listing = family.listing()
         assert list(listing) == ["family", "classes", "decoder layers", "audio tokens", "long audio", "longest clip", "transformers"]

@@ -16,7 +16,7 @@ from kvprune.models import AERO, PHI4_MULTIMODAL, QWEN2_5_OMNI, QWEN2_AUDIO, VOX
 from kvprune.models.loading import ModelLoadError, load_model
 from kvprune.models.prompting import SAMPLING_RATE, ChatFormat, Prompt, chunks, wav_bytes
 from kvprune.models.tiny import MELS
-from tiny_checkpoints import qwen2_audio_checkpoint
+from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import csv
 import importlib.util
 import itertools
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,10 +17,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.models.phi4_multimodal import modeling_phi4_multimodal
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAudioEncoder
 
-from helpers import GREEDY, model
 from kvprune import FastVPress, UnsupportedModelError, fast_audio_encoder
 from kvprune.encoders.phi4 import chunk_mask
-from tiny_models import FAMILIES, config_for_tests
+from tests.support.helpers import GREEDY, model
+from tests.support.paths import REPO
+from tests.support.tiny_models import FAMILIES, config_for_tests
 
 OMNI_CONFIG = config_for_tests(FAMILIES["qwen2_5_omni"].family)
 N_MELS = OMNI_CONFIG.audio_config.num_mel_bins
@@ -275,7 +275,7 @@ def test_unsupported_model_is_refused_with_the_supported_families():
 
 # -- the GPU measurement script, at tiny shapes on the CPU -------------------------------------------
 def test_bench_encoders_script_runs_tiny(tmp_path, one_thread, monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_encoders.py"
+    path = REPO / "scripts" / "bench_encoders.py"
     spec = importlib.util.spec_from_file_location("bench_encoders", path)
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_encoders", script)  # its dataclasses look their module up

@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import Gemma3nConfig
 
-from helpers import GREEDY, K, cache_of, model
 from kvprune import FastVPress, FramePress, KNormPress
 from kvprune.models import GEMMA3N
-from tiny_models import FAMILIES, TinyModel
+from tests.support.helpers import GREEDY, K, cache_of, model
+from tests.support.tiny_models import FAMILIES, TinyModel
 
 ROW = [[("text", 4), ("audio", 12), ("text", 5)]]
 pytestmark = pytest.mark.skipif("gemma3n" not in FAMILIES, reason="this transformers has no Gemma-3n")

@@ -7,14 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import GREEDY, model
 from kvprune import (
     AdaKVPress, ComposedPress, DARTPress, FastVPress, FramePress, Generator, KNormPress, SnapKVPress, generate,
 )
 from kvprune.generation import ENGINE, FALLBACK, bucket_length
 from kvprune.generation.attention import decode_attention
 from kvprune.generation.step import Sampling, Stopping, choose
-from tiny_models import FAMILIES
+from tests.support.helpers import GREEDY, model
+from tests.support.tiny_models import FAMILIES
 
 ROWS = [[("text", 3), ("audio", 12), ("text", 4)], [("text", 6), ("audio", 8), ("text", 2)]]
 NEW = 8

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_session.py"
+from tests.support.paths import REPO
+
+SCRIPT = REPO / "scripts" / "gpu_session.py"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

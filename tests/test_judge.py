@@ -201,7 +201,7 @@ TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content']
 def tiny_judge_folder(tmp_path_factory):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from tiny_processors import BASE, word_tokenizer
+    from tests.support.tiny_processors import BASE, word_tokenizer
 
     folder = tmp_path_factory.mktemp("tiny-judge")
     tokenizer = word_tokenizer(BASE)

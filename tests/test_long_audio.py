@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-import task_fixtures
 from kvprune import FastVPress
 from kvprune.harness.audio import SAMPLING_RATE
 from kvprune.harness.cli import main
@@ -25,9 +24,10 @@ from kvprune.models import QWEN2_5_OMNI
 from kvprune.models.loading import LoadedModel, load_model
 from kvprune.models.prompting import Prompt
 from kvprune.ratios import keep_count
-from tiny_checkpoints import qwen2_audio_checkpoint
-from tiny_models import FAMILIES
-from tiny_processors import processor_and_config, wave
+from tests.support import task_fixtures
+from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
+from tests.support.tiny_models import FAMILIES
+from tests.support.tiny_processors import processor_and_config, wave
 
 TEN_MINUTES = 600.0
 

@@ -12,12 +12,12 @@ import torch
 from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 from transformers import Phi4MultimodalFeatureExtractor, PreTrainedTokenizerFast
 
-from helpers import GREEDY
 from kvprune import FastVPress
 from kvprune.models import PHI4_MULTIMODAL, tiny
 from kvprune.models.loading import ModelLoadError, load_model
 from kvprune.models.phi4_multimodal import AudioOnlyPhi4Processor
 from kvprune.ratios import keep_count
+from tests.support.helpers import GREEDY
 
 peft = pytest.importorskip("peft")
 

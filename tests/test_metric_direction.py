@@ -6,11 +6,11 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-import task_fixtures
 from kvprune.harness.sweep.plots import pareto_front
 from kvprune.harness.sweep.summary import summarize, task_averages
 from kvprune.harness.tasks.metrics import METRICS
 from kvprune.harness.tasks.task import get_task, load_task_file
+from tests.support import task_fixtures
 
 # (prefill ms, score) of eight runs; several are beaten on both axes whichever way is better
 POINTS = [(8.0, 50.0), (10.0, 30.0), (10.0, 40.0), (12.0, 20.0), (15.0, 25.0), (20.0, 5.0), (25.0, 5.0), (30.0, 60.0)]

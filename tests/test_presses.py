@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, single_row
 from kvprune import get_press, list_presses
 from kvprune.ratios import keep_count
-from tiny_models import FAMILIES
+from tests.support.helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, single_row
+from tests.support.tiny_models import FAMILIES
 
 FAMILY_NAMES = list(FAMILIES)
 PRESSES = ["fastv", "random", "frame", "dart"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_models import FAMILIES
-from tiny_processors import processor_and_config, wave
+from tests.support.tiny_models import FAMILIES
+from tests.support.tiny_processors import processor_and_config, wave
 
 SECONDS = [1.0, 29.0, 31.0, 95.0]
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import benchmark_fixtures
-import task_fixtures
-from helpers import GREEDY, K, clip_positions, model
 from kvprune import FramePress, get_press, parse_methods
 from kvprune.harness.sweep.config import SweepConfig
 from kvprune.harness.sweep.plan import load_tasks, runs_of
@@ -18,7 +15,9 @@ from kvprune.harness.tasks.config_files import TaskConfigError
 from kvprune.harness.tasks.sample import Sample
 from kvprune.harness.tasks.task import get_task
 from kvprune.ratios import frame_offsets, keep_count
-from tiny_models import FAMILIES
+from tests.support import benchmark_fixtures, task_fixtures
+from tests.support.helpers import GREEDY, K, clip_positions, model
+from tests.support.tiny_models import FAMILIES
 
 QWEN = ("You are Qwen, a virtual human developed by the Qwen Team, Alibaba Group, capable of perceiving auditory "
         "and visual inputs, as well as generating text and speech.")

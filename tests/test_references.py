@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers import ATTENTION, K, decoder_layers, final_norm, model
 from kvprune import DARTPress, FastVPress
 from kvprune.ratios import keep_count
-from tiny_models import AUDIO, FAMILIES
+from tests.support.helpers import ATTENTION, K, audio_clips, decoder_layers, final_norm, model
+from tests.support.tiny_models import AUDIO, FAMILIES
 
 ROWS = [
     [("text", 3), ("audio", 16), ("text", 4), ("audio", 8), ("text", 5)],
@@ -22,20 +22,6 @@ def _main_stream(output) -> torch.Tensor:
     streams (n, B, S, D) the first, main one (Gemma-3n's AltUp)."""
     output = output[0] if isinstance(output, tuple) else output
     return output[0] if output.dim() == 4 else output
-
-
-def _clips(input_ids_row: torch.Tensor) -> list[list[int]]:
-    """Runs of audio placeholders as lists of indices, found by a plain scan."""
-    clips, current = [], []
-    for i, token in enumerate(input_ids_row.tolist()):
-        if token == AUDIO:
-            current.append(i)
-        elif current:
-            clips.append(current)
-            current = []
-    if current:
-        clips.append(current)
-    return clips
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -53,7 +39,7 @@ def test_fastv_keeps_top_k_of_eager_attention(family, attn, ratio):
     for b in range(len(rows)):
         pad = int((inputs["attention_mask"][b] == 0).sum())
         expected = []
-        for clip in _clips(inputs["input_ids"][b]):
+        for clip in audio_clips(inputs["input_ids"][b]):
             clip_scores = scores[b, clip]
             top = clip_scores.topk(keep_count(len(clip), ratio)).indices
             expected += [clip[i] - pad for i in top.tolist()]
@@ -110,10 +96,10 @@ def test_dart_matches_plain_reference(family, attn, budget, ratio):
         pad = int((~valid).sum())
         flat_keys = keys[b].transpose(0, 1).flatten(1).float()
         expected = []
-        for clip in _clips(ids):
+        for clip in audio_clips(ids):
             text_after = [i for i in range(clip[-1] + 1, len(ids)) if valid[i] and ids[i] != AUDIO]
             kept = reference_dart(flat_keys, hidden[b], clip, text_after, keep_count(len(clip), ratio), budget, ratio)
             expected += [i - pad for i in kept]
         assert outcome.kept_positions[b].tolist() == sorted(expected)
         if budget == "equal":
-            assert outcome.stats[b].kept_tokens == sum(keep_count(len(c), ratio) for c in _clips(ids))
+            assert outcome.stats[b].kept_tokens == sum(keep_count(len(c), ratio) for c in audio_clips(ids))

@@ -9,13 +9,13 @@ import pytest
 import torch
 from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM, Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
-from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers
 from kvprune import (
     ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress, TokenDropPress, UnsupportedModelError, get_press,
 )
 from kvprune.attention_probe import _ConfigView
 from kvprune.ratios import keep_count
-from tiny_models import FAMILIES, N_LAYERS
+from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers
+from tests.support.tiny_models import FAMILIES, N_LAYERS
 
 ROW = [[("text", 4), ("audio", 16), ("text", 5)]]
 FAMILY_NAMES = list(FAMILIES)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers import GREEDY, K, model, single_row
 from kvprune import ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress
 from kvprune.press_plan import validate_press
-from tiny_models import AUDIO, FAMILIES, N_LAYERS
+from tests.support.helpers import GREEDY, K, model, single_row
+from tests.support.tiny_models import AUDIO, FAMILIES, N_LAYERS
 
 ROW = [[("text", 4), ("audio", 16), ("text", 5)]]
 

@@ -6,17 +6,17 @@ from __future__ import annotations
 import csv
 import importlib.util
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from transformers import CompileConfig, StaticCache
 from transformers.cache_utils import StaticSlidingWindowLayer
 
-from helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model
 from kvprune import ComposedPress, FramePress, KNormPress, get_press
 from kvprune.static_cache import PrunedStaticLayer
-from tiny_models import FAMILIES, N_LAYERS
+from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model
+from tests.support.paths import REPO
+from tests.support.tiny_models import FAMILIES, N_LAYERS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -205,7 +205,7 @@ def test_decode_step_compiles_into_one_graph(family, press_name):
 
 
 def test_bench_decode_script_runs_tiny(tmp_path, monkeypatch):
-    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_decode.py"
+    path = REPO / "scripts" / "bench_decode.py"
     spec = importlib.util.spec_from_file_location("bench_decode", path)
     script = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "bench_decode", script)

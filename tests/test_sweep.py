@@ -18,7 +18,6 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-import task_fixtures
 from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.store import KEY_FIELDS, read_rows, read_runs, run_key
@@ -27,6 +26,8 @@ from kvprune.harness.sweep.config import SweepConfig
 from kvprune.harness.tasks.task import TASKS as REGISTERED_TASKS
 from kvprune.harness.tasks.task import get_task
 from kvprune.press import PRESSES
+from tests.support import task_fixtures
+from tests.support.paths import REPO
 
 TASKS = ["gtzan", "had"]
 # what a rerun must reproduce exactly; timings and timestamps differ run to run
@@ -139,7 +140,7 @@ def test_notebook_analyses_a_results_folder(uninterrupted, monkeypatch):
     import matplotlib
 
     matplotlib.use("Agg")
-    notebook = json.loads((Path(__file__).parents[1] / "notebooks" / "analysis.ipynb").read_text())
+    notebook = json.loads((REPO / "notebooks" / "analysis.ipynb").read_text())
     namespace: dict = {}
     for cell in notebook["cells"]:
         if cell["cell_type"] == "code":

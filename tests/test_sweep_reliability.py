@@ -21,12 +21,12 @@ import pytest
 import soundfile as sf
 import torch
 
-import task_fixtures
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.identity import read_plan
 from kvprune.harness.sweep.lock import FolderLock, FolderLockedError
 from kvprune.harness.sweep.store import read_rows, read_runs, run_key
-from tiny_models import FAMILIES
+from tests.support import task_fixtures
+from tests.support.tiny_models import FAMILIES
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-import benchmark_fixtures
 from kvprune.harness.official import avibench
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.task import get_task
+from tests.support import benchmark_fixtures
 
 
 @pytest.fixture

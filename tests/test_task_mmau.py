@@ -6,18 +6,17 @@ script's tables."""
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-import benchmark_fixtures
 from kvprune.harness.official import mmau
 from kvprune.harness.official.records import read_records
 from kvprune.harness.sweep.breakdown import breakdown
 from kvprune.harness.tasks.task import get_task
+from tests.support import benchmark_fixtures
+from tests.support.paths import OFFICIAL_DATA
 
-OFFICIAL = Path(__file__).parent / "data" / "official"
 FILES = {"mmau": ("MMAU", "mmau-test-mini.json", "audio_id"), "mmar": ("MMAR", "MMAR-meta.jsonl", "audio_path")}
 
 
@@ -29,7 +28,7 @@ def official(tmp_path_factory):
     clip = benchmark_fixtures.write_channels(root / "clip.wav", seconds=0.05)
     for name, (folder, metadata, audio_key) in FILES.items():
         (root / folder).mkdir()
-        (root / folder / metadata).write_bytes(gzip.decompress((OFFICIAL / f"{metadata}.gz").read_bytes()))
+        (root / folder / metadata).write_bytes(gzip.decompress((OFFICIAL_DATA / f"{metadata}.gz").read_bytes()))
         for record in read_records(root / folder / metadata):
             link = root / folder / record[audio_key]
             link.parent.mkdir(parents=True, exist_ok=True)

@@ -11,12 +11,12 @@ import pandas as pd
 import pytest
 import soundfile as sf
 
-import benchmark_fixtures
 from kvprune.harness.official import starbench
 from kvprune.harness.sweep.breakdown import breakdown, suite_scores
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.suites import expand_suites, get_suite
 from kvprune.harness.tasks.task import get_task
+from tests.support import benchmark_fixtures
 
 PARTS = {"starbench_pc": "pc", "starbench_sr": "sr", "starbench_sr_ch": "sr_ch", "starbench_tr": "tr",
          "starbench_tr_cap": "tr_cap", "starbench_tr_uncut": "tr_uncut"}

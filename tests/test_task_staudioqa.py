@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-import benchmark_fixtures
 from kvprune.harness.audio import AudioLoadError, resample
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.task import get_task
+from tests.support import benchmark_fixtures
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ import pytest
 import soundfile as sf
 import yaml
 
-import task_fixtures
 from kvprune.harness.demo.synthetic import format_prompt, make_item
 from kvprune.harness.tasks.config_files import CONFIGS_DIR
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.task import Sample, TaskConfigError, TaskDataError, get_task, list_tasks, load_task_file
+from tests.support import task_fixtures
 
 ABBREVIATIONS = {
     "librispeech": "ASR", "race": "SCR", "slue": "SER", "tau": "ASC", "gtzan": "MC",

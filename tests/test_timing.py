@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from helpers import GREEDY, K, cache_of, model
 from kvprune import FramePress
 from kvprune.harness.timing import kv_cache_bytes, timed_generate
-from tiny_models import FAMILIES, N_LAYERS
+from tests.support.helpers import GREEDY, K, cache_of, model
+from tests.support.tiny_models import FAMILIES, N_LAYERS
 
 ROW = [[("text", 4), ("audio", 16), ("text", 5)]]
 

@@ -215,7 +215,7 @@ def processor_and_config(name: str, folder: Path):
         return _voxtral(folder), family.tiny_config(audio_config=dict(max_source_positions=1500), audio_token_id=24,
                                                     text_config=dict(vocab_size=296))
     raise KeyError(
-        f"no offline processor for family {name!r}: add one to processor_and_config (tests/tiny_processors.py), "
+        f"no offline processor for family {name!r}: add one to processor_and_config (tests/support/tiny_processors.py), "
         "so that the placeholders its real processor writes are checked against its encoder and its audio format"
     )
 

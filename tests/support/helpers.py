@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from kvprune.models import tiny
 from kvprune.press import TokenDropPress
-from tiny_models import AUDIO, FAMILIES, PAD
+from tests.support.tiny_models import AUDIO, FAMILIES, PAD
 
 # Never let a random model emit placeholder ids: some families re-merge audio when they see one. Nor
 # end of sequence: a row generated alone would stop there while its batch goes on padding it, and every
@@ -118,3 +118,17 @@ def single_row(fam, rows, b, seed):
         if name not in single:
             single[name] = value[start : start + sum(feature_rows[b])]  # a clip may take several rows (chunks)
     return single
+
+
+def audio_clips(input_ids_row: torch.Tensor) -> list[list[int]]:
+    """Runs of audio placeholders as lists of indices, found by a plain scan."""
+    clips, current = [], []
+    for i, token in enumerate(input_ids_row.tolist()):
+        if token == AUDIO:
+            current.append(i)
+        elif current:
+            clips.append(current)
+            current = []
+    if current:
+        clips.append(current)
+    return clips

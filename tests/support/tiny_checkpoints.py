@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from kvprune.models import FAMILIES
-from tiny_processors import processor_and_config
+from tests.support.tiny_processors import processor_and_config
 
 
 def checkpoint(name: str, folder: Path) -> Path:

@@ -15,10 +15,9 @@ from functools import lru_cache
 
 import torch
 
-from helpers import cache_of, decoder_layers, language_model, model
 from kvprune.ratios import keep_count
-from test_references import _clips
-from tiny_models import AUDIO, FAMILIES
+from tests.support.helpers import audio_clips, cache_of, decoder_layers, language_model, model
+from tests.support.tiny_models import AUDIO, FAMILIES
 
 
 @dataclass
@@ -38,7 +37,7 @@ class Prefill:
         return self.inputs["attention_mask"].bool()
 
     def clips(self, b: int) -> list[list[int]]:
-        return _clips(self.inputs["input_ids"][b])
+        return audio_clips(self.inputs["input_ids"][b])
 
     def offset(self, b: int, p: int) -> int:
         return p - int((~self.valid[b]).sum())

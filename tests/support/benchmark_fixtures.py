@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from task_fixtures import write_json
+from tests.support.task_fixtures import write_json
 
 SAMPLE_RATE = 16_000
 SECONDS = 1.0  # 25 audio tokens for the demo model: enough to prune
