@@ -1,5 +1,5 @@
 """The results file: appended line by line, read back after a kill or with a corrupt line, keyed for
-resuming; ratio lists as users write them."""
+resuming."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from kvprune.harness.setup.ratios import parse_ratios
 from kvprune.harness.sweep.store import (
     ResultsFileWarning, ResultStore, append_run, clear_outputs, read_results, read_rows, recorded_tasks, run_key, unique_runs,
 )
@@ -88,19 +87,3 @@ def test_each_process_of_a_distributed_sweep_has_its_own_file(tmp_path):
 def test_reading_an_empty_folder_says_what_is_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="results\\*.jsonl"):
         read_results(tmp_path)
-
-
-@pytest.mark.parametrize(
-    "text,expected",
-    [("0.1..0.9", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]), ("0.1..0.9:0.2", [0.1, 0.3, 0.5, 0.7, 0.9]),
-     ("0.9..0.1", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]), ("0.7..0.3:0.2", [0.3, 0.5, 0.7]),
-     ("0,0.5,0.9", [0.0, 0.5, 0.9]), ("0.5", [0.5]), (["0.1..0.2", 0.7], [0.1, 0.2, 0.7])],
-)
-def test_ratio_specifications(text, expected):
-    assert parse_ratios(text) == expected
-
-
-@pytest.mark.parametrize("text,message", [("0.5..1.0", "ratio=1.0"), ("fast", "cannot read ratios"), (",", "name no ratio: write a range"), ("0..0.5:0", "cannot read")])
-def test_bad_ratio_specifications_say_how_to_write_them(text, message):
-    with pytest.raises(ValueError, match=message):
-        parse_ratios(text)
