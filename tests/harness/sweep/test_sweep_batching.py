@@ -9,15 +9,15 @@ import pandas as pd
 import pytest
 import torch
 
-import task_fixtures
-from helpers import GREEDY, model
 from kvprune import FastVPress, Generator
 from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.harness.cli import main
 from kvprune.harness.sweep import samples as samples_module
 from kvprune.harness.sweep.store import TIMING_PASS, read_rows, run_key
-from tiny_checkpoints import qwen2_audio_checkpoint
-from tiny_models import FAMILIES
+from tests.support import task_fixtures
+from tests.support.helpers import GREEDY, model
+from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
+from tests.support.tiny_models import FAMILIES
 
 NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 COMPARED = ["task", "method", "ratio", "sample_id", "output", "parsed", "kept_tokens", "error"]
