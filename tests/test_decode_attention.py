@@ -4,7 +4,8 @@ The Triton kernels run on CUDA, or on the CPU in Triton's interpreter: ``TRITON_
 before Python starts (Triton reads it when it is imported), e.g.
 ``TRITON_INTERPRET=1 python -m pytest -q tests/test_decode_attention.py``. Without Triton (CI: the CPU
 build of torch has none), or on the CPU without the interpreter, those tests are skipped; the split
-layout, the fake implementation and the fallback are tested everywhere.
+layout, the fake implementation and the fallback are tested everywhere. Where Triton is installed (and
+the interpreter is off), the kernels are also compiled for an H100 (no GPU needed).
 
 Tolerances (largest |error| of each (row, head) output over its largest |reference| value): float32
 1e-5; float16 2e-3; bfloat16 2e-2 in the interpreter, which truncates float32 to bfloat16 where the GPU
@@ -164,3 +165,37 @@ def test_the_gpu_check_runs_on_the_cpu():
     lines = out.getvalue().splitlines()
     assert sum("FAILS" in line for line in lines) == 0 and lines[-1].startswith("ok")
     assert sum(line.endswith(" x 64") for line in lines) == 10  # every accuracy case ran, with splits
+
+
+def _compile_for_h100(kernel, pointers: dict, constants: dict, warps: int):
+    """``kernel`` compiled for an H100 (sm_90) without one: pointers and constants by name, other
+    arguments 32-bit integers (``qk_scale``: float), integers divisible by 16 as at the 7B shapes."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = kernel.arg_names
+    signature = {n: pointers.get(n, "constexpr" if n in constants else "fp32" if n == "qk_scale" else "i32") for n in names}
+    aligned = [n for n in names if n in pointers or n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
+    source = ASTSource(fn=kernel, signature=signature, constexprs={(names.index(n),): v for n, v in constants.items()},
+                       attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constants})
+    return fused.triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": fused.STAGES})
+
+
+@pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="compiles the kernels with Triton's GPU compiler (not under TRITON_INTERPRET=1); CI has no Triton")
+@pytest.mark.parametrize("dtype,single", [("bf16", False), ("bf16", True), ("fp32", False)])
+def test_kernels_compile_for_an_h100(dtype, single):
+    """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128):
+    they compile, within an H100's shared memory per block (227 KiB), their loads pipelined."""
+    partial = f"*{dtype}" if single else "*fp32"
+    pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", out_ptr=f"*{dtype}",
+                    acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
+    unit_strides = dict.fromkeys(["stride_qd", "stride_kd", "stride_vd", "stride_mc"], 1)  # Triton specialises 1s
+    constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=single, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, **unit_strides)
+    split = _compile_for_h100(fused._split_kernel, pointers, constants, fused.WARPS)
+    assert split.metadata.shared <= 227 * 1024
+    assert "async_copy_global_to_local" in split.asm["ttgir"]  # key and value tiles prefetched
+    combine = _compile_for_h100(fused._combine_kernel, dict(acc_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32",
+                                out_ptr=f"*{dtype}"), dict(DIM=128, BLOCK_S=fused.MAX_SPLITS, BLOCK_D=128), 4)
+    assert combine.metadata.shared <= 227 * 1024
