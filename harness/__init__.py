@@ -5,7 +5,8 @@
 - ``tasks``: declarative YAML tasks, the dataset readers, answer parsers and metrics;
 - ``sweep``: models x tasks x methods x ratios on real prompts (results, summary, plots, report);
 - ``bench``: prefill and decode timed at real model shapes with random weights;
-- ``demo``: the embedded demo model and its synthetic suite; ``official``: official scoring rules;
+- ``demo``: the embedded demo model and its synthetic suite; ``official``: official scoring rules,
+  asking ``judge`` (an LLM judge) where a rule is judged;
 - ``cli``: the ``kvprune`` command, with ``timing`` (the one timing primitive), ``audio`` (audio
   files to waveforms) and ``channels`` (how a file's channels become clips).
 

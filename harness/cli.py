@@ -16,6 +16,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from .estimate.config import DESCRIPTION as ESTIMATE
 from .sweep.disk import ResultsFileWarning, SweepOutputError, cannot_write
 from .sweep.lock import FolderLockedError
 
@@ -189,6 +190,25 @@ def _bench(args) -> int:
     return 1 if errors.any() else 0
 
 
+# -- estimate -------------------------------------------------------------------------------------
+def _estimate(args) -> int:
+    """0 once every task is priced."""
+
+    from .estimate.config import EstimateConfig
+    from .estimate.estimate import run_estimate
+    from .estimate.report import write_estimate
+
+    settings = EstimateConfig.settings(args.config, **EstimateConfig.overrides(args))
+    settings.setdefault("out", Path("kvprune-results") / "estimate")
+    if settings.get("out") == Path("kvprune-results") and args.out is None:
+        settings["out"] = Path("kvprune-results") / "estimate"
+    config = EstimateConfig(**settings)
+    table = run_estimate(config, progress=not args.quiet)
+    written = write_estimate(table, config.out, "kvprune " + shlex.join(args.argv))
+    print(written[1].read_text())
+    return 0
+
+
 # -- parser ---------------------------------------------------------------------------------------
 FIGURE_COMMANDS = ("sweep", "plot", "bench")  # the commands that write figures to files
 BENCH = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
@@ -217,6 +237,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         from .bench.config import add_bench_arguments
 
         add_bench_arguments(bench)
+    estimate = _command(commands, "estimate", ESTIMATE, _estimate)
+    if command in (None, "estimate"):
+        from .estimate.config import add_estimate_arguments
+
+        add_estimate_arguments(estimate)
     _command(commands, "tasks", "list the benchmark tasks and suites: benchmark, metric, protocols, data layout", _tasks)
     _command(commands, "presses", "list the presses: kind, scope, parameters with their defaults, what each keeps", _presses)
     _command(commands, "families", "list the supported model families: audio tokens per second, architectures", _families)

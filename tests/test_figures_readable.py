@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from kvprune.harness.sweep import plots
+from tests.support.paths import REPO
 
-DEMO_SUMMARY = Path(__file__).parents[1] / "docs" / "demo" / "summary.csv"
+DEMO_SUMMARY = REPO / "docs" / "demo" / "summary.csv"
 
 
 def _label_boxes(summary: pd.DataFrame, out: Path, monkeypatch) -> list[tuple]:

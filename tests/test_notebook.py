@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-import task_fixtures
 from kvprune.harness.cli import main
+from tests.support import task_fixtures
+from tests.support.paths import REPO
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "analysis.ipynb"
+NOTEBOOK = REPO / "notebooks" / "analysis.ipynb"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-import benchmark_fixtures
 from kvprune.harness.official import starbench
 from kvprune.harness.sweep.breakdown import breakdown, suite_scores
 from kvprune.harness.sweep.rescore import regraded
@@ -17,6 +16,7 @@ from kvprune.harness.sweep.plan import PlannedSample
 from kvprune.harness.sweep.summary import summarize
 from kvprune.harness.tasks.suites import get_suite
 from kvprune.harness.tasks.task import get_task
+from tests.support import benchmark_fixtures
 
 
 @pytest.fixture(scope="module")

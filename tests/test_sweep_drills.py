@@ -20,12 +20,12 @@ import pandas as pd
 import pytest
 import soundfile as sf
 
-import task_fixtures
 from kvprune.harness import audio as audio_module
 from kvprune.harness.cli import main
 from kvprune.harness.sweep import identity, store as store_module
 from kvprune.harness.sweep.lock import FolderLock
 from kvprune.harness.sweep.store import read_rows, read_runs, run_key
+from tests.support import task_fixtures
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +37,17 @@ def data_root(tmp_path_factory) -> Path:
     return root
 
 
-def args(data_root: Path, out: Path, *extra: str, tasks: str = "had", methods: str = "frame", limit: int = 3) -> list[str]:
+def args(data_root: Path, out: Path, *extra: str, tasks: str = "had", methods: str = "frame", limit: int = 3,
+         timing: bool = False) -> list[str]:
+    """A small demo sweep (``timing``: with the timing pass, which reruns samples alone for their timings)."""
     return ["sweep", "--model", "demo", "--tasks", tasks, "--methods", methods, "--ratios", "0.5", "--limit", str(limit),
-            "--data-root", str(data_root), "--out", str(out), "--device", "cpu", "--quiet", *extra]
+            "--data-root", str(data_root), "--out", str(out), "--device", "cpu", "--quiet",
+            *([] if timing else ["--timing-samples", "0"]), *extra]
+
+
+def model_runs(out: Path) -> list[dict]:
+    """The lines of runs.jsonl that record a model's start (not what its decoding compiled)."""
+    return [run for run in read_runs(out) if run.get("kind") is None]
 
 
 def copy_tree(source: Path, target: Path) -> Path:
@@ -54,9 +62,9 @@ def copy_tree(source: Path, target: Path) -> Path:
 def test_corrected_gold_answers_are_scored_again_from_the_stored_outputs(data_root, tmp_path, capsys):
     data = copy_tree(data_root, tmp_path / "data")
     out = tmp_path / "out"
-    assert main(args(data, out, tasks="gtzan")) == 0
+    assert main(args(data, out, tasks="gtzan", timing=True)) == 0
     before = read_rows(out)
-    assert len(before) == 4 and len(read_runs(out)) == 1
+    assert len(before) == 8 and len(model_runs(out)) == 1  # 2 samples x 2 runs, each also in the timing pass
     metadata = data / "GTZAN" / "music_genre_classification_meta.json"
     items = json.loads(metadata.read_text())
     for item in items:  # every gold moves to the next letter; options, prompt and audio stay
@@ -64,26 +72,29 @@ def test_corrected_gold_answers_are_scored_again_from_the_stored_outputs(data_ro
     metadata.write_text(json.dumps(items))
     capsys.readouterr()
 
-    assert main(args(data, out, tasks="gtzan")) == 0
+    assert main(args(data, out, tasks="gtzan", timing=True)) == 0
     printed = capsys.readouterr()
     assert "scored 4 stored result(s) of 2 sample(s) again from their stored outputs" in printed.err
     assert "nothing was generated again" in printed.err and "nothing left to run" in printed.err
-    assert len(read_runs(out)) == 1, "no model was loaded"
+    assert len(model_runs(out)) == 1, "no model was loaded"
     rows = read_rows(out)
     rescored = rows[len(before):]
-    assert len(rescored) == 4 and all(row["rescored"] for row in rescored)
+    assert len(rescored) == 8 and all(row["rescored"] for row in rescored), "both passes' rows"
     gold = {item["path"]: item["answer_gt"] for item in items}
-    for old, new in zip(before, rescored):
-        assert run_key(new) == run_key(old) and new["output"] == old["output"] and new["prefill_s"] == old["prefill_s"]
+    earlier = {run_key(row): row for row in before}
+    assert set(earlier) == {run_key(row) for row in rescored}
+    for new in rescored:
+        old = earlier[run_key(new)]
+        assert new["output"] == old["output"] and new["time"] == old["time"] and new.get("prefill_s") == old.get("prefill_s")
         assert new["reference"] == gold[new["sample_id"]] != old["reference"]
         assert new["correct"] == float(new["parsed"] == gold[new["sample_id"]])
     summary = pd.read_csv(out / "summary.csv").set_index("method")
     for method in ("none", "frame"):
-        mine = [row for row in rescored if row["method"] == method]
+        mine = [row for row in rescored if row["method"] == method and not row.get("pass")]
         assert summary.loc[method, "accuracy"] == pytest.approx(100 * np.mean([row["correct"] for row in mine]))
         assert summary.loc[method, "samples"] == 2
 
-    assert main(args(data, out, tasks="gtzan")) == 0  # the same labels again: nothing to do
+    assert main(args(data, out, tasks="gtzan", timing=True)) == 0  # the same labels again: nothing to do
     assert "scored" not in capsys.readouterr().err and len(read_rows(out)) == len(rows)
 
 
@@ -127,7 +138,7 @@ def test_two_layers_into_one_folder_the_report_says_what_else_it_holds(data_root
     assert f"added by `kvprune {' '.join(first)}`" in banner
     assert f"`kvprune report {out} --all`" in banner
     assert "2 result(s) of earlier commands that this summary leaves out (fastv (layer 2))" in printed
-    runs = read_runs(out)
+    runs = model_runs(out)
     assert [run["command"] for run in runs] == [f"kvprune {' '.join(first)}", f"kvprune {' '.join(args(data_root, out, '--layer', '3', methods='fastv', limit=2))}"]
     assert all(run["cpu_threads"] == 1 for run in runs), "the demo model on the CPU runs on one thread"
     assert set(pd.read_csv(out / "summary.csv")["method"]) == {"none", "fastv"}

@@ -56,3 +56,13 @@ def largest_fitting(predicted: int, fits: Callable[[int], bool]) -> int:
             return batch
         batch = int(batch * 0.9)
     return 0
+
+
+def throughput_at(timing, rows: int, new_tokens: int) -> dict:
+    """Requests and decoded tokens per second of the request timed at the largest batch (NaN if none)."""
+    if timing is None or not rows or math.isnan(timing.request_ms):
+        return dict(max_batch_requests_per_s=math.nan, max_batch_decode_tokens_per_s=math.nan)
+    return dict(
+        max_batch_requests_per_s=rows / (timing.request_ms / 1000.0),
+        max_batch_decode_tokens_per_s=rows / (timing.decode_ms_per_token / 1000.0),
+    )

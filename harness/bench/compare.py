@@ -1,10 +1,11 @@
 """``kvprune bench --compare-stock``: what a user gets from stock Hugging Face against kvprune, in one
 run per preset and audio length, and the targets of that comparison.
 
-Rows (whole ``generate`` calls of ``--decode-tokens`` new tokens): stock HF unpruned on its dynamic
-cache; stock HF unpruned with its static-cache compile (the best a user gets without kvprune);
-kvprune unpruned (fast audio encoder, compiled static decoding); kvprune with each method at each
-ratio (the same); and the ideal at each ratio (prefill only). The targets are ratios against the
+Rows (whole calls of ``--decode-tokens`` new tokens): stock HF unpruned on its dynamic cache; stock
+HF unpruned with its static-cache compile (the best a user gets without kvprune); kvprune unpruned
+(fast audio encoder, kvprune's generation engine: on a GPU a compiled decode step replayed as a
+CUDA graph); kvprune with each method at each ratio (the same); and the ideal at each ratio
+(prefill only). The targets are ratios against the
 stock rows of the same run; each comes with the bound the measurement itself sets: what the ideal
 would give, and the floor no pruning ratio can go below (kvprune's encoder, embedding and layers < K,
 timed inside kvprune's unpruned prefill).
@@ -17,8 +18,9 @@ import math
 import pandas as pd
 
 TARGET_RATIO = 0.9
-ENCODER_SPEEDUP, PREFILL_SPEEDUP, DECODE_MS = 4.0, 4.0, 10.0
-REQUEST_SPEEDUP_DYNAMIC, REQUEST_SPEEDUP_STATIC = 3.0, 1.8
+ENCODER_SPEEDUP, PREFILL_SPEEDUP, DECODE_MS = 4.0, 4.0, 6.0
+PREFILL_OVER_IDEAL = 1.10  # a pruned prefill within 10% of its ideal
+REQUEST_SPEEDUP_DYNAMIC, REQUEST_SPEEDUP_STATIC = 3.0, 2.5
 
 
 def variant(row) -> str:
@@ -82,8 +84,15 @@ def targets(rows: pd.DataFrame, ratio: float = TARGET_RATIO) -> list[dict]:
                   f"{_times(dynamic['prefill_ms'] / floor_ms)}",
             met=_met(prefill, PREFILL_SPEEDUP),
         ))
+        over_ideal = press["prefill_ms"] / ideal_prefill
         results.append(dict(
-            target=f"decode at {name} ≤ {DECODE_MS:g} ms per token (on an H200)",
+            target=f"prefill at {name} within {PREFILL_OVER_IDEAL - 1:.0%} of its ideal",
+            measured=f"{over_ideal:.3f}× the ideal",
+            bound="—",
+            met=_met(over_ideal, PREFILL_OVER_IDEAL, higher=False),
+        ))
+        results.append(dict(
+            target=f"decode at {name} ≤ {DECODE_MS:g} ms per token at batch 1",
             measured=f"{press['decode_ms_per_token']:.2f} ms per token ({press['cache']} cache)",
             bound="—",
             met=_met(press["decode_ms_per_token"], DECODE_MS, higher=False),

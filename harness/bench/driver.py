@@ -15,6 +15,7 @@ from kvprune import fast_audio_encoder, resolve_family
 
 from ..setup.device import release_memory
 from ..setup.environment import environment
+from ..setup.options import ENGINE_CACHE
 from ..setup.methods import check_methods
 from .config import BenchConfig
 from .extras import encoder_identical, largest_batches, scoring_costs
@@ -72,6 +73,7 @@ def _bench_preset(state: BenchState, preset: Preset) -> None:
                                        error=f"audio length: {failed(error)}"))
     finally:
         del model
+        state.forget_generators()
         release_memory()
         _forget_compiled()
 
@@ -92,14 +94,16 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
     prompt = preset.prompt(model, base["audio_seconds"], config.decode_tokens, config.seed)
     base.update(audio_tokens=prompt.audio_tokens, seq_len=prompt.seq_len)
     requests = plan(config, prompt, state.cache)
+    # the engine takes one row's prompt for every row of a batch; other paths the batch's own
+    batches = {r.batch for r in requests if r.cache != ENGINE_CACHE} | {1}
     prompts = {b: prompt if b == 1 else preset.prompt(model, base["audio_seconds"], config.decode_tokens, config.seed, b)
-               for b in sorted({r.batch for r in requests})}
+               for b in sorted(batches)}
     rounds = state.meter.warmup + state.meter.repeats
     state.bar.reset(total=len(requests) * rounds)
 
     def run_one(request: Request):
         state.bar.update(1)
-        return run_request(state, model, prompts[request.batch], request)
+        return run_request(state, model, prompts[1 if request.cache == ENGINE_CACHE else request.batch], request)
 
     def on_round(index: int) -> None:
         state.bar.set_description(f"{base['preset']} {base['audio_seconds']:g}s round {index + 1}/{rounds}")

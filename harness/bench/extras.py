@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import math
 from contextlib import nullcontext
+from dataclasses import replace
 
 import torch
 
 from kvprune import fast_audio_encoder, resolve_family
 
 from ..setup.device import release_memory
+from ..setup.options import ENGINE_CACHE
 from . import batch as batching
 from .measure import takes_logits_to_keep
 from .presets import Preset, Prompt
@@ -68,7 +70,7 @@ def _same_encoder_output(model, prompt: Prompt) -> bool:
 
 def largest_batches(state: BenchState, model, preset: Preset, base: dict, requests, outcomes, prompts, rows) -> None:
     """Per configuration, the largest batch that fits (CUDA only): predicted from the measured
-    batches, then run (see ``bench.batch``)."""
+    batches, then run (see ``bench.batch``); the run that fits gives the throughput at that batch."""
     if not state.meter.cuda:
         for row in rows:
             row.update(max_batch_predicted=math.nan, max_batch=math.nan)
@@ -82,29 +84,35 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
     found = {}
     for (method, ratio), samples in configurations.items():
         request = next(r for r in requests if (r.method, r.ratio) == (method, ratio))
-        per_row = batching.row_bytes(samples, {b: prompts[b].input_bytes for b in samples})
-        fixed = min(s.base_bytes - prompts[b].input_bytes for b, s in samples.items())
+        engine = request.cache == ENGINE_CACHE  # one prompt for every row: its inputs count once
+        inputs = {b: prompts[1 if engine else b].input_bytes for b in samples}
+        per_row = batching.row_bytes(samples, inputs)
+        fixed = min(s.base_bytes - inputs[b] for b, s in samples.items())
         predicted = batching.predicted_batch(per_row, fixed, batching.allocatable_bytes(state.device))
+        timed = {}
 
         def fits(size: int, request=request) -> bool:
             if state.expired():
                 return False
             try:
-                prompt = preset.prompt(model, base["audio_seconds"], 1, state.config.seed, size)
-                run_request(state, model, prompt, request)
+                prompt = preset.prompt(model, base["audio_seconds"], state.config.decode_tokens, state.config.seed,
+                                       1 if engine else size)
+                timed[size] = run_request(state, model, prompt, replace(request, batch=size))[0]
                 return True
             except torch.OutOfMemoryError:
                 release_memory()
                 return False
 
         try:
-            found[method, ratio] = (predicted, batching.largest_fitting(predicted, fits))
+            largest = batching.largest_fitting(predicted, fits)
+            found[method, ratio] = (predicted, largest, timed.get(largest))
         except Exception as error:  # not a lack of memory: the search stops, the rows stay
-            found[method, ratio] = (predicted, math.nan)
+            found[method, ratio] = (predicted, math.nan, None)
             for row in rows:
                 if (row["method"], row["ratio"]) == (method, ratio) and row.get("error") is None:
                     row["error"] = f"largest batch: {describe(error)}"
         release_memory()
     for row in rows:
-        predicted, largest = found.get((row["method"], row["ratio"]), (math.nan, math.nan))
-        row.update(max_batch_predicted=predicted, max_batch=largest)
+        predicted, largest, timing = found.get((row["method"], row["ratio"]), (math.nan, math.nan, None))
+        row.update(max_batch_predicted=predicted, max_batch=largest, **batching.throughput_at(timing, largest,
+                                                                                              state.config.decode_tokens))

@@ -31,6 +31,8 @@ import torch.nn as nn
 from transformers import StaticCache
 
 from kvprune.compat import CACHE_NAMES, output_cache
+
+from ..setup.options import ENGINE_CACHE
 from kvprune.models import resolve_family
 
 from ..timing import Clock, cache_kind, compiled_graphs, kv_cache_bytes, kv_held_bytes, timed_generate
@@ -197,6 +199,8 @@ class Meter:
         """Whether decoding on ``cache`` is compiled: a static cache, on CUDA (``generate``'s rule),
         or wherever this meter was told to compile (forward path) or given a compile config that
         compiles on every device (generate path)."""
+        if cache == ENGINE_CACHE:
+            return self.compile  # the engine compiles its decode step where asked (on CUDA by default)
         if cache != "static":
             return False
         if generate:
@@ -245,6 +249,39 @@ class Meter:
             cache=kind,
             compiled=compiled_graphs() > graphs,
         )
+
+    @torch.no_grad()
+    def engine_request(self, generator, prompt: Prompt, probes: Probes, press=None, rows: int = 1) -> tuple[RequestTiming, object]:
+        """One call of kvprune's generation engine (``kvprune.Generator``): ``len(prompt.decode_ids)``
+        new tokens per row (greedy, the audio placeholder suppressed, never an end of sequence). The
+        ``rows`` of a batch are the one-row ``prompt`` given ``rows`` times, prefilled once and decoded
+        together (the engine copies the prefilled cache into every row): its prefill time counts that
+        prefill once per row, as separate requests would. Returns the timing and the press's outcome."""
+        model = generator.model
+        new_tokens = len(prompt.decode_ids)
+        base = self._start()
+        start = self.clock.mark()
+        out = generator.generate([prompt.inputs] * rows, max_new_tokens=new_tokens, press=press, eos_token_id=[],
+                                 suppress_tokens=[resolve_family(model).audio_token_id(model)], pad_token_id=0)
+        self.sync()
+        timing = out.timing  # one prefill per row, as separate requests would make; the rows' loading once
+        prefill_ms = 1000.0 * (timing.first_prefill_s * rows + timing.prefill_s - timing.first_prefill_s)
+        decode_ms = 1000.0 * timing.decode_s
+        steps = out.new_tokens.shape[1] - 1
+        timing = RequestTiming(
+            prefill_ms=prefill_ms,
+            **probes.spans(start),
+            decode_ms_per_token=decode_ms / steps if steps else math.nan,
+            request_ms=prefill_ms + decode_ms if steps else math.nan,
+            peak_bytes=self._peak(),
+            base_bytes=base,
+            kv_bytes=out.kv_held_bytes,
+            kv_alloc_bytes=out.cache_bytes,
+            cache="engine",
+            compiled=out.compilations > 0 or out.graphs_captured > 0,
+        )
+        outcome = out.outcome[0] if isinstance(out.outcome, list) else out.outcome
+        return timing, outcome
 
     @torch.no_grad()
     def generate_request(self, model: nn.Module, prompt: Prompt, probes: Probes, cache: str = "dynamic") -> RequestTiming:

@@ -9,6 +9,7 @@ from kvprune import fast_audio_encoder
 from kvprune.ratios import keep_count
 
 from ..setup.device import release_memory
+from ..setup.options import ENGINE_CACHE
 from .config import BenchConfig
 from .ideal import kept_prefix
 from .measure import Probes
@@ -37,8 +38,9 @@ def plan(config: BenchConfig, prompt: Prompt, cache: str) -> list[Request]:
                 for request in [Request("none", 0.0, "none", cache=cache, encoder=encoder, batch=b), *pressed(cache=cache, batch=b)]]
     if config.mode == "compare":
         stock = [Request("stock", 0.0, "stock", cache=kind, encoder="stock", generate=True) for kind in ("dynamic", "static")]
-        unpruned = Request("none", 0.0, "none", cache="static", encoder=encoder, generate=True)
-        return [*stock, unpruned, *pressed(cache="static", generate=True), *ideals()]
+        ours = dict(cache=cache, generate=cache != ENGINE_CACHE)  # the engine is one whole call too
+        unpruned = Request("none", 0.0, "none", encoder=encoder, **ours)
+        return [*stock, unpruned, *pressed(**ours), *ideals()]
     return [Request("none", 0.0, "none", cache=cache, encoder=encoder), *ideals(), *pressed(cache=cache)]
 
 
@@ -48,8 +50,20 @@ def _drop_ratio(press) -> float | None:
 
 
 def run_request(state: BenchState, model, prompt: Prompt, request: Request):
-    """One timed request; returns its timing and the audio tokens its layers >= K kept (row 0)."""
+    """One timed request; returns its timing and the audio tokens its layers >= K kept (row 0). On the
+    engine (``--cache engine``, the default) ``prompt`` is the one-row prompt every row of the batch holds."""
     meter, k = state.meter, state.config.k
+    if request.cache == ENGINE_CACHE and request.keep is None:
+        with ExitStack() as stack:
+            if request.encoder == "fast":
+                stack.enter_context(fast_audio_encoder(model))
+            probes = Probes(meter.clock, model, k)
+            try:
+                timing, outcome = meter.engine_request(state.generator(model), prompt, probes, request.press, request.batch)
+            finally:
+                probes.close()
+        kept = outcome.stats[0].kept_tokens if outcome is not None else prompt.audio_tokens
+        return timing, kept
     with ExitStack() as stack:
         if request.encoder == "fast":
             stack.enter_context(fast_audio_encoder(model))

@@ -40,7 +40,7 @@ class Request:
     press: Press | None = None
     keep: int | None = None  # the ideal: the prompt positions layers >= K run on
     drop_ratio: float | None = None  # the fraction of audio tokens dropped before layer K (token presses, ideal)
-    cache: str = "dynamic"  # dynamic or static
+    cache: str = "dynamic"  # dynamic or static (stock generate's, or the forward path's), or engine (kvprune's)
     encoder: str = "fast"  # fast (kvprune.fast_audio_encoder) or stock
     batch: int = 1
     generate: bool = False  # a whole generate call instead of prefill + forced decoding

@@ -9,6 +9,8 @@ import time
 import torch
 from tqdm.auto import tqdm
 
+from kvprune.generation import Generator
+
 from ..setup.device import default_device, resolve_cache
 from .config import BenchConfig
 from .measure import Meter
@@ -28,6 +30,18 @@ class BenchState:
         # shown once work has started (a run refused up front draws nothing); one count per audio length
         self.bar = tqdm(total=0, disable=not config.progress, unit="request", dynamic_ncols=True, delay=1)
         self.rows: list[dict] = []
+        self._generators: dict[int, Generator] = {}
+
+    def generator(self, model) -> Generator:
+        """The generation engine of ``model``, kept while the model is benchmarked (its compiled step and
+        decode states serve every request of every round)."""
+        if id(model) not in self._generators:
+            self._generators.clear()  # another model: the last one is gone
+            self._generators[id(model)] = Generator(model, compile=self.meter.compile)
+        return self._generators[id(model)]
+
+    def forget_generators(self) -> None:
+        self._generators.clear()
 
     def expired(self) -> bool:
         return time.monotonic() > self.deadline

@@ -43,12 +43,11 @@ def check_device(device: str | None) -> None:
 
 
 def resolve_cache(choice: str, device) -> str:
-    """The cache ``--cache`` asks for on ``device``: "static" or "dynamic" (auto: static on CUDA)."""
+    """How ``--cache`` decodes on ``device``: "engine", "static" or "dynamic" (auto: the engine, which
+    falls back to stock generate, and says so, for a model it cannot decode)."""
     if choice not in CACHES:
         raise ValueError(f"cache={choice!r} is invalid: choose one of {', '.join(CACHES)}.")
-    if choice == "auto":
-        return "static" if torch.device(device).type == "cuda" else "dynamic"
-    return choice
+    return "engine" if choice == "auto" else choice
 
 
 def device_name(device: str | torch.device | None) -> str:

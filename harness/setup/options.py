@@ -14,8 +14,9 @@ from pathlib import Path
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
-#: the KV cache decoding runs on: auto is static on a GPU (where generate compiles the decode step), else dynamic
-CACHES = ("auto", "static", "dynamic")
+#: how decoding runs: engine (kvprune's generation engine), static or dynamic (stock generate on that cache); auto: engine
+CACHES = ("auto", "engine", "static", "dynamic")
+ENGINE_CACHE = "engine"
 #: the audio encoder path: fast (kvprune.fast_audio_encoder) or the model's own (--stock-encoder)
 ENCODERS = ("fast", "stock")
 
@@ -38,8 +39,9 @@ SHARED_OPTIONS: dict[str, dict] = {
     "quiet": dict(action="store_true", help="no progress bars; default: progress bars"),
     "cache": dict(
         choices=CACHES,
-        help="KV cache of decoding: static (Hugging Face's static cache; on a GPU the decode step is compiled, "
-        "and a call at a new length may compile), dynamic, or auto: static on a GPU, dynamic elsewhere",
+        help="how decoding runs: engine (kvprune's generation engine: static caches of the pruned lengths, on a GPU a "
+        "compiled step replayed as a CUDA graph), static or dynamic (stock Hugging Face generate on its static "
+        "cache, compiled on a GPU, or its dynamic cache); auto: engine",
     ),
     "stock_encoder": dict(
         action="store_true",

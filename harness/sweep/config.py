@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from ..long_audio import DEFAULT_POLICY, POLICIES
 from ..setup.config import CommandConfig, unique_methods
@@ -66,7 +64,10 @@ class SweepConfig(CommandConfig):
     retry_errors: bool = False
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
     protocol: str | None = None  # run every task under this protocol (None: each task's own)
-    cache: str = "auto"  # decoding's KV cache: static (compiled on a GPU), dynamic, or auto (static on a GPU)
+    cache: str = "auto"  # how decoding runs: engine (kvprune's), static or dynamic (stock generate); auto: engine
+    batch_size: int = 1  # samples decoded together (each prefilled on its own)
+    reuse_encoder: bool = True  # a sample's audio encoder output computed once for all its runs
+    timing_samples: int = 4  # per task, samples also run alone without sharing, for per-sample timings
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
     rehash_audio: bool = False  # digest every audio file's content again instead of trusting the digest cache
@@ -80,7 +81,49 @@ class SweepConfig(CommandConfig):
         self.out = Path(self.out).expanduser()
 
     def validate(self) -> None:
-        self._check_settings()
+        self.check_inputs()
+        self.check_runs()
+
+    def check_inputs(self) -> None:
+        """The model, the tasks (known names, readable files) and their data folder exist."""
+        if not self.models:
+            raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
+        if not self.tasks:
+            raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
+        for name in expand_suites(self.tasks):  # an unknown name or a broken task file, before torch is loaded
+            get_task(name)
+        if self.data_root is None:
+            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
+        if not Path(self.data_root).is_dir():
+            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
+
+    def check_runs(self) -> None:
+        """Ratios, layer, protocol and every other setting of how the runs go, then the methods and the
+        device, which need torch (the presses' registry): a mistake in the others is reported first."""
+        if self.layer is not None and self.layer < 1:
+            raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
+        if self.protocol is not None and self.protocol not in PROTOCOLS:
+            raise SweepConfigError(f"protocol={self.protocol!r} is unknown; the protocols are {', '.join(PROTOCOLS)}.")
+        if self.limit is not None and self.limit < 1:
+            raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
+        tokens = self.max_new_tokens
+        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
+            raise SweepConfigError(
+                f"max_new_tokens={tokens!r} is invalid: it must be a whole number, at least 1 (--max-new-tokens; "
+                "leave it out for each task's own)."
+            )
+        for name in ("batch_size", "timing_samples"):
+            value, least = getattr(self, name), 1 if name == "batch_size" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise SweepConfigError(
+                    f"{name}={value!r} is invalid: it must be a whole number, at least {least} (--{name.replace('_', '-')})."
+                )
+        if not isinstance(self.reuse_encoder, bool):
+            raise SweepConfigError(f"reuse_encoder={self.reuse_encoder!r} is invalid: true or false (--no-reuse-encoder).")
+        policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
+        for policy in policies:
+            if policy not in POLICIES:
+                raise SweepConfigError(f"long-audio policy {policy!r} is invalid: choose {', '.join(POLICIES)}.")
         self.methods = default_methods() if self.methods is None else unique_methods(self.methods)
         if not self.methods:
             raise SweepConfigError(
@@ -95,35 +138,6 @@ class SweepConfig(CommandConfig):
                 )
         self.check_shared()
 
-    def _check_settings(self) -> None:
-        """Everything but the methods and the device, which need torch."""
-        if not self.models:
-            raise SweepConfigError("no model given: pass --model (a Hugging Face id or a local directory).")
-        if not self.tasks:
-            raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`).")
-        for name in expand_suites(self.tasks):  # an unknown name or a broken task file, before torch is loaded
-            get_task(name)
-        if self.data_root is None:
-            raise SweepConfigError("no data folder given: pass --data-root DIR, the folder holding each task's data.")
-        if not Path(self.data_root).is_dir():
-            raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR.")
-        if self.layer is not None and self.layer < 1:
-            raise SweepConfigError(f"layer={self.layer} is invalid: pruning starts at decoder layer 1 or later.")
-        if self.protocol is not None and self.protocol not in PROTOCOLS:
-            raise SweepConfigError(f"protocol={self.protocol!r} is unknown; the protocols are {', '.join(PROTOCOLS)}.")
-        if self.limit is not None and self.limit < 1:
-            raise SweepConfigError(f"limit={self.limit} is invalid: give a positive number of samples per task.")
-        tokens = self.max_new_tokens
-        if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 1):
-            raise SweepConfigError(
-                f"max_new_tokens={tokens!r} is invalid: it must be a whole number, at least 1 (--max-new-tokens; "
-                "leave it out for each task's own)."
-            )
-        policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
-        for policy in policies:
-            if policy not in POLICIES:
-                raise SweepConfigError(f"long-audio policy {policy!r} is invalid: choose {', '.join(POLICIES)}.")
-
     @classmethod
     def overrides(cls, args: argparse.Namespace) -> dict:
         return dict(
@@ -133,7 +147,8 @@ class SweepConfig(CommandConfig):
             trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
             retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
             protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None,
-            rehash_audio=args.rehash_audio or None,
+            batch_size=args.batch_size, timing_samples=args.timing_samples,
+            reuse_encoder=False if args.no_reuse_encoder else None, rehash_audio=args.rehash_audio or None,
         )
 
     def long_audio_policy(self, task: str) -> str:
@@ -190,6 +205,13 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "the folder's digest cache for files whose size, modification and status-change times are unchanged "
         "(default: trust it)")
     add("--no-plots", action="store_true", help="write summary.csv and report.md but no figures (default: figures too)")
+    add("--batch-size", type=int, help="samples decoded together, each prefilled on its own (default: 1); answers do not "
+        "depend on it (greedy tokens equal batch 1's; on a GPU in bfloat16 the report says how often they do)")
+    add("--timing-samples", type=int, help="per task, the first N samples also run alone, without batching or "
+        "sharing, for per-sample prefill and decode times (default: 4; 0: none); the report's timings and the "
+        "score-vs-prefill figure use them, batched runs give throughput")
+    add("--no-reuse-encoder", action="store_true", help="run the audio encoder in every run of a sample instead of "
+        "once per sample (default: reuse it; exact: the same tensors)")
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,
@@ -202,7 +224,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
             device="ignored with --device-map",
             dtype="default: auto, the dtype the checkpoint was saved in",
             attn_implementation="default: sdpa; pruning works under all three",
-            cache="default: auto; each result records the cache it ran on, and whether the call compiled "
-            "(compiling calls are left out of timing statistics, like the warm-up)",
+            cache="default: auto; each result records how it decoded, and whether the call compiled or captured a graph "
+            "(such calls are timed again, warm, in the timing pass, and left out of timing statistics elsewhere, like "
+            "the warm-up)",
         ),
     )

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..markdown import markdown_table
+from .batching_report import batching_section
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .held import other_runs_banner
@@ -168,7 +169,8 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
         banners = (other_runs_banner(out_dir) if plan is not None else "", incomplete_banner(plan, results) if plan is not None else "",
                    failure_banner(results), long_audio_banner(results))
         parts += [banner for banner in banners if banner]
-    parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), _provenance(out_dir),
+    parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), batching_section(summary, results, out_dir),
+              _provenance(out_dir),
               "## Details\n\nScores are each task's primary metric (0-100); the change is against the unpruned run of "
               "the same task; timings are medians over the runs that succeeded, the first run (a warm-up) and calls "
               "that compiled left out; the prefill speedup is the unpruned run's median prefill time over this run's; "

@@ -19,7 +19,8 @@ from .store import ResultStore, read_rows, run_key, unique_runs
 
 def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dict[str, list[PlannedSample]]) -> tuple[int, int]:
     """Grade again every stored run of ``samples`` (this process's share, per task) that ``plan``
-    asks for and whose grade hash is out of date; returns (rows scored again, samples they cover)."""
+    asks for and whose grade hash is out of date (the rows of both passes: a timing pass's rows are
+    summarised for their timings); returns (runs scored again, samples they cover)."""
     by_task = {task.name: task for task in tasks}
     planned = {(name, p.sample.id): p for name, share in samples.items() for p in share}
     rows = [row for row in plan.select(read_rows(store.out_dir), graded=False) if (row["task"], row["sample_id"]) in planned]
@@ -27,7 +28,8 @@ def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dic
     stale = unique_runs([row for row in rows if run_key(row) not in current])
     for row in stale:
         store.append(regraded(row, by_task[row["task"]], planned[row["task"], row["sample_id"]]))
-    return len(stale), len({(row["task"], row["sample_id"]) for row in stale})
+    runs = {run_key({**row, "pass": None}) for row in stale}  # a run's timing-pass row is the same run
+    return len(runs), len({(row["task"], row["sample_id"]) for row in stale})
 
 
 def regraded(row: dict, task: Task, planned: PlannedSample) -> dict:

@@ -28,17 +28,20 @@ from tqdm.auto import tqdm
 from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
 from kvprune.models.loading import LoadedModel, load_model
 
+from kvprune.generation.graphs import compile_counters
+
 from ..setup.device import cpu_threads, default_device, resolve_cache
-from ..setup.environment import environment
+from ..setup.environment import environment, now
 from ..setup.methods import check_methods, check_presses, checkpoint_skeleton
 from .config import SweepConfig
 from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
+from .execute import Executor
 from .plan import PlannedRun, PlannedSample, load_tasks, model_path, plan_sweep, runs_of
 from .rescore import rescore
-from .samples import SampleRunner
-from .store import ResultStore, append_run, run_key
+from .samples import TIMING_PASS, Pass, SampleRunner
+from .store import ENGINE_RECORD, ResultStore, append_run, run_key
 
 
 @dataclass
@@ -133,13 +136,15 @@ class SweepRunner:
         """Run what is not done yet of ``model_name``'s share; returns how many runs that was."""
         done = self.store.done_keys(self.config.retry_errors)
         plan = [(task, self._work(model_name, task, done)) for task in self.tasks]
-        plan = [(task, work) for task, work in plan if work]
+        plan = [(task, work) for task, work in plan if any(work.values())]
         if not plan:
             return 0
         loaded = self._load(model_name)
         check_presses(loaded.model, model_name, self.presses, static=self.cache == "static")
         self._folder.record(self.plan, self._digests)
-        samples = SampleRunner(self.config, self.cache, self.store)
+        executor = Executor(loaded, self.cache)
+        samples = SampleRunner(self.config, self.store, executor)
+        passes = self._passes()
         with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
@@ -147,23 +152,42 @@ class SweepRunner:
             self._record_run(loaded, encoder, threads)
             warm = False
             for task, work in plan:
-                bar = tqdm(total=sum(len(todo) for _, todo in work), desc=f"{Path(model_name).name}/{task.name}",
-                           disable=not self.progress)
+                total = sum(len(todo) for pending in work.values() for _, todo in pending)
+                bar = tqdm(total=total, desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress, unit="run")
                 settings_id = self.plan.settings_ids[model_name][task.name]
-                for planned, todo in work:
-                    samples.run(loaded, task, planned, settings_id, todo, warmup=not warm, bar=bar)
-                    warm = True
+                for how in passes:
+                    pending = work[how.name]
+                    size = self.config.batch_size if how.name is None else 1
+                    for start in range(0, len(pending), size):
+                        samples.run(loaded, task, pending[start : start + size], settings_id, self.runs,
+                                    warmup=not warm, bar=bar, how=how)
+                        warm = True
                 bar.close()
-        return sum(len(todo) for _, work in plan for _, todo in work)
+            self._record_engine(loaded, executor)
+        return sum(len(todo) for _, work in plan for pending in work.values() for _, todo in pending)
 
-    def _work(self, model_name: str, task, done: set[tuple]) -> list[tuple[PlannedSample, list[PlannedRun]]]:
-        """(sample, runs not done yet) for each of this process's samples of ``task``."""
+    def _passes(self) -> list[Pass]:
+        """The scoring pass (batched, encoder outputs reused), then the timing pass on a subset when
+        the scoring pass does not time each sample on its own."""
+        c = self.config
+        shared = c.batch_size > 1 or c.reuse_encoder
+        scoring = Pass(None, reuse_encoder=c.reuse_encoder, timed=not shared)
+        return [scoring, Pass(TIMING_PASS, reuse_encoder=False, timed=True)] if shared and c.timing_samples else [scoring]
+
+    def _work(self, model_name: str, task, done: set[tuple]) -> dict[str | None, list[tuple[PlannedSample, list[PlannedRun]]]]:
+        """Per pass, (sample, runs not done yet) for this process's samples of ``task``: every sample
+        in the scoring pass, the first ``--timing-samples`` in the timing pass."""
         settings_id = self.plan.settings_ids[model_name][task.name]
-        work = []
-        for planned in self._samples[task.name]:
-            todo = [run for run in self.runs if _key(model_name, task.name, run, planned, settings_id) not in done]
-            if todo:
-                work.append((planned, todo))
+        passes = self._passes()
+        work: dict[str | None, list] = {how.name: [] for how in passes}
+        for index, planned in enumerate(self._samples[task.name]):
+            for how in passes:
+                if how.name == TIMING_PASS and (index >= self.config.timing_samples or planned.sample.problem):
+                    continue
+                todo = [run for run in self.runs
+                        if _key(model_name, task.name, run, planned, settings_id, how.name) not in done]
+                if todo:
+                    work[how.name].append((planned, todo))
         return work
 
     def _load(self, model_name: str) -> LoadedModel:
@@ -174,6 +198,20 @@ class SweepRunner:
             device_map=c.device_map, attn_implementation=c.attn_implementation, trust_remote_code=c.trust_remote_code,
         )
         return replace(loaded, name=model_name)
+
+    def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:
+        """What decoding compiled and kept for this model (``runs.jsonl``): compiled graphs, captured CUDA
+        graphs, decode states and the memory they hold, and any run that could not use a graph and why."""
+        generator = executor.generator
+        if generator is None:
+            return
+        graphs, recompiles = compile_counters()
+        append_run(self.config.out, dict(
+            time=now(), model=loaded.name, kind=ENGINE_RECORD, compile_graphs=graphs, recompiles=recompiles,
+            cuda_graphs=generator.captures,
+            decode_states=generator.states, decode_state_bytes=generator.state_bytes,
+            fallbacks=generator.fallbacks, unsupported=generator.unsupported,
+        ))
 
     def _record_run(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
         """Record what runs where (card, versions, audio encoder path) and each task as it runs, so
@@ -201,10 +239,12 @@ class SweepRunner:
         ))
 
 
-def _key(model_name: str, task_name: str, run: PlannedRun, planned: PlannedSample, settings_id: str) -> tuple:
+def _key(model_name: str, task_name: str, run: PlannedRun, planned: PlannedSample, settings_id: str,
+         pass_name: str | None) -> tuple:
     return run_key(dict(
         model=model_name, task=task_name, method=run.method, ratio=run.ratio, layer=run.layer,
         method_id=run.method_id, sample_id=planned.sample.id, input_hash=planned.input_hash, settings_id=settings_id,
+        **({"pass": pass_name} if pass_name else {}),
     ))
 
 

@@ -1,63 +1,112 @@
-"""One sample under every run it still needs, on a loaded model.
+"""A batch of samples under every run they still need, on a loaded model.
 
-The sample's audio is read by the task's channel policy and fitted to what the model takes (the
+Each sample's audio is read by the task's channel policy and fitted to what the model takes (the
 task's long-audio policy: ``harness.long_audio``) once; then the unpruned baseline and every method x
-ratio run on the same inputs, back to back, each one ``generate`` call on the sweep's cache, timed by
-``timing.timed_generate``. The task grades each output, and the row is appended immediately. A failure
-(unreadable audio, out of memory, a bug in one press, a parser that fails on one output) becomes that
-run's error row and the sweep goes on.
+ratio run on the batch, back to back (``execute.Executor``: samples prefilled one by one, decoded
+together). While a batch runs, its samples' audio encoder outputs are computed once and reused by
+every later run (``kvprune.generation.reuse_audio_encoder``: exact, the same tensors), unless the
+batch is a timing pass, which measures each sample's own request. The task grades each output, and
+its row is appended as soon as the run's call returns. A failure (unreadable audio, out of memory, a
+bug in one press, a parser that fails on one output) becomes that run's error row and the sweep goes
+on; a batch whose call fails is retried one sample at a time, so that one bad sample costs only its
+own row.
+
+Rows say how they were made: ``batch_size`` (rows decoded together) and ``batch_id``; rows of a
+timing pass (``pass: timing``) carry per-sample prefill and decode times; rows of a batched or
+sharing pass carry the batch's times (``batch_prefill_s``, ``batch_decode_s``), which give
+throughput, not per-sample latency.
 """
 
 from __future__ import annotations
 
+import uuid
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
+from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.models.loading import LoadedModel
-from kvprune.press import Press
 
 from ..long_audio import model_inputs
 from ..setup.device import release_memory
 from ..setup.environment import now
 from ..tasks.task import Task, TaskDataError
-from ..timing import timed_generate
 from .config import SweepConfig
+from .execute import BatchGeneration, Executor
 from .plan import PlannedRun, PlannedSample
-from .store import ResultStore
+from .store import TIMING_PASS, ResultStore
+
+
+@dataclass
+class Pass:
+    """How a batch runs: its samples decoded together or not, encoder outputs reused or not, and
+    whether its rows time each sample (``timed``) or only the batch."""
+
+    name: str | None  # None: the pass that scores (every sample once); TIMING_PASS: the timing subset
+    reuse_encoder: bool
+    timed: bool
 
 
 class SampleRunner:
-    """Runs the planned runs of one sample after another and appends one row per run to ``store``."""
+    """Runs the planned runs of a batch of samples, one run after another, and appends one row per
+    sample and run to ``store``."""
 
-    def __init__(self, config: SweepConfig, cache: str, store: ResultStore):
-        self.config, self.cache, self.store = config, cache, store
+    def __init__(self, config: SweepConfig, store: ResultStore, executor: Executor):
+        self.config, self.store, self.executor = config, store, executor
+        self.reuse = EncoderReuse()
 
-    def run(self, loaded: LoadedModel, task: Task, planned: PlannedSample, settings_id: str,
-            todo: list[PlannedRun], warmup: bool, bar) -> None:
+    def run(self, loaded: LoadedModel, task: Task, batch: list[tuple[PlannedSample, list[PlannedRun]]],
+            settings_id: str, runs: list[PlannedRun], warmup: bool, bar, how: Pass) -> None:
+        prepared = []
+        for planned, todo in batch:
+            base = self._base(loaded, task, planned, settings_id, warmup)
+            try:
+                if planned.sample.problem:
+                    raise TaskDataError(planned.sample.problem)
+                base.update(self._prepare(loaded, task, planned))
+                prepared.append((planned, todo, base, base.pop("inputs")))
+            except Exception as error:  # one bad sample must not stop the sweep
+                for run in todo:
+                    self._append(task, planned, base, run, how, error=error)
+                    bar.update()
+        reuse = reuse_audio_encoder(loaded.model, self.reuse) if how.reuse_encoder and prepared else nullcontext()
+        try:
+            with reuse:
+                for run in runs:
+                    members = [(planned, base, inputs) for planned, todo, base, inputs in prepared if run in todo]
+                    if members:
+                        self._generate(task, run, members, how, bar)
+        finally:
+            self.reuse.clear()
+
+    def _generate(self, task: Task, run: PlannedRun, members: list, how: Pass, bar) -> None:
+        max_new_tokens = self.config.max_new_tokens or task.max_new_tokens
+        hits = self.reuse.hits
+        try:
+            generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens)
+            if how.timed and generation.timing.compiled:  # it compiled or captured: time it again, warm
+                generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens)
+        except Exception as error:
+            release_memory()
+            if len(members) > 1:  # find the sample that fails: each alone
+                for member in members:
+                    self._generate(task, run, [member], how, bar)
+                return
+            planned, base, _ = members[0]
+            self._append(task, planned, base, run, how, error=error)
+            bar.update()
+            return
+        batch = dict(batch_size=len(members), batch_id=uuid.uuid4().hex[:12], encoder_reused=self.reuse.hits > hits)
+        for (planned, base, _), sample in zip(members, generation.samples):
+            self._append(task, planned, base, run, how, sample=sample, generation=generation, batch=batch)
+            bar.update()
+
+    def _base(self, loaded: LoadedModel, task: Task, planned: PlannedSample, settings_id: str, warmup: bool) -> dict:
         sample = planned.sample
-        base = dict(
+        return dict(
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
             item=sample.item, input_hash=planned.input_hash, grade_hash=planned.grade_hash, settings_id=settings_id,
             reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
         )
-        try:
-            if sample.problem:
-                raise TaskDataError(sample.problem)
-            base.update(self._prepare(loaded, task, planned))
-            inputs = base.pop("inputs")
-        except Exception as error:  # one bad sample must not stop the sweep
-            for run in todo:
-                self._append(task, planned, base, run, error=error)
-                bar.update()
-            return
-        for run in todo:
-            try:
-                outcome = self._generate(loaded, task, inputs, run.press)
-            except Exception as error:
-                release_memory()
-                outcome = dict(error=error)
-            self._append(task, planned, base, run, **outcome)
-            bar.update()
 
     def _prepare(self, loaded: LoadedModel, task: Task, planned: PlannedSample) -> dict:
         """The model inputs of a sample, its audio read by the task's channel policy and fitted to
@@ -65,22 +114,9 @@ class SampleRunner:
         waves, model_prompt = planned.prompt.load(task.channels)
         return model_inputs(loaded, waves, model_prompt, self.config.long_audio_policy(task.name))
 
-    def _generate(self, loaded: LoadedModel, task: Task, inputs: dict, press: Press | None) -> dict:
-        tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
-        generate_kwargs = dict(
-            max_new_tokens=self.config.max_new_tokens or task.max_new_tokens,
-            do_sample=False,
-            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-        )
-        if self.cache == "static":
-            generate_kwargs["cache_implementation"] = "static"  # generate compiles the decode step on a GPU
-        with press(loaded.model) if press else nullcontext() as pressed:
-            new_ids, timing = timed_generate(loaded.generator, inputs, **generate_kwargs)
-        kept = sum(s.kept_tokens for s in pressed.stats) if pressed is not None else None
-        return dict(output=loaded.decode(new_ids), timing=timing, kept_tokens=kept)
-
-    def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, output=None, timing=None,
-                kept_tokens=None, error=None) -> None:
+    def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, how: Pass, sample=None,
+                generation: BatchGeneration | None = None, batch: dict | None = None, error=None) -> None:
+        output = sample.output if sample is not None else None
         grade = task.grade(output, planned.sample, failure=None if error is None else str(error))
         error = error or grade.error
         row = dict(
@@ -92,10 +128,19 @@ class SampleRunner:
             output=output,
             parsed=grade.parsed,
             **grade.scores,
-            kept_tokens=kept_tokens if kept_tokens is not None else base.get("audio_tokens"),
+            kept_tokens=sample.kept_tokens if sample is not None and sample.kept_tokens is not None else base.get("audio_tokens"),
             error=None if error is None else f"{type(error).__name__}: {error}",
             time=now(),
         )
-        if timing is not None:
-            row.update(asdict(timing), decode_tokens_per_s=timing.decode_tokens_per_s)
+        if how.name is not None:
+            row["pass"] = how.name
+        if generation is not None:
+            row.update(batch, engine=generation.engine, engine_note=generation.note or None,
+                       graphs_captured=generation.graphs_captured, compilations=generation.compilations)
+            timing = generation.timing
+            if how.timed:
+                row.update(asdict(timing), decode_tokens_per_s=timing.decode_tokens_per_s, new_tokens=sample.new_tokens)
+            else:
+                row.update(batch_prefill_s=timing.prefill_s, batch_decode_s=timing.decode_s, new_tokens=sample.new_tokens,
+                           batch_new_tokens=timing.new_tokens, cache=timing.cache, compiled=timing.compiled)
         self.store.append(row)

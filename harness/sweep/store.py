@@ -25,8 +25,9 @@ from .disk import ResultsFileWarning, SweepOutputError, cannot_write, write_line
 from .identity import DIGESTS_FILE, PLAN_FILE
 
 RUNS_FILE = "runs.jsonl"
-#: a run's identity (see ``identity``): the readable fields and the digests of everything else
-KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id")
+#: a run's identity (see ``identity``): the readable fields and the digests of everything else; ``pass``
+#: tells a timing-subset row ("timing") from the row that scores the same sample and run (none)
+KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id", "pass")
 #: what ``--overwrite`` removes: the files a sweep writes (other files in the folder stay)
 OUTPUT_PATTERNS = ("results*.jsonl", "results*.jsonl.unreadable", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv", "breakdown.csv", "report.md",
                    "*_score_vs_ratio.png", "*_score_vs_prefill.png", "*_kv_saved.png")
@@ -103,10 +104,16 @@ def clear_outputs(out_dir: Path) -> list[Path]:
     return removed
 
 
-def read_runs(out_dir: Path | str) -> list[dict]:
-    """The lines of ``runs.jsonl``, oldest first (none for a folder without one)."""
+TIMING_PASS = "timing"  # the ``pass`` of a timing subset's rows: samples run alone, unshared, for their timings
+ENGINE_RECORD = "engine"  # the ``kind`` of a runs.jsonl line recording what decoding compiled for a model
+
+
+def read_runs(out_dir: Path | str, kind: str | None = None) -> list[dict]:
+    """The model runs of ``runs.jsonl``, oldest first (none for a folder without one); ``kind="engine"``:
+    instead, the lines recording what the generation engine compiled and kept for each model run."""
     path = Path(out_dir) / RUNS_FILE
-    return _json_lines(path) if path.exists() else []
+    lines = _json_lines(path) if path.exists() else []
+    return [line for line in lines if line.get("kind") == kind]
 
 
 def recorded_tasks(out_dir: Path | str) -> dict[str, Task]:

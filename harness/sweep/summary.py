@@ -27,13 +27,14 @@ import pandas as pd
 from ..tasks.task import Task, get_task
 from .config import BASELINE
 from .identity import read_plan
-from .store import read_rows, recorded_tasks, unique_runs
+from .store import TIMING_PASS, read_rows, recorded_tasks, unique_runs
 
 GROUP = ["model", "task", "method", "layer", "method_id", "settings_id", "ratio"]
 MS = 1000.0
 MIB = 2**20
 AUDIO_FIELDS = ["audio_seconds", "audio_tokens", "kept_tokens"]
 MIN_PAIRS = 3  # timed samples a speedup needs before it can stand out of the noise
+TIMING_SUBSET = "timing subset"
 
 
 def summarize_folder(out_dir: Path | str, everything: bool = False) -> pd.DataFrame:
@@ -67,20 +68,22 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     rows = []
     for (model, task_name, method, layer, method_id, settings_id, ratio), group in results.groupby(GROUP, sort=True, dropna=False):
         task = tasks[task_name] if task_name in tasks else get_task(task_name)
-        metrics = task.summarize(group.to_dict("records"))
-        timed = _timed(group)
+        scoring, timing = _passes(group)
+        metrics = task.summarize(scoring.to_dict("records"))
+        timed = _timed(timing if len(timing) else scoring)
         per_token = timed["decode_s"] / (timed["new_tokens"] - 1).where(timed["new_tokens"] > 1)
         rows.append(dict(
             model=model, task=task_name, method=method, ratio=ratio, layer=None if pd.isna(layer) else int(layer),
             method_id=method_id, settings_id=settings_id,
-            samples=len(group), items=group["item"].nunique() if "item" in group else len(group),
-            errors=int(group["error"].notna().sum()),
+            samples=len(scoring), items=scoring["item"].nunique() if "item" in scoring else len(scoring),
+            errors=int(scoring["error"].notna().sum()),
             metric=task.primary_metric, higher_is_better=task.higher_is_better, score=metrics[task.primary_metric],
             **metrics,
-            audio_seconds=group["audio_seconds"].mean(),
-            audio_tokens=group["audio_tokens"].mean(),
-            kept_tokens=group["kept_tokens"].mean(),
+            audio_seconds=scoring["audio_seconds"].mean(),
+            audio_tokens=scoring["audio_tokens"].mean(),
+            kept_tokens=scoring["kept_tokens"].mean(),
             timed_samples=len(timed),
+            timing_source=TIMING_SUBSET if len(timing) else "every sample",
             prefill_ms_mean=timed["prefill_s"].mean() * MS,
             prefill_ms_median=timed["prefill_s"].median() * MS,
             decode_ms_mean=timed["decode_s"].mean() * MS,
@@ -92,11 +95,51 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             kv_cache_mib_median=timed["kv_cache_bytes"].median() / MIB,
             kv_held_mib_median=timed["kv_held_bytes"].median() / MIB,
             cache=_kinds(group),
+            **throughput(scoring),
+            **batch_agreement(task, scoring, timing),
         ))
     summary = pd.DataFrame(rows)
     summary = _against_baseline(summary)
     summary = summary.merge(timing_spread(results), on=["model", "task", "method_id", "settings_id", "ratio"], how="left")
     return distinguish_labels(summary)
+
+
+def _passes(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows that score (every sample once) and the timing subset's rows (``pass: timing``)."""
+    timing = group["pass"].eq(TIMING_PASS) if "pass" in group else pd.Series(False, index=group.index)
+    return group.loc[~timing], group.loc[timing]
+
+
+def throughput(scoring: pd.DataFrame) -> dict:
+    """Samples and generated tokens per second of the batched calls that made ``scoring``'s rows (each
+    batch's time counted once), and their mean batch size; NaN where rows were timed one by one."""
+    columns = ["batch_id", "batch_prefill_s", "batch_decode_s", "batch_size"]
+    batched = scoring.reindex(columns=[*columns, "new_tokens"]).dropna(subset=["batch_id", "batch_prefill_s"])
+    if batched.empty:
+        return dict(batch_size_mean=float("nan"), samples_per_s=float("nan"), tokens_per_s=float("nan"))
+    calls = batched.drop_duplicates("batch_id")
+    seconds = pd.to_numeric(calls["batch_prefill_s"]).sum() + pd.to_numeric(calls["batch_decode_s"]).sum()
+    return dict(
+        batch_size_mean=len(batched) / len(calls),
+        samples_per_s=len(batched) / seconds if seconds > 0 else float("nan"),
+        tokens_per_s=pd.to_numeric(batched["new_tokens"]).sum() / seconds if seconds > 0 else float("nan"),
+    )
+
+
+def batch_agreement(task: Task, scoring: pd.DataFrame, timing: pd.DataFrame) -> dict:
+    """On the timing subset, which ran each sample alone: the share of its answers the scoring pass
+    (batched, sharing) gave identically, and its score there minus the subset's own score."""
+    columns = ["sample_id", "output"]
+    if timing.empty or not {"sample_id", "output"} <= set(scoring.columns):
+        return dict(batch_identical=float("nan"), batch_score_change=float("nan"))
+    paired = timing[columns].merge(scoring[columns], on="sample_id", suffixes=("_alone", "_batched"))
+    if paired.empty:
+        return dict(batch_identical=float("nan"), batch_score_change=float("nan"))
+    same = (paired["output_alone"] == paired["output_batched"]).mean()
+    subset = scoring[scoring["sample_id"].isin(paired["sample_id"])]
+    batched = task.summarize(subset.to_dict("records"))[task.primary_metric]
+    alone = task.summarize(timing[timing["sample_id"].isin(paired["sample_id"])].to_dict("records"))[task.primary_metric]
+    return dict(batch_identical=same, batch_score_change=batched - alone)
 
 
 def _timeable(rows: pd.DataFrame) -> pd.Series:
@@ -145,7 +188,9 @@ def timing_spread(results: pd.DataFrame) -> pd.DataFrame:
     columns = [*keys, "prefill_ms_q25", "prefill_ms_q75", "prefill_speedup_q25", "prefill_speedup_q75", "prefill_within_noise"]
     if "prefill_s" not in results:
         return pd.DataFrame(columns=columns)
-    timed = results.loc[_timeable(results)].copy()
+    _, timing = _passes(results)
+    timed = (timing if len(timing) else results).copy()
+    timed = timed.loc[_timeable(timed)]
     timed["prefill_s"] = pd.to_numeric(timed["prefill_s"], errors="coerce")
     if timed.empty:
         return pd.DataFrame(columns=columns)
@@ -187,7 +232,9 @@ def distinguish_labels(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def failures(results: pd.DataFrame) -> tuple[int, int, list[tuple[int, str]]]:
-    """(failed runs, all runs, and per kind of error, most frequent first: how many and one message)."""
+    """(failed runs, all runs, and per kind of error, most frequent first: how many and one message),
+    counting the runs that score (a timing subset's rows repeat some of them)."""
+    results, _ = _passes(results)
     errors = results["error"].dropna() if "error" in results else pd.Series(dtype=object)
     kinds = []
     # one kind per message once file paths and numbers are blanked out: the same failure on other samples

@@ -4,9 +4,10 @@ After pruning, each group of decoder layers holds other prompt entries, so each 
 the model builds one. The decode step passes the masks of every layer as one keyword argument
 (``kvprune_masks``), which every supported model hands down to its attention functions, and decoding
 runs under an attention implementation registered here that picks its layer's mask and calls the stock
-``sdpa`` or ``eager`` attention with it. Nothing is installed on the model, so a compiled step holds
-no hook whose removal it could miss; the implementation name is switched on the decoder's config only
-for the duration of decoding (``decoding_attention``).
+``sdpa`` or ``eager`` attention with it (under ``sdpa``, one new token per row goes to
+``decode_attention``: a fused kernel on CUDA). Nothing is installed on the model, so a compiled step
+holds no hook whose removal it could miss; the implementation name is switched on the decoder's config
+only for the duration of decoding (``decoding_attention``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import sdpa_mask
+
+from .decode_attention import decode_attention
 
 MASKS_KWARG = "kvprune_masks"
 IMPLEMENTATIONS = {"sdpa": "kvprune_decode_sdpa", "eager": "kvprune_decode_eager"}
@@ -33,23 +36,6 @@ def _sdpa(module, query, key, value, attention_mask, **kwargs):
     if query.shape[2] == 1 and mask is not None:
         return decode_attention(query, key, value, mask, kwargs.get("scaling")), None
     return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
-
-
-def decode_attention(query, key, value, mask, scaling=None) -> torch.Tensor:
-    """Attention of one new token per row over a static cache: (B, heads, 1, D) queries against (B,
-    kv_heads, C, D) keys and values, with a (B, 1 | heads, 1, C) boolean mask; returns (B, 1, heads,
-    D) as the stock attention functions do. Written as two small matrix products and a softmax in float32,
-    with the query heads that share a key-value head stacked, so that no key or value is copied per
-    head (sdpa with a mask repeats them for grouped-query attention) and a compiled step fuses the rest."""
-    batch, heads, _, dim = query.shape
-    kv_heads, length = key.shape[1], key.shape[2]
-    groups = heads // kv_heads
-    scaling = dim**-0.5 if scaling is None else scaling
-    scores = torch.matmul(query.view(batch, kv_heads, groups, dim), key.transpose(-1, -2)).float() * scaling
-    mask = mask.view(batch, kv_heads, groups, length) if mask.shape[1] == heads else mask.view(batch, 1, 1, length)
-    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).to(value.dtype)
-    output = torch.matmul(probs, value)  # (B, kv_heads, groups, D)
-    return output.view(batch, heads, 1, dim).transpose(1, 2).contiguous()
 
 
 def _eager(module, query, key, value, attention_mask, **kwargs):

@@ -42,6 +42,7 @@ class GenerationTiming:
     decode_s: float
     new_tokens: int  # generated per row (the longest row; ended rows are padded)
     batch: int
+    first_prefill_s: float = 0.0  # the first batch's prefill alone (within ``prefill_s``)
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -60,6 +61,8 @@ class GenerationOutput:
     note: str = ""
     graphs_captured: int = 0  # CUDA graphs this call captured (0: replayed existing ones, or none used)
     compilations: int = 0  # torch.compile graphs this call made
+    kv_held_bytes: int = 0  # after the prefill: the keys and values the prompts left in every layer's cache
+    cache_bytes: int = 0  # the decode state's buffers (bucketed room for the new tokens included)
 
 
 @dataclass
@@ -109,7 +112,8 @@ class Generator:
         """Generate up to ``max_new_tokens`` per row under ``press`` at ``ratio`` (its own ratio if None;
         no press: unpruned). ``inputs`` is a batch of model inputs (as a processor makes them, left-padded),
         or a list of such batches: each is prefilled on its own (so that one prefill's activations, not
-        the whole batch's, bound the memory), then all rows decode together."""
+        the whole batch's, bound the memory), then all rows decode together; a batch repeated as the
+        same object (``[inputs] * 16``: sixteen answers to one prompt) is prefilled once."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} is invalid: generate at least 1 token.")
         batches = [inputs] if isinstance(inputs, dict) else list(inputs)
@@ -122,9 +126,13 @@ class Generator:
         graphs_before, (compiled_before, _) = self._captures(), compile_counters()
         clock = _Clock(self.device)
         rows = sum(batch["input_ids"].shape[0] for batch in batches)
-        state, stopping, firsts, outcomes, offset = None, None, [], [], 0
+        state, stopping, firsts, outcomes, offset, held, first_end = None, None, [], [], 0, 0, None
+        previous = None
         for batch in batches:
-            prefill = run_prefill(self.module, batch, press, ratio)
+            # a batch given again as the same object (several answers to one prompt) is prefilled once
+            prefill = previous[1] if previous is not None and previous[0] is batch else run_prefill(self.module, batch, press, ratio)
+            previous = (batch, prefill)
+            first_end = first_end or clock.mark()
             stopping = stopping or self._stopping(eos, pad, suppress_tokens, prefill.logits.shape[-1])
             first = choose(prefill.logits, sampling, stopping)
             first, done = finish(first, torch.zeros_like(first, dtype=torch.bool), stopping)
@@ -133,17 +141,20 @@ class Generator:
                 state.load(prefill, offset, first, done)
             firsts.append(first)
             outcomes.append(prefill.outcome)
+            held += sum(t.numel() * t.element_size() for entries in prefill.layers for t in (entries.keys, entries.values))
             offset += prefill.batch
-            del prefill  # its cache is in the decode state now: one batch's cache at a time
+            del prefill  # its cache is in the decode state now: one batch's cache at a time (or the repeated one's)
         prefill_end = clock.mark()
         new = self._decode(state, rows, max_new_tokens, sampling, stopping) if state is not None else torch.cat(firsts)[:, None]
         end = clock.mark()
         new = _trim(new, eos)
-        timing = GenerationTiming(clock.seconds(clock.start, prefill_end), clock.seconds(prefill_end, end), new.shape[1], rows)
+        timing = GenerationTiming(clock.seconds(clock.start, prefill_end), clock.seconds(prefill_end, end), new.shape[1], rows,
+                                  clock.seconds(clock.start, first_end))
         return GenerationOutput(
             sequences=_joined([batch["input_ids"] for batch in batches], new, pad), new_tokens=new, timing=timing,
             outcome=outcomes[0] if len(outcomes) == 1 else outcomes, graphs_captured=self._captures() - graphs_before,
-            compilations=compile_counters()[0] - compiled_before,
+            compilations=compile_counters()[0] - compiled_before, kv_held_bytes=held,
+            cache_bytes=state.nbytes if state is not None else 0,
         )
 
     @property
@@ -154,6 +165,11 @@ class Generator:
             for reason, count in runner.fallbacks.items():
                 merged[reason] = merged.get(reason, 0) + count
         return merged
+
+    @property
+    def captures(self) -> int:
+        """CUDA graphs captured so far (one per decode state and way of choosing tokens)."""
+        return self._captures()
 
     @property
     def state_bytes(self) -> int:

@@ -1,0 +1,84 @@
+"""The report's section on how the samples ran: batches, what was shared between runs, where the
+per-sample timings come from, the throughput of the batched calls, whether batching changed answers,
+and what decoding compiled (from ``runs.jsonl``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..markdown import markdown_table
+from .headline import ratio_text
+from .store import ENGINE_RECORD, TIMING_PASS, read_runs
+from .summary import TIMING_SUBSET
+
+MIB = 2**20
+
+
+def batching_section(summary: pd.DataFrame, results: pd.DataFrame | None, out_dir: Path) -> str:
+    """Markdown for ``report.md`` (empty for a folder of results written before batching existed)."""
+    if "timing_source" not in summary:
+        return ""
+    parts = ["## How the samples ran\n", _how(summary, results)]
+    throughput = summary.dropna(subset=["samples_per_s"])
+    if not throughput.empty:
+        table = throughput.groupby(["model", "method", "ratio"], sort=True).agg(
+            batch=("batch_size_mean", "mean"), samples=("samples_per_s", "mean"), tokens=("tokens_per_s", "mean"),
+            identical=("batch_identical", "mean"), change=("batch_score_change", "mean")).reset_index()
+        rows = ([r.model, r.method, ratio_text(r.ratio), f"{r.batch:.1f}", f"{r.samples:.2f}", f"{r.tokens:.1f}",
+                 "—" if pd.isna(r.identical) else f"{100 * r.identical:.0f}%",
+                 "—" if pd.isna(r.change) else f"{r.change:+.1f}"] for r in table.itertuples())
+        parts.append("Throughput of the scoring pass (mean over tasks; each batch's prefill and decoding time counted "
+                     "once), and, on the timing subset, answers identical to the sample run alone and the score "
+                     "difference (batched minus alone):\n\n" + markdown_table(
+                         ["model", "method", "ratio", "rows per call", "samples/s", "tokens/s", "identical answers",
+                          "score change"], rows) + "\n")
+    engine = _engine(out_dir)
+    if engine:
+        parts.append(engine)
+    return "\n".join(parts)
+
+
+def _how(summary: pd.DataFrame, results: pd.DataFrame | None) -> str:
+    lines = []
+    decoded = sorted(summary["cache"].dropna().unique())
+    lines.append(f"- Decoding: {', '.join(decoded) or 'unknown'} (engine: kvprune's generation engine; static or "
+                 "dynamic: stock `generate`).")
+    batch = summary["batch_size_mean"].max() if "batch_size_mean" in summary else float("nan")
+    if not pd.isna(batch):
+        lines.append(f"- Batches: up to {batch:.0f} samples per call on average (each prefilled on its own, decoded "
+                     "together).")
+    if results is not None and "encoder_reused" in results:
+        scoring = results[results.get("pass", pd.Series(index=results.index, dtype=object)) != TIMING_PASS]
+        reused = scoring["encoder_reused"].eq(True).sum()
+        lines.append(f"- Shared between the runs of a sample: its audio encoder output ({reused} of {len(scoring)} "
+                     "scoring runs reused one computed by an earlier run of the same sample: the same tensors, so "
+                     "answers are unchanged). Not shared: the embedding and decoder layers before K, which every run "
+                     "computes again.")
+    subset = summary["timing_source"].eq(TIMING_SUBSET)
+    if subset.any():
+        timed = summary.loc[subset, "timed_samples"]
+        lines.append(f"- Timings (prefill, decoding, KV cache, speedups and the score-vs-prefill figure) come from the "
+                     f"timing subset: up to {timed.max():.0f} samples per task and run, each run alone with nothing "
+                     "shared (a call that compiled or captured a graph is run again, warm). Scores use every sample once, "
+                     "from the scoring pass.")
+    else:
+        lines.append("- Timings come from every sample: each ran alone, with nothing shared.")
+    return "\n".join(lines) + "\n"
+
+
+def _engine(out_dir: Path) -> str:
+    records = read_runs(out_dir, kind=ENGINE_RECORD)
+    if not records:
+        return ""
+    rows = []
+    for r in records:
+        fallbacks = "; ".join(f"{n} × {why}" for why, n in (r.get("fallbacks") or {}).items()) or "none"
+        rows.append([r.get("time", ""), r.get("model", ""), str(r.get("compile_graphs", "")), str(r.get("recompiles", "")),
+                     str(r.get("cuda_graphs", "")), str(r.get("decode_states", "")),
+                     f"{(r.get('decode_state_bytes') or 0) / MIB:.0f}", r.get("unsupported") or fallbacks])
+    return ("What decoding compiled, per model run (`runs.jsonl`): compiled graphs and recompilations in the process "
+            "so far, CUDA graphs captured, decode states kept and their memory, and what could not use the engine or a "
+            "graph:\n\n" + markdown_table(["time", "model", "compiled graphs", "recompilations", "CUDA graphs",
+                                            "decode states", "state MiB", "fallbacks"], rows) + "\n")

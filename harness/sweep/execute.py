@@ -1,0 +1,112 @@
+"""One planned run (the unpruned baseline, or a method at a ratio) on a batch of prepared samples: the
+generation call and what each sample got from it.
+
+On the default ``--cache auto`` (``engine``) the batch goes through kvprune's generation engine
+(``kvprune.Generator``, kept for the model's lifetime so that compiled steps and decode states are
+reused from batch to batch): each sample is prefilled on its own, then all rows decode together. The
+engine's greedy tokens equal ``model.generate``'s (checked on every family's tiny model), so batch size
+changes throughput, not answers (on a CPU in float32; a GPU in bfloat16 may differ at near ties, and the
+report says how often). ``--cache static`` or ``dynamic`` runs stock ``generate`` instead, one sample
+per call. The sweep (``samples``) and ``kvprune estimate`` both call this, so an estimate times what a
+sweep runs.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from kvprune.generation import ENGINE, Generator
+from kvprune.models.loading import LoadedModel
+from kvprune.press import Press
+
+from ..setup.options import ENGINE_CACHE
+from ..timing import Timing, timed_generate
+
+
+@dataclass
+class SampleOutput:
+    """What one sample of a batch got: its answer, the audio tokens its prefill kept, its new tokens."""
+
+    output: str
+    kept_tokens: int | None
+    new_tokens: int
+
+
+@dataclass
+class BatchGeneration:
+    """A run on a batch: each sample's output, and the call's timing and engine record."""
+
+    samples: list[SampleOutput]
+    timing: Timing  # of the whole call: every prefill of the batch, then the joint decoding
+    engine: str  # which path decoded: kvprune's engine, transformers.generate, or its fallback
+    note: str = ""  # why the engine fell back, if it did
+    graphs_captured: int = 0
+    compilations: int = 0
+
+
+class Executor:
+    """Generates a batch under a press on one loaded model (see the module docstring)."""
+
+    def __init__(self, loaded: LoadedModel, cache: str):
+        self.loaded, self.cache = loaded, cache
+        self.generator = Generator(loaded.model) if cache == ENGINE_CACHE else None
+        tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        eos = getattr(loaded.generator.generation_config, "eos_token_id", None)
+        self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+    def run(self, inputs: list[dict], press: Press | None, max_new_tokens: int) -> BatchGeneration:
+        if self.generator is None:
+            return self._stock(inputs, press, max_new_tokens)
+        device = self.generator.device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        out = self.generator.generate(inputs, max_new_tokens=max_new_tokens, press=press, pad_token_id=self.pad)
+        outcomes = out.outcome if isinstance(out.outcome, list) else [out.outcome]  # one per sample: each is its own batch
+        kept = [_kept(outcome) for outcome in outcomes]
+        samples = [SampleOutput(self.loaded.decode(row[None]), k, self._length(row)) for row, k in zip(out.new_tokens, kept)]
+        timing = Timing(
+            prefill_s=out.timing.prefill_s, decode_s=out.timing.decode_s, new_tokens=int(out.new_tokens.shape[1]),
+            peak_memory_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+            kv_cache_bytes=out.cache_bytes, kv_held_bytes=out.kv_held_bytes, cache=ENGINE_CACHE,
+            compiled=out.compilations > 0 or out.graphs_captured > 0,
+        )
+        engine = ENGINE if out.engine == ENGINE else f"{ENGINE} fell back to {out.engine}"
+        return BatchGeneration(samples, timing, engine, out.note, out.graphs_captured, out.compilations)
+
+    def _stock(self, inputs: list[dict], press: Press | None, max_new_tokens: int) -> BatchGeneration:
+        """Stock ``generate``, one sample per call (the batch's timing is the sum of its calls)."""
+        kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=self.pad)
+        if self.cache == "static":
+            kwargs["cache_implementation"] = "static"  # generate compiles the decode step on a GPU
+        samples, timings = [], []
+        for sample_inputs in inputs:
+            with press(self.loaded.model) if press else nullcontext() as outcome:
+                new_ids, timing = timed_generate(self.loaded.generator, sample_inputs, **kwargs)
+            samples.append(SampleOutput(self.loaded.decode(new_ids), _kept(outcome), self._length(new_ids[0])))
+            timings.append(timing)
+        first = timings[0]
+        if len(timings) > 1:
+            first = Timing(
+                prefill_s=sum(t.prefill_s for t in timings), decode_s=sum(t.decode_s for t in timings),
+                new_tokens=max(t.new_tokens for t in timings),
+                peak_memory_bytes=max((t.peak_memory_bytes or 0) for t in timings) or None,
+                kv_cache_bytes=sum(t.kv_cache_bytes for t in timings), kv_held_bytes=sum(t.kv_held_bytes for t in timings),
+                cache=first.cache, compiled=any(t.compiled for t in timings),
+            )
+        return BatchGeneration(samples, first, "transformers.generate")
+
+    def _length(self, row: torch.Tensor) -> int:
+        """New tokens a row generated: up to and with its first end-of-sequence token, else all."""
+        if self.eos:
+            ended = torch.isin(row, torch.tensor(self.eos, device=row.device)).nonzero()
+            if len(ended):
+                return int(ended[0]) + 1
+        return int(row.shape[0])
+
+
+def _kept(outcome) -> int | None:
+    return sum(s.kept_tokens for s in outcome.stats) if outcome is not None and outcome.stats else None

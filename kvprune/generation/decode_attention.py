@@ -1,0 +1,226 @@
+"""Attention of one new token per row over a static cache, as one fused kernel per layer (flash decoding).
+
+Written as two matrix products and a softmax, a decoder layer's decode attention compiles into about
+three kernels (H100, 7B Omni shape: ~10 us per layer, 0.3 ms of a 6.1 ms step). Here a Triton kernel
+does it in one pass over the cache, plus one small kernel when the cache is split:
+
+* each program takes one row, one key-value head and one *split* (a run of cache slots): it loads each
+  key and value tile once for all the query heads that share the key-value head (grouped-query
+  attention), and keeps an online softmax (running maximum, sum and weighted values, float32);
+* the number of splits is a function of the static shape (``split_layout``): enough programs to fill
+  the device twice over, so that one row with four key-value heads still reads a long cache with
+  every multiprocessor; a second kernel then combines the splits of each head (none when there is one).
+
+The query heads of a key-value head form a (groups, head_dim) block, padded to 16 rows so that
+``tl.dot`` runs the products on tensor cores: the kernel is bound by reading the cache, and the padded
+rows cost no bandwidth, whereas an elementwise multiply-and-sum would make one pass over each tile per
+query head on the CUDA cores plus a cross-thread reduction each (7 per tile at the 7B shape).
+
+``decode_attention`` is a custom operator (``kvprune::decode_attention``), opaque to ``torch.compile``
+and capturable in a CUDA graph (static shapes, no host synchronisation); without Triton, off CUDA or
+for shapes it does not take, it computes ``matmul_attention``, the plain PyTorch version.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+try:  # Triton comes with CUDA builds of torch; the CPU build has none
+    import triton
+    import triton.language as tl
+except ImportError:  # pragma: no cover - depends on the torch build
+    triton = None
+
+BLOCK = 64  # cache slots per tile
+WARPS = 4
+STAGES = 2
+PROGRAMS_PER_PROCESSOR = 2  # split until the grid fills every multiprocessor this many times over
+MAX_SPLITS = 64  # the combining kernel holds every split of a head at once
+H100_PROCESSORS = 132
+LOG2_E = 1.4426950408889634
+
+
+def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
+    """(B, heads, 1, D) queries against (B, kv_heads, C, D) keys and values with a (B, 1 | heads, 1, C)
+    boolean mask; returns (B, 1, heads, D) as the stock attention functions do. Two small matrix
+    products and a softmax in float32, with the query heads that share a key-value head stacked, so that
+    no key or value is copied per head (sdpa with a mask repeats them for grouped-query attention)."""
+    batch, heads, _, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    groups = heads // kv_heads
+    scores = torch.matmul(query.view(batch, kv_heads, groups, dim), key.transpose(-1, -2)).float() * scaling
+    mask = mask.view(batch, kv_heads, groups, length) if mask.shape[1] == heads else mask.view(batch, 1, 1, length)
+    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).to(value.dtype)
+    output = torch.matmul(probs, value)  # (B, kv_heads, groups, D)
+    return output.view(batch, heads, 1, dim).transpose(1, 2).contiguous()
+
+
+def split_layout(batch: int, kv_heads: int, length: int, processors: int, block: int = BLOCK) -> tuple[int, int]:
+    """(splits, slots per split) for a cache of ``length`` slots: the splits aim at ``batch * kv_heads *
+    splits`` programs filling ``processors`` twice over (at most ``MAX_SPLITS``), each split as few whole
+    tiles as that aim allows; so no split is empty, and a long cache splits more than a short one."""
+    tiles = -(-length // block)
+    wanted = -(-PROGRAMS_PER_PROCESSOR * processors // (batch * kv_heads))
+    splits = max(1, min(wanted, tiles, MAX_SPLITS))
+    chunk = -(-tiles // splits) * block
+    return -(-length // chunk), chunk
+
+
+@functools.lru_cache(maxsize=None)
+def _processors(device: torch.device) -> int:
+    """A CUDA device's multiprocessors; elsewhere (Triton's interpreter, on the CPU) an H100's, so that
+    the interpreter splits caches as the GPU does."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else H100_PROCESSORS
+
+
+if triton is not None:
+
+    @triton.jit
+    def _dot(a, b, PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+        if UPCAST:  # float32 copies of the same values: exact products, float32 sums, as the tensor cores do
+            product = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        else:
+            product = tl.dot(a, b, input_precision=PRECISION)
+        return product
+
+    @triton.jit
+    def _split_kernel(
+        q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, qk_scale,
+        stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kc, stride_kd,
+        stride_vb, stride_vh, stride_vc, stride_vd, stride_mb, stride_mh, stride_mc,
+        HEADS: tl.constexpr, GROUPS: tl.constexpr, DIM: tl.constexpr, SINGLE: tl.constexpr, PRECISION: tl.constexpr,
+        UPCAST: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+    ):
+        """Slots ``split*chunk ..`` of one row and key-value head for its query heads: the final output if
+        there is one split (``SINGLE``), else the split's running maximum, sum and weighted values."""
+        kv_heads: tl.constexpr = HEADS // GROUPS
+        b = (tl.program_id(0) // kv_heads).to(tl.int64)
+        kv = (tl.program_id(0) % kv_heads).to(tl.int64)
+        split = tl.program_id(1)
+        g = tl.arange(0, BLOCK_G)
+        d = tl.arange(0, BLOCK_D)
+        head = kv * GROUPS + g  # the query heads of this key-value head
+        in_g, in_d = g < GROUPS, d < DIM
+        q = tl.load(q_ptr + b * stride_qb + head[:, None] * stride_qh + d[None, :] * stride_qd,
+                    mask=in_g[:, None] & in_d[None, :], other=0.0)
+        keys = k_ptr + b * stride_kb + kv * stride_kh + d[None, :] * stride_kd
+        values = v_ptr + b * stride_vb + kv * stride_vh + d[None, :] * stride_vd
+        visible_at = mask_ptr + b * stride_mb + head[:, None] * stride_mh  # stride_mh is 0 for a mask per row
+        running_max = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+        running_sum = tl.zeros((BLOCK_G,), tl.float32)
+        acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
+        start = split * chunk
+        end = tl.minimum(start + chunk, length)
+        for n0 in range(start, end, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            in_n = n < end
+            k = tl.load(keys + n[:, None] * stride_kc, mask=in_n[:, None] & in_d[None, :], other=0.0)
+            scores = _dot(q, tl.trans(k), PRECISION, UPCAST) * qk_scale  # log2 units
+            visible = tl.load(visible_at + n[None, :] * stride_mc, mask=in_g[:, None] & in_n[None, :], other=0)
+            scores = tl.where(visible != 0, scores, float("-inf"))
+            new_max = tl.maximum(running_max, tl.max(scores, axis=1))
+            shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # nothing visible yet: keep zeros, no NaN
+            p = tl.exp2(scores - shift[:, None])
+            rescale = tl.exp2(running_max - shift)
+            running_sum = running_sum * rescale + tl.sum(p, axis=1)
+            v = tl.load(values + n[:, None] * stride_vc, mask=in_n[:, None] & in_d[None, :], other=0.0)
+            acc = acc * rescale[:, None] + _dot(p.to(v.dtype), v, PRECISION, UPCAST)
+            running_max = new_max
+        vector = b * HEADS + head  # (row, query head) in the output's order
+        store = in_g[:, None] & in_d[None, :]
+        if SINGLE:
+            out = acc / running_sum[:, None]
+            tl.store(out_ptr + vector[:, None] * DIM + d[None, :], out.to(out_ptr.dtype.element_ty), mask=store)
+        else:
+            part = vector * splits + split
+            tl.store(acc_ptr + part[:, None] * DIM + d[None, :], acc, mask=store)
+            tl.store(max_ptr + part, running_max, mask=in_g)
+            tl.store(sum_ptr + part, running_sum, mask=in_g)
+
+    @triton.jit
+    def _combine_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, splits, DIM: tl.constexpr, BLOCK_S: tl.constexpr,
+                        BLOCK_D: tl.constexpr):
+        """One (row, query head): its splits' weighted values, rescaled to the overall maximum, over their sums."""
+        vector = tl.program_id(0).to(tl.int64)
+        s = tl.arange(0, BLOCK_S)
+        d = tl.arange(0, BLOCK_D)
+        in_s, in_d = s < splits, d < DIM
+        part = vector * splits + s
+        maxima = tl.load(max_ptr + part, mask=in_s, other=float("-inf"))
+        weights = tl.exp2(maxima - tl.max(maxima, axis=0))  # a split that saw nothing weighs 0
+        sums = tl.load(sum_ptr + part, mask=in_s, other=0.0)
+        acc = tl.load(acc_ptr + part[:, None] * DIM + d[None, :], mask=in_s[:, None] & in_d[None, :], other=0.0)
+        out = tl.sum(acc * weights[:, None], axis=0) / tl.sum(sums * weights, axis=0)
+        tl.store(out_ptr + vector * DIM + d, out.to(out_ptr.dtype.element_ty), mask=in_d)
+
+
+def kernel_fits(query, key, value, mask) -> bool:
+    """Whether ``flash_decode`` takes these tensors (else ``decode_attention`` computes ``matmul_attention``)."""
+    batch, heads, tokens, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    return (
+        triton is not None and query.is_cuda and tokens == 1 and query.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        and key.dtype == value.dtype == query.dtype and heads % kv_heads == 0
+        and key.shape == value.shape == (batch, kv_heads, length, dim)
+        and mask.dtype == torch.bool and mask.shape in ((batch, 1, 1, length), (batch, heads, 1, length))
+    )
+
+
+def flash_decode(query, key, value, mask, scaling: float, *, chunk: int | None = None, block: int = BLOCK,
+                 warps: int = WARPS, stages: int = STAGES) -> torch.Tensor:
+    """``matmul_attention`` by the Triton kernels (tensors that ``kernel_fits``). ``chunk`` (slots per
+    split, a multiple of ``block``), ``block``, ``warps`` and ``stages`` override the launch defaults."""
+    batch, heads, _, dim = query.shape
+    kv_heads, length = key.shape[1], key.shape[2]
+    if chunk is None:
+        _, chunk = split_layout(batch, kv_heads, length, _processors(query.device), block)
+    splits = -(-length // chunk)
+    out = query.new_empty(batch, 1, heads, dim)
+    if splits > 1:
+        acc = torch.empty(batch * heads * splits, dim, dtype=torch.float32, device=query.device)
+        maxima, sums = torch.empty(2, batch * heads * splits, dtype=torch.float32, device=query.device)
+    else:  # not read: the kernel writes the output itself
+        acc = maxima = sums = out
+    mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
+    block_d = max(16, triton.next_power_of_2(dim))
+    _split_kernel[(batch * kv_heads, splits)](
+        query, key, value, mask, out, acc, maxima, sums, length, chunk, splits, scaling * LOG2_E,
+        query.stride(0), query.stride(1), query.stride(3), *key.stride(), *value.stride(),
+        mask.stride(0), mask.stride(1) if mask.shape[1] > 1 else 0, mask.stride(3),
+        HEADS=heads, GROUPS=heads // kv_heads, DIM=dim, SINGLE=splits == 1,
+        PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+        UPCAST=not query.is_cuda,  # Triton's interpreter (CPU) multiplies bfloat16 as integers
+        BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_D=block_d, BLOCK_N=block,
+        num_warps=warps, num_stages=stages,
+    )
+    if splits > 1:
+        _combine_kernel[(batch * heads,)](acc, maxima, sums, out, splits, DIM=dim,
+                                          BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d, num_warps=4)
+    return out
+
+
+@torch.library.custom_op("kvprune::decode_attention", mutates_args=())
+def fused_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                           scaling: float) -> torch.Tensor:
+    """``matmul_attention`` in one fused kernel (two when the cache is split) where ``kernel_fits``."""
+    if kernel_fits(query, key, value, mask):
+        return flash_decode(query, key, value, mask, scaling)
+    return matmul_attention(query, key, value, mask, scaling)
+
+
+@fused_decode_attention.register_fake
+def _(query, key, value, mask, scaling):
+    batch, heads, _, dim = query.shape
+    return query.new_empty(batch, 1, heads, dim)
+
+
+def decode_attention(query, key, value, mask, scaling: float | None = None) -> torch.Tensor:
+    """Attention of one new token per row over a static cache (see ``matmul_attention``; ``scaling``
+    defaults to head_dim ** -0.5): the fused kernels on CUDA with Triton, else ``matmul_attention``
+    itself, which a compiled step on the CPU fuses with its neighbours."""
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if triton is not None and query.is_cuda:
+        return fused_decode_attention(query, key, value, mask, scaling)
+    return matmul_attention(query, key, value, mask, scaling)

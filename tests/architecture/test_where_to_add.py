@@ -1,0 +1,256 @@
+"""docs/architecture.md's "Where to add", followed to the letter in a copy of the repository: a press, a
+model family and a task are added by touching exactly the files its table lists for them, and then work
+(listed, run on a tiny model, resolved, loaded) and keep the tests that cover every press and family
+green. If this fails because a file the table does not list had to change, fix the table."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import REPO
+
+PRESS, FAMILY, TASK = "keep_first", "dummy_audio", "genre_check"
+
+PRESS_MODULE = '''\
+"""Keep the first tokens of each clip (a press added by following docs/architecture.md)."""
+
+from dataclasses import dataclass
+
+from kvprune.press import TokenDropPress, register_press
+
+
+@register_press("keep_first")
+@dataclass(frozen=True)
+class KeepFirstPress(TokenDropPress):
+    def select(self, clip, evidence):
+        return clip.positions(evidence.is_audio.device)[: clip.n_keep]
+'''
+
+FAMILY_MODULE = '''\
+"""Qwen2-Audio's model under another class and model_type (a family added by following docs/architecture.md)."""
+
+from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration
+
+from .audio_format import WhisperChunkAudio
+from .base import ModelFamily, register_family
+from .qwen2_audio import TINY, build_inputs
+
+
+class DummyAudioConfig(Qwen2AudioConfig):
+    model_type = "dummy_audio"
+
+
+class DummyAudioForConditionalGeneration(Qwen2AudioForConditionalGeneration):
+    config_class = DummyAudioConfig
+
+
+DUMMY_AUDIO = register_family(
+    ModelFamily(
+        name="dummy_audio",
+        display_name="Dummy-Audio",
+        model_class=DummyAudioForConditionalGeneration,
+        llm_tokens_per_second=25.0,
+        audio_format=WhisperChunkAudio(),
+        tiny_kwargs=TINY,
+        build_inputs=build_inputs,
+        max_clip_seconds=30.0,
+    )
+)
+'''
+PRESS_ROW = "| `keep_first` | token | the first tokens of each clip | none | kvprune's example press |"
+FAMILY_ROW = "| Dummy-Audio | `DummyAudioForConditionalGeneration` | `model.language_model.layers` | 25/s | whole | 30 s | 5.17 |"
+
+TASK_FILE = """\
+# A quick genre check on GTZAN's data (a task added by following docs/architecture.md).
+title: Genre check
+benchmark: dummy
+abbreviation: GC
+data_dir: GTZAN
+layout: json_items
+layout_options:
+  metadata: music_genre_classification_meta.json
+  audio_root: [wav, .]
+prompt: |-
+  {question}
+  {options}
+parser: multiple_choice
+metrics: [accuracy]
+max_new_tokens: 4
+"""
+
+CHECKS = '''\
+"""What was added by following docs/architecture.md works (run in the copy)."""
+
+import torch
+
+from kvprune import get_press, list_presses, resolve_family
+from kvprune.harness.cli import main
+from kvprune.harness.tasks.task import get_task
+from kvprune.models import FAMILIES
+from tests.support import task_fixtures
+from tests.support.tiny_models import FAMILIES as TINY
+
+
+def test_added_press_is_listed_and_keeps_the_first_tokens():
+    assert "keep_first" in list_presses(kind="token")
+    tiny = TINY["qwen2_audio"]
+    model = tiny.build("sdpa")
+    with torch.no_grad(), get_press("keep_first", ratio=0.5)(model) as outcome:
+        model(**tiny.inputs([[("text", 3), ("audio", 8), ("text", 4)]]))
+    assert outcome.kept_positions[0].tolist() == [3, 4, 5, 6]
+
+
+def test_added_family_resolves_the_tiny_model_built_from_it():
+    family = FAMILIES.get("dummy_audio")
+    model = family.build(family.tiny_config())
+    assert resolve_family(model) is family and TINY["dummy_audio"].family is family
+
+
+def test_added_task_loads_and_is_listed(tmp_path, capsys):
+    written = task_fixtures.gtzan(tmp_path)
+    assert [s.id for s in get_task("genre_check").load(tmp_path)] == [sample_id for sample_id, _ in written]
+    assert main(["tasks"]) == 0
+    assert "genre_check" in capsys.readouterr().out.split()
+'''
+
+# The copy's packages under their installed names (kvprune.presses is presses/, kvprune.harness is
+# harness/), found before the editable install's finder; the copy's root for ``tests``.
+BOOT = '''\
+import importlib.util, sys
+from pathlib import Path
+
+ROOT = Path.cwd()
+PACKAGES = {"kvprune": ROOT / "kvprune", "kvprune.presses": ROOT / "presses", "kvprune.harness": ROOT / "harness"}
+
+
+class CopyFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        folder = PACKAGES.get(name)
+        if folder is not None:
+            return importlib.util.spec_from_file_location(name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+
+
+sys.meta_path.insert(0, CopyFinder)
+sys.path.insert(0, str(ROOT))
+import pytest
+
+sys.exit(pytest.main(sys.argv[1:]))
+'''
+# the tests that cover every press and family, on what was added: each fails if a listed file was left out
+COVERING = ["tests/presses/test_token_presses.py", "tests/models/test_families.py", "tests/models/test_processors.py",
+            "tests/core/test_registry.py", "tests/architecture/test_added.py"]
+SELECTED = (f"list_presses or ({PRESS} and (qwen2_audio or {FAMILY})) or ({FAMILY} and not test_token_presses) "
+            "or readme or model_families or test_added")
+
+
+def _where_to_add() -> dict[str, set[str]]:
+    """The "Where to add" table: what is added -> the files it touches."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text.split("\n## Where to add\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ") and "`" in line]
+    path = re.compile(r"[\w./<>-]+\.(?:py|md|yaml)")  # the files, not the other names in backticks
+    return {what.strip(): {name for name in re.findall(r"`([^`]+)`", files) if path.fullmatch(name)}
+            for what, files, *_ in rows}
+
+
+def _listed(what: str, name: str) -> set[str]:
+    table = _where_to_add()
+    assert what in table, f'docs/architecture.md "Where to add" has no row {what!r}: {sorted(table)}'
+    return {path.replace("<name>", name) for path in table[what]}
+
+
+def _copy_of_the_repository(root: Path) -> None:
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    for name in listed:
+        if (REPO / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / name, root / name)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+
+
+def _changed(before: dict[str, bytes], after: dict[str, bytes]) -> set[str]:
+    return {name for name in before.keys() | after.keys() if before.get(name) != after.get(name)}
+
+
+def _edit(path: Path, pattern: str, replacement: str) -> None:
+    """One edit a person would make, at an anchor that must exist exactly once."""
+    text = path.read_text()
+    edited, count = re.subn(pattern, replacement, text, flags=re.MULTILINE)
+    assert count == 1, f"{path.name}: the anchor {pattern!r} of this test is gone; update the test with the file"
+    path.write_text(edited)
+
+
+def _import_line(init: Path, line: str) -> None:
+    """``line`` after the package's last ``from .module import`` line."""
+    _edit(init, r"((?:^from \.\w+ import [^\n(]+\n)+)", rf"\1{line}\n")
+
+
+def _table_row(readme: Path, header: str, row: str) -> None:
+    """``row`` at the end of the Markdown table whose header starts with ``header``."""
+    _edit(readme, rf"(^{re.escape(header)}.*\n(?:^\|.*\n)+)", rf"\1{row}\n")
+
+
+def _add_press(root: Path) -> None:
+    (root / "presses" / f"{PRESS}.py").write_text(PRESS_MODULE)
+    _import_line(root / "presses" / "__init__.py", "from .keep_first import KeepFirstPress")
+    _table_row(root / "README.md", "| press | kind | keeps |", PRESS_ROW)
+    _edit(root / "tests" / "presses" / "test_token_presses.py", r'^(PRESSES = \[.*)\]$', rf'\1, "{PRESS}"]')
+
+
+def _add_family(root: Path) -> None:
+    (root / "kvprune" / "models" / f"{FAMILY}.py").write_text(FAMILY_MODULE)
+    _import_line(root / "kvprune" / "models" / "__init__.py", "from .dummy_audio import DUMMY_AUDIO")
+    _table_row(root / "README.md", "| family | classes | decoder layers |", FAMILY_ROW)
+    # its real processor's class built offline: Qwen2-Audio's, as the model is Qwen2-Audio's
+    _edit(root / "tests" / "support" / "tiny_processors.py", r'if name in \("qwen2_audio", "aero"\):',
+          f'if name in ("qwen2_audio", "aero", "{FAMILY}"):')
+
+
+def _add_task(root: Path) -> None:
+    (root / "harness" / "tasks" / "configs" / f"{TASK}.yaml").write_text(TASK_FILE)
+
+
+def test_the_table_lists_the_files_of_each_kind():
+    table = _where_to_add()
+    assert {"a token-dropping press", "a model family", "a task"} <= table.keys(), sorted(table)
+    missing = sorted(path for files in table.values() for path in files
+                     if "<" not in path and not (REPO / path).exists())
+    assert not missing, f"the table names files that do not exist: {missing}"
+
+
+def test_a_press_a_family_and_a_task_added_as_the_docs_say(tmp_path):
+    root = tmp_path / "repository"
+    _copy_of_the_repository(root)
+    steps = [("a token-dropping press", PRESS, _add_press), ("a model family", FAMILY, _add_family), ("a task", TASK, _add_task)]
+    for what, name, add in steps:
+        before = _files(root)
+        add(root)
+        assert _changed(before, _files(root)) == _listed(what, name), f"adding {what} as the docs say"
+    (root / "tests" / "architecture" / "test_added.py").write_text(CHECKS)
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-c", BOOT, "-q", "-rA", "-p", "no:cacheprovider", "-k", SELECTED, *COVERING],
+        cwd=root, capture_output=True, text=True, timeout=600, env={**environment, "PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    passed = set(re.findall(r"^PASSED (\S+?)(?:\[|$)", result.stdout, re.MULTILINE))
+    expected = {f"{path}::{test}" for path, test in [
+        ("tests/architecture/test_added.py", "test_added_press_is_listed_and_keeps_the_first_tokens"),
+        ("tests/architecture/test_added.py", "test_added_family_resolves_the_tiny_model_built_from_it"),
+        ("tests/architecture/test_added.py", "test_added_task_loads_and_is_listed"),
+        ("tests/presses/test_token_presses.py", "test_list_presses_names_the_four"),
+        ("tests/models/test_families.py", "test_every_family_lists_what_the_readme_table_shows"),
+        ("tests/models/test_processors.py", "test_processor_placeholders_equal_encoder_embeddings_and_the_family_arithmetic"),
+        ("tests/core/test_registry.py", "test_model_families_are_a_registry"),
+    ]}
+    assert expected <= passed, f"not run: {sorted(expected - passed)}"

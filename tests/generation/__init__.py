@@ -1,0 +1,1 @@
+"""kvprune.generation: the generation engine against model.generate."""

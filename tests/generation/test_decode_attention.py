@@ -1,0 +1,202 @@
+"""The fused decode attention (kvprune::decode_attention) against an independent float64 reference.
+
+The Triton kernels run on CUDA, or on the CPU in Triton's interpreter: ``TRITON_INTERPRET=1`` set
+before Python starts (Triton reads it when it is imported), e.g.
+``TRITON_INTERPRET=1 python -m pytest -q tests/test_decode_attention.py``. Without Triton (CI: the CPU
+build of torch has none), or on the CPU without the interpreter, those tests are skipped; the split
+layout, the fake implementation and the fallback are tested everywhere. Where Triton is installed (and
+the interpreter is off), the kernels are also compiled for an H100 (no GPU needed).
+
+Tolerances (largest |error| of each (row, head) output over its largest |reference| value): float32
+1e-5; float16 2e-3; bfloat16 2e-2 in the interpreter, which truncates float32 to bfloat16 where the GPU
+rounds to nearest (up to 1.07e-2 measured over 12 seeds; PyTorch's matmul path: 1.04e-2), 1e-2 on CUDA.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from kvprune.generation import decode_attention as fused
+from kvprune.generation.attention import decode_attention
+from tests.support.paths import REPO
+
+CUDA = torch.cuda.is_available()
+DEVICE = "cuda" if CUDA else "cpu"
+H100_PROCESSORS = fused.H100_PROCESSORS
+
+needs_kernels = pytest.mark.skipif(
+    fused.triton is None or not (CUDA or os.environ.get("TRITON_INTERPRET") == "1"),
+    reason="the Triton kernels need Triton and CUDA, or TRITON_INTERPRET=1 set before Python starts to run "
+    "them on the CPU (Triton reads it at import); CI's CPU build of torch has no Triton",
+)
+needs_interpreter = pytest.mark.skipif(
+    fused.triton is None or os.environ.get("TRITON_INTERPRET") != "1",
+    reason="the check script's CPU form runs the Triton kernels in Triton's interpreter: TRITON_INTERPRET=1",
+)
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2 if CUDA else 2e-2}
+
+
+def _check_script():
+    path = REPO / "scripts" / "check_decode_attention.py"
+    spec = importlib.util.spec_from_file_location("check_decode_attention", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+CHECK = _check_script()
+reference, relative_error = CHECK.reference_attention, CHECK.relative_error  # float64, independent of the kernel
+
+
+def inputs(batch, heads, kv_heads, length, dim, per_head, dtype, seed=0, transposed_query=True):
+    """Random queries (as a model makes them: (B, 1, heads, D) transposed, unless not ``transposed_query``),
+    keys, values and a mask: random holes, the last fifth of the slots never visible (a bucket's filler),
+    row 0 sees one slot only, and with a mask per head and several rows, head 1 of the last row sees one
+    other slot."""
+    generator = torch.Generator().manual_seed(seed)
+    query = torch.randn(batch, 1, heads, dim, generator=generator)
+    query = query.transpose(1, 2) if transposed_query else query.view(batch, heads, 1, dim)
+    key, value = (torch.randn(batch, kv_heads, length, dim, generator=generator) for _ in range(2))
+    mask = torch.rand(batch, heads if per_head else 1, 1, length, generator=generator) > 0.5
+    mask[..., length - length // 5 :] = False
+    mask[0] = False
+    mask[0, ..., 3] = True
+    if per_head and batch > 1:
+        mask[-1, 1] = False
+        mask[-1, 1, 0, length - length // 5 - 1] = True
+    return [t.to(DEVICE, dtype) for t in (query, key, value)] + [mask.to(DEVICE)]
+
+
+def test_split_layout_fills_the_device_with_whole_tiles():
+    for batch, kv_heads, length in [(1, 4, 7700), (1, 4, 900), (16, 4, 7700), (16, 4, 900), (1, 4, 40), (64, 32, 7700)]:
+        splits, chunk = fused.split_layout(batch, kv_heads, length, H100_PROCESSORS)
+        aim = min(-(-fused.PROGRAMS_PER_PROCESSOR * H100_PROCESSORS // (batch * kv_heads)), fused.MAX_SPLITS)
+        assert chunk % fused.BLOCK == 0 and (splits - 1) * chunk < length <= splits * chunk  # no empty split
+        assert splits <= aim  # and one tile fewer per split would overshoot the aim:
+        assert chunk == fused.BLOCK or -(-length // (chunk - fused.BLOCK)) > aim
+    assert fused.split_layout(1, 4, 7700, H100_PROCESSORS)[0] * 4 >= H100_PROCESSORS  # one row fills an H100
+    assert fused.split_layout(1, 4, 900, H100_PROCESSORS) == (15, 64)  # 15 tiles: one each
+    assert fused.split_layout(64, 32, 7700, H100_PROCESSORS) == (1, 7744)  # 2048 programs already: no split
+
+
+def test_fake_implementation_gives_the_output_shape():
+    with FakeTensorMode():
+        query = torch.empty(2, 28, 1, 128, dtype=torch.bfloat16)
+        key = value = torch.empty(2, 4, 900, 128, dtype=torch.bfloat16)
+        output = fused.fused_decode_attention(query, key, value, torch.empty(2, 28, 1, 900, dtype=torch.bool), 0.1)
+    assert output.shape == (2, 1, 28, 128) and output.dtype == torch.bfloat16
+
+
+def test_operator_schema_and_fake_agree_with_the_fallback():
+    query, key, value, mask = (t.cpu() for t in inputs(2, 6, 2, 20, 16, True, torch.float32))
+    torch.library.opcheck(fused.fused_decode_attention, (query, key, value, mask, 0.25))
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+def test_off_cuda_the_operator_and_the_dispatch_compute_the_matmul_path(per_head):
+    query, key, value, mask = (t.cpu() for t in inputs(2, 6, 2, 20, 16, per_head, torch.float32))
+    expected = fused.matmul_attention(query, key, value, mask, 16**-0.5)
+    assert torch.equal(fused.fused_decode_attention(query, key, value, mask, 16**-0.5), expected)
+    if not CUDA:
+        assert torch.equal(decode_attention(query, key, value, mask), expected)
+
+
+CASES = {  # batch, heads, kv_heads, length, dim, per_head, chunk (slots per split; None: split_layout's)
+    "groups1-one-split": (2, 4, 4, 100, 64, False, 128),
+    "groups2-per-head-3-splits": (2, 4, 2, 150, 128, True, 64),
+    "groups7-per-row-5-splits": (1, 14, 2, 300, 128, False, 64),
+    "groups7-per-head-3-splits": (2, 14, 2, 300, 64, True, 128),
+    "groups7-default-layout": (1, 14, 2, 1000, 64, True, None),
+}
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_kernel_equals_float64_attention(case, dtype):
+    batch, heads, kv_heads, length, dim, per_head, chunk = case
+    query, key, value, mask = inputs(batch, heads, kv_heads, length, dim, per_head, dtype, transposed_query=dim == 64)
+    output = fused.flash_decode(query, key, value, mask, dim**-0.5, chunk=chunk)
+    assert output.shape == (batch, 1, heads, dim) and output.dtype == dtype and output.is_contiguous()
+    assert relative_error(output, reference(query, key, value, mask, dim**-0.5)) <= TOLERANCE[dtype]
+    groups = heads // kv_heads
+    assert torch.equal(output[0, 0], value[0, :, 3].repeat_interleave(groups, dim=0))  # row 0 sees slot 3 only
+    if per_head and batch > 1:
+        assert torch.equal(output[-1, 0, 1], value[-1, 1 // groups, length - length // 5 - 1])
+
+
+@needs_kernels
+def test_operator_runs_the_kernel_where_it_fits(monkeypatch):
+    if not CUDA:  # the interpreter takes CPU tensors, which the operator otherwise leaves to the matmul path
+        monkeypatch.setattr(fused, "kernel_fits", lambda *tensors: True)
+    launches, flash_decode = [], fused.flash_decode
+
+    def counted(*args, **kwargs):
+        launches.append(args)
+        return flash_decode(*args, **kwargs)
+
+    monkeypatch.setattr(fused, "flash_decode", counted)
+    query, key, value, mask = inputs(2, 14, 2, 200, 64, True, torch.bfloat16)
+    output = fused.fused_decode_attention(query, key, value, mask, 0.125)
+    assert len(launches) == 1
+    assert relative_error(output, reference(query, key, value, mask, 0.125)) <= TOLERANCE[torch.bfloat16]
+
+
+@needs_kernels
+def test_a_row_that_sees_nothing_is_nan_as_in_the_matmul_path():
+    query, key, value, mask = inputs(2, 4, 2, 130, 16, False, torch.float32)
+    mask[1] = False
+    output = fused.flash_decode(query, key, value, mask, 0.25, chunk=64)
+    expected = fused.matmul_attention(query, key, value, mask, 0.25)
+    assert output[1].isnan().all() and expected[1].isnan().all()
+    torch.testing.assert_close(output[0], expected[0])
+
+
+@needs_interpreter
+def test_the_gpu_check_runs_on_the_cpu():
+    out = io.StringIO()
+    assert CHECK.main(["--tiny", "--no-sweep"], out=out) == 0
+    lines = out.getvalue().splitlines()
+    assert sum("FAILS" in line for line in lines) == 0 and lines[-1].startswith("ok")
+    assert sum(line.endswith(" x 64") for line in lines) == 10  # every accuracy case ran, with splits
+
+
+def _compile_for_h100(kernel, pointers: dict, constants: dict, warps: int):
+    """``kernel`` compiled for an H100 (sm_90) without one: pointers and constants by name, other
+    arguments 32-bit integers (``qk_scale``: float), integers divisible by 16 as at the 7B shapes."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = kernel.arg_names
+    signature = {n: pointers.get(n, "constexpr" if n in constants else "fp32" if n == "qk_scale" else "i32") for n in names}
+    aligned = [n for n in names if n in pointers or n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
+    source = ASTSource(fn=kernel, signature=signature, constexprs={(names.index(n),): v for n, v in constants.items()},
+                       attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constants})
+    return fused.triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": fused.STAGES})
+
+
+@pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
+                    reason="compiles the kernels with Triton's GPU compiler (not under TRITON_INTERPRET=1); CI has no Triton")
+@pytest.mark.parametrize("dtype,single", [("bf16", False), ("bf16", True), ("fp32", False)])
+def test_kernels_compile_for_an_h100(dtype, single):
+    """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128):
+    they compile, within an H100's shared memory per block (227 KiB), their loads pipelined."""
+    partial = f"*{dtype}" if single else "*fp32"
+    pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", out_ptr=f"*{dtype}",
+                    acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
+    unit_strides = dict.fromkeys(["stride_qd", "stride_kd", "stride_vd", "stride_mc"], 1)  # Triton specialises 1s
+    constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=single, PRECISION="ieee" if dtype == "fp32" else "tf32",
+                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, **unit_strides)
+    split = _compile_for_h100(fused._split_kernel, pointers, constants, fused.WARPS)
+    assert split.metadata.shared <= 227 * 1024
+    assert "async_copy_global_to_local" in split.asm["ttgir"]  # key and value tiles prefetched
+    combine = _compile_for_h100(fused._combine_kernel, dict(acc_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32",
+                                out_ptr=f"*{dtype}"), dict(DIM=128, BLOCK_S=fused.MAX_SPLITS, BLOCK_D=128), 4)
+    assert combine.metadata.shared <= 227 * 1024

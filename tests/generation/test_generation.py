@@ -1,0 +1,229 @@
+"""kvprune's generation engine against model.generate: the same greedy tokens under the same press,
+on every family's tiny model (CPU, float32), for token, cache, composed and head-wise presses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kvprune import (
+    AdaKVPress, ComposedPress, DARTPress, FastVPress, FramePress, Generator, KNormPress, SnapKVPress, generate,
+)
+from kvprune.generation import ENGINE, FALLBACK, bucket_length
+from kvprune.generation.attention import decode_attention
+from kvprune.generation.step import Sampling, Stopping, choose
+from tests.support.helpers import GREEDY, model
+from tests.support.tiny_models import FAMILIES
+
+ROWS = [[("text", 3), ("audio", 12), ("text", 4)], [("text", 6), ("audio", 8), ("text", 2)]]
+NEW = 8
+# the engine's spelling of GREEDY: never a placeholder, never end of sequence (so every step is compared)
+NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
+PRESSES = {
+    "none": None,
+    "fastv": FastVPress(layer=2, ratio=0.5),
+    "dart": DARTPress(layer=2, ratio=0.6),
+    "frame+knorm": ComposedPress([FramePress(ratio=0.5), KNormPress(ratio=0.3)]),
+    "snapkv": SnapKVPress(ratio=0.6, window=4),
+    "adakv": AdaKVPress(ratio=0.5),
+}
+
+
+def stock_tokens(family: str, m, inputs: dict, press, **kwargs) -> torch.Tensor:
+    entry = FAMILIES[family].family.entry(m)
+    with torch.no_grad(), press(m) if press is not None else torch.no_grad():
+        out = entry.generate(**inputs, max_new_tokens=NEW, **{**GREEDY, **kwargs})
+    return out[:, inputs["input_ids"].shape[1] :]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("press_name", list(PRESSES))
+def test_greedy_tokens_equal_generate_under_the_same_press(family, press_name):
+    m, inputs, press = model(family, "sdpa"), FAMILIES[family].inputs(ROWS), PRESSES[press_name]
+    out = Generator(m).generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP)
+    assert out.engine == (FALLBACK if family == "gemma3n" else ENGINE)
+    assert torch.equal(out.new_tokens, stock_tokens(family, m, inputs, press))
+    assert torch.equal(out.sequences[:, : inputs["input_ids"].shape[1]], inputs["input_ids"])
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "gemma3n"])
+def test_eager_attention_decodes_as_generate(family):
+    m, inputs, press = model(family, "eager"), FAMILIES[family].inputs(ROWS), PRESSES["fastv"]
+    out = generate(m, inputs, max_new_tokens=NEW, press=press, **NO_STOP)
+    assert torch.equal(out.new_tokens, stock_tokens(family, m, inputs, press))
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_omni", "voxtral"])
+def test_ratio_zero_is_bit_identical_to_no_press(family):
+    m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
+    generator = Generator(m)
+    plain = generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)
+    for press in (FastVPress(layer=2), SnapKVPress(window=4)):
+        pressed = generator.generate(inputs, max_new_tokens=NEW, press=press, ratio=0.0, **NO_STOP)
+        assert torch.equal(pressed.new_tokens, plain.new_tokens)
+        assert pressed.outcome.stats == [s for s in pressed.outcome.stats if s.kept_tokens == s.audio_tokens]
+
+
+@pytest.mark.parametrize("press_name", ["none", "fastv", "frame+knorm", "adakv"])
+@pytest.mark.parametrize("order", [[0, 1], [1, 0]])
+def test_prefilled_apart_decoded_together_equals_each_alone(press_name, order):
+    """Rows prefilled in separate batches decode together as each would alone, whichever batch holds
+    more entries (the second, longer one makes the decode state grow)."""
+    family = "qwen2_5_omni"
+    m, press = model(family, "sdpa"), PRESSES[press_name]
+    batches = [FAMILIES[family].inputs([ROWS[i]]) for i in order]
+    generator = Generator(m)
+    together = generator.generate(batches, max_new_tokens=NEW, press=press, **NO_STOP)
+    alone = torch.cat([generator.generate(b, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens for b in batches])
+    assert torch.equal(together.new_tokens, alone)
+    assert len(together.outcome) == 2
+
+
+def test_end_of_sequence_stops_rows_as_generate_does():
+    family = "qwen2_audio"
+    m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
+    free = Generator(m).generate(inputs, max_new_tokens=NEW, **NO_STOP).new_tokens
+    eos = int(free[0, 2])  # a token row 0 emits third: rows end there, or run on and are padded
+    suppress = [t for t in GREEDY["suppress_tokens"] if t != eos]
+    ours = Generator(m).generate(inputs, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=GREEDY["pad_token_id"],
+                                 suppress_tokens=suppress)
+    theirs = stock_tokens(family, m, inputs, None, eos_token_id=eos, suppress_tokens=suppress)
+    assert torch.equal(ours.new_tokens, theirs)
+    assert ours.new_tokens.shape[1] <= NEW
+
+
+def test_one_new_token_comes_from_the_prefill():
+    family = "voxtral"
+    m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
+    generator = Generator(m)
+    one = generator.generate(inputs, max_new_tokens=1, press=PRESSES["fastv"], **NO_STOP)
+    many = generator.generate(inputs, max_new_tokens=NEW, press=PRESSES["fastv"], **NO_STOP)
+    assert torch.equal(one.new_tokens, many.new_tokens[:, :1])
+    assert one.timing.decode_tokens_per_s is None
+
+
+def test_decode_states_are_kept_across_calls_within_their_memory_budget():
+    family = "qwen2_5_omni"
+    m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
+    generator = Generator(m)
+    for _ in range(2):
+        generator.generate(inputs, max_new_tokens=NEW, press=PRESSES["fastv"], **NO_STOP)
+    assert generator.states == 1  # the same shape: the same buffers, refilled
+    generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)  # unpruned: another layout
+    assert generator.states == 2
+    tight = Generator(m, max_state_bytes=1)
+    for press in (None, PRESSES["fastv"]):
+        tight.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP)
+    assert tight.states == 1  # the least recently used went; the one in use always stays
+
+
+def test_models_the_engine_cannot_decode_fall_back_to_generate_and_say_why():
+    generator = Generator(model("gemma3n", "sdpa"))
+    out = generator.generate(FAMILIES["gemma3n"].inputs(ROWS), max_new_tokens=2, **NO_STOP)
+    assert out.engine == FALLBACK and "reuse earlier layers' caches" in out.note
+    m = model("qwen2_audio", "sdpa")
+    config = FAMILIES["qwen2_audio"].family.decoder(m).config
+    config._attn_implementation = "flash_attention_2"
+    try:
+        assert "'sdpa' or 'eager' only" in Generator(m).unsupported
+    finally:
+        config._attn_implementation = "sdpa"
+
+
+def test_bad_requests_are_refused():
+    m, inputs = model("qwen2_audio", "sdpa"), FAMILIES["qwen2_audio"].inputs(ROWS)
+    with pytest.raises(ValueError, match="max_new_tokens=0"):
+        generate(m, inputs, max_new_tokens=0)
+    with pytest.raises(ValueError, match="empty list"):
+        generate(m, [], max_new_tokens=2)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(m, inputs, max_new_tokens=2, do_sample=True, temperature=0)
+    with pytest.raises(ValueError, match="cuda_graphs=True"):
+        Generator(m, cuda_graphs=True)
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 100, 832, 864, 7606, 100_000])
+def test_buckets_bound_the_padding(n):
+    length = bucket_length(n)
+    assert length >= n and length == bucket_length(length)
+    assert length == 64 if n <= 64 else length <= n * (1 + 1 / 8)
+
+
+@pytest.mark.parametrize("per_head", [False, True])
+def test_decode_attention_equals_scaled_dot_product_attention(per_head):
+    generator = torch.Generator().manual_seed(0)
+    batch, heads, kv_heads, length, dim = 2, 6, 2, 11, 8
+    query = torch.randn(batch, heads, 1, dim, generator=generator)
+    key, value = (torch.randn(batch, kv_heads, length, dim, generator=generator) for _ in range(2))
+    mask = torch.rand(batch, heads if per_head else 1, 1, length, generator=generator) > 0.4
+    mask[..., 0] = True
+    expected = F.scaled_dot_product_attention(
+        query, key.repeat_interleave(heads // kv_heads, 1), value.repeat_interleave(heads // kv_heads, 1), attn_mask=mask
+    ).transpose(1, 2)
+    torch.testing.assert_close(decode_attention(query, key, value, mask), expected)
+
+
+def _stopping(vocab: int, suppressed=()) -> Stopping:
+    mask = torch.zeros(vocab, dtype=torch.bool)
+    mask[list(suppressed)] = True
+    return Stopping(eos=torch.zeros(0, dtype=torch.long), pad=torch.tensor(0), suppressed=mask)
+
+
+def test_sampling_draws_each_token_with_its_probability():
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4])
+    logits = probs.log().expand(40_000, -1)
+    torch.manual_seed(0)
+    draws = choose(logits, Sampling(do_sample=True), _stopping(4))
+    frequencies = torch.bincount(draws, minlength=4).float() / len(draws)
+    assert torch.allclose(frequencies, probs, atol=0.01)
+
+
+def test_top_k_top_p_and_suppression_restrict_the_draws():
+    logits = torch.tensor([[4.0, 3.0, 2.0, 1.0, 0.0]]).expand(5_000, -1)
+    torch.manual_seed(0)
+    assert set(choose(logits, Sampling(do_sample=True, top_k=2), _stopping(5)).tolist()) == {0, 1}
+    # softmax: 0.64, 0.24, 0.09, ...: top_p=0.8 keeps the two whose preceding mass is below 0.8
+    assert set(choose(logits, Sampling(do_sample=True, top_p=0.8), _stopping(5)).tolist()) == {0, 1}
+    assert set(choose(logits, Sampling(do_sample=True, top_k=2), _stopping(5, [0])).tolist()) == {1, 2}
+    assert set(choose(logits, Sampling(), _stopping(5, [0])).tolist()) == {1}
+
+
+class _Projections(torch.nn.Module):
+    """Three projections of one input (one without bias), then one of their sum: as in an attention block."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(8, 8), torch.nn.Linear(8, 4), torch.nn.Linear(8, 4, bias=False),
+                                          torch.nn.Linear(8, 8))
+
+    def forward(self, x):
+        h = x * 2
+        return self.o(self.q(h) + torch.cat([self.k(h), self.v(h)], dim=-1))
+
+
+def test_linears_reading_one_input_become_one_grouped_call():
+    from kvprune.generation.gemv import group_linears
+
+    torch.manual_seed(0)
+    module, x = _Projections(), torch.randn(1, 1, 8)
+    calls = []
+
+    def backend(graph_module, example_inputs):
+        group_linears(graph_module.graph)
+        graph_module.recompile()
+        calls.extend(n.args[1] for n in graph_module.graph.nodes if n.target == torch.ops.kvprune.grouped_linear.default)
+        return graph_module.forward
+
+    out = torch.compile(module, backend=backend, fullgraph=True)(x)
+    assert [len(weights) for weights in calls] == [3, 1]  # q, k, v share one call; o has its own
+    torch.testing.assert_close(out, module(x))
+
+
+def test_grouped_linear_equals_linear_per_weight():
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 8)
+    weights, biases = [torch.randn(5, 8), torch.randn(3, 8)], [torch.randn(5), None]
+    outputs = torch.ops.kvprune.grouped_linear(x, weights, biases)
+    for output, weight, bias in zip(outputs, weights, biases):
+        assert torch.equal(output, F.linear(x, weight, bias))

@@ -1,0 +1,1 @@
+"""harness/demo: the embedded demo suite and model."""

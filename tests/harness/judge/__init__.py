@@ -1,0 +1,1 @@
+"""harness/judge: the LLM judge's clients, cache, counts and retries."""

@@ -1,0 +1,1 @@
+"""harness/setup: what sweep and bench share (ratio lists, options, device checks)."""

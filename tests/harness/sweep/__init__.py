@@ -1,0 +1,1 @@
+"""harness/sweep: kvprune sweep end to end, its results folder, summaries, figures and report."""

@@ -1,0 +1,1 @@
+"""harness/tasks: task files, dataset layouts, prompts, parsers, metrics."""

@@ -1,0 +1,1 @@
+"""The model families: declarations, processors, loading, LoRA adapters, fast audio encoders."""

@@ -1,0 +1,1 @@
+"""pytest-benchmark microbenchmarks, skipped by the default run (python -m pytest tests/perf --benchmark-only)."""

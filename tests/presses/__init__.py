@@ -1,0 +1,1 @@
+"""The presses on every family's tiny model, against references computed in the tests."""
