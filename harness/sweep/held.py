@@ -28,7 +28,7 @@ def other_runs(out_dir: Path | str) -> pd.DataFrame:
         return pd.DataFrame()
     rows = plan.current(read_rows(Path(out_dir)))
     chosen = {id(row) for row in plan.select(rows)}
-    others = unique_runs([row for row in rows if id(row) not in chosen])
+    others = unique_runs([row for row in rows if id(row) not in chosen and not row.get("pass")])  # a timing pass: the same runs
     commands = {run.get("started"): run.get("command") for run in read_runs(out_dir) if run.get("started")}
     groups: dict[tuple, list[dict]] = {}
     for row in others:
@@ -39,7 +39,8 @@ def other_runs(out_dir: Path | str) -> pd.DataFrame:
     for (model, task, method, _), group in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
         added = [commands.get(row.get("started")) or EARLIER for row in sorted(group, key=lambda r: str(r.get("time")))]
         listed.append(dict(model=model, task=task, method=method, ratios=sorted({float(r["ratio"]) for r in group}),
-                           rows=len(group), samples=len({r.get("sample_id") for r in group}), commands=list(dict.fromkeys(added))))
+                           rows=len(group), samples=len({r.get("sample_id") for r in group}),
+                           commands=list(dict.fromkeys(added))))
     return pd.DataFrame(listed)
 
 

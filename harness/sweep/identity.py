@@ -173,8 +173,11 @@ class SweepPlan:
     def current(self, rows: list[dict]) -> list[dict]:
         """Every row but those of samples this plan knows in another version: another prompt or
         audio (the sample ran again), other answers or metadata (the output was scored again)."""
-        return [row for row in rows if self.samples.get(row.get("task"), {}).get(row.get("sample_id"), row.get("input_hash"))
-                == row.get("input_hash") and self.graded_now(row)]
+        def now(row: dict) -> bool:
+            known = self.samples.get(row.get("task"), {}).get(row.get("sample_id"), row.get("input_hash"))
+            return known == row.get("input_hash") and self.graded_now(row)
+
+        return [row for row in rows if now(row)]
 
     def graded_now(self, row: dict) -> bool:
         """Whether ``row`` was scored against its sample's answers and metadata as this plan knows

@@ -111,4 +111,5 @@ def _planned(task: Task, sample: Sample, digests: AudioDigests) -> PlannedSample
     if sample.problem:  # recorded as that sample's error, identified by what is wrong with it
         return PlannedSample(sample, None, input_hash(sample.problem, []), grade_hash(sample))
     prompt = task.render(sample)
-    return PlannedSample(sample, prompt, input_hash(prompt.text, [digests(path) for path in prompt.files]), grade_hash(sample))
+    hashed = input_hash(prompt.text, [digests(path) for path in prompt.files])
+    return PlannedSample(sample, prompt, hashed, grade_hash(sample))

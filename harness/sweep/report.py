@@ -2,8 +2,9 @@
 down or a suite aggregates them), the plots, and ``report.md``.
 
 ``report.md`` opens with what it leaves out (runs of the folder that earlier commands added:
-``held``) and what went wrong, if anything (runs not done yet, runs that failed, audio that was cut), then the headline (per task, the unpruned score and each method's score and prefill
-speedup at each ratio), a word on whether the timings mean anything, where it ran, and per model the
+``held``) and what went wrong, if anything (runs not done yet, runs that failed, audio that was
+cut), then the headline (per task, the unpruned score and each method's score and prefill speedup
+at each ratio), a word on whether the timings mean anything, where it ran, and per model the
 figures, the task average, one table per task (with the KV cache each run held and saved) and the
 breakdowns.
 Columns have plain names and every number of a kind has one format (``headline``)."""
@@ -166,8 +167,8 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
     returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n"]
     if results is not None:
-        banners = (other_runs_banner(out_dir) if plan is not None else "", incomplete_banner(plan, results) if plan is not None else "",
-                   failure_banner(results), long_audio_banner(results))
+        planned = (other_runs_banner(out_dir), incomplete_banner(plan, results)) if plan is not None else ()
+        banners = (*planned, failure_banner(results), long_audio_banner(results))
         parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), batching_section(summary, results, out_dir),
               _provenance(out_dir),

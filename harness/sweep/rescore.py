@@ -17,7 +17,8 @@ from .plan import PlannedSample
 from .store import ResultStore, read_rows, run_key, unique_runs
 
 
-def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dict[str, list[PlannedSample]]) -> tuple[int, int]:
+def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task],
+            samples: dict[str, list[PlannedSample]]) -> tuple[int, int]:
     """Grade again every stored run of ``samples`` (this process's share, per task) that ``plan``
     asks for and whose grade hash is out of date (the rows of both passes: a timing pass's rows are
     summarised for their timings); returns (runs scored again, samples they cover)."""
