@@ -73,6 +73,8 @@ class Generator:
     * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
     * ``fast_linear``: run the compiled step's linear layers through ``gemv.grouped_linear`` (Triton
       matrix-vector kernels, projections of one input in one launch; "auto": when compiling on CUDA).
+    * ``fused_attention``: the decode step's attention as one fused Triton kernel on CUDA
+      (``decode_attention``); False: two matrix products and a softmax, as on the CPU.
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
     * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go).
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation).
@@ -83,6 +85,7 @@ class Generator:
     cuda_graphs: bool | str = "auto"
     compile_mode: str | None = None
     fast_linear: bool | str = "auto"
+    fused_attention: bool = True
     per_octave: int = 8
     max_state_bytes: int = 8 << 30
     check_every: int = 16
@@ -222,10 +225,10 @@ class Generator:
         """One runner (one compiled step) per way of choosing tokens; stop tokens are state, not code."""
         key = (sampling, tuple(stopping.eos.tolist()), int(stopping.pad), stopping.suppressed.nonzero().flatten().tolist().__repr__())
         if key not in self._runners:
-            module, cache_name = self.module, cache_argument(self.family.decoder(self.model))
+            module, cache_name, fused = self.module, cache_argument(self.family.decoder(self.model)), self.fused_attention
 
             def step(state: DecodeState) -> None:
-                decode_step(module, state, sampling, stopping, cache_name)
+                decode_step(module, state, sampling, stopping, cache_name, fused)
 
             self._runners[key] = StepRunner(step, self.compile, self.cuda_graphs, self.compile_mode, self.fast_linear)
         return self._runners[key]
