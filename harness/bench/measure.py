@@ -92,14 +92,21 @@ class Probes:
         ]
         if layer is not None:
             self._handles.append(layers[layer].register_forward_pre_hook(self._mark("layer")))
-        for part in press.parts() if press is not None else ():
-            # the engine's hooks are in place already: ours go first and last around them
+        self._layers = layers
+        if press is not None:
+            self.around(press)
+        self._handles.append(model.register_forward_hook(lambda *_: self.close()))
+
+    def around(self, press) -> None:
+        """Mark the press's own work: called once the engine's hooks are in place, so that ours go
+        first and last around them."""
+        layers = self._layers
+        for part in press.parts():
             if part.kind == "token":
                 self._around(layers[part.layer], "register_forward_pre_hook")
             else:
                 for j in range(part.layer, len(layers)):
                     self._around(layers[j], "register_forward_hook")
-        self._handles.append(model.register_forward_hook(lambda *_: self.close()))
 
     def _mark(self, name: str) -> Callable:
         def hook(*_):
@@ -262,7 +269,8 @@ class Meter:
         base = self._start()
         start = self.clock.mark()
         out = generator.generate([prompt.inputs] * rows, max_new_tokens=new_tokens, press=press, eos_token_id=[],
-                                 suppress_tokens=[resolve_family(model).audio_token_id(model)], pad_token_id=0)
+                                 suppress_tokens=[resolve_family(model).audio_token_id(model)], pad_token_id=0,
+                                 on_press=probes.around)
         self.sync()
         timing = out.timing  # one prefill per row, as separate requests would make; the rows' loading once
         prefill_ms = 1000.0 * (timing.first_prefill_s * rows + timing.prefill_s - timing.first_prefill_s)

@@ -95,7 +95,7 @@ def describe_request(request: Request, state: BenchState, fast_path: bool) -> di
         layer=request.press.layer if request.press is not None else state.config.k,
         batch=request.batch,
         encoder="fast" if request.encoder == "fast" and fast_path else "stock",
-        path="generate" if request.generate else "forward",
+        path=ENGINE_CACHE if request.cache == ENGINE_CACHE and request.keep is None else "generate" if request.generate else "forward",
         decode_compiled=request.decodes and state.meter.compiles(request.cache, request.generate),
     )
 

@@ -216,11 +216,11 @@ def _(query, key, value, mask, scaling):
     return query.new_empty(batch, 1, heads, dim)
 
 
-def decode_attention(query, key, value, mask, scaling: float | None = None) -> torch.Tensor:
+def decode_attention(query, key, value, mask, scaling: float | None = None, fused: bool = True) -> torch.Tensor:
     """Attention of one new token per row over a static cache (see ``matmul_attention``; ``scaling``
     defaults to head_dim ** -0.5): the fused kernels on CUDA with Triton, else ``matmul_attention``
     itself, which a compiled step on the CPU fuses with its neighbours."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if triton is not None and query.is_cuda:
+    if fused and triton is not None and query.is_cuda:
         return fused_decode_attention(query, key, value, mask, scaling)
     return matmul_attention(query, key, value, mask, scaling)

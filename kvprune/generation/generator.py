@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn as nn
 
-from ..compat import cache_argument
+from ..compat import cache_argument, output_cache
 from ..models import resolve_family
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
@@ -73,6 +73,8 @@ class Generator:
     * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
     * ``fast_linear``: run the compiled step's linear layers through ``gemv.grouped_linear`` (Triton
       matrix-vector kernels, projections of one input in one launch; "auto": when compiling on CUDA).
+    * ``fused_attention``: the decode step's attention as one fused Triton kernel on CUDA
+      (``decode_attention``); False: two matrix products and a softmax, as on the CPU.
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
     * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go).
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation).
@@ -83,6 +85,7 @@ class Generator:
     cuda_graphs: bool | str = "auto"
     compile_mode: str | None = None
     fast_linear: bool | str = "auto"
+    fused_attention: bool = True
     per_octave: int = 8
     max_state_bytes: int = 8 << 30
     check_every: int = 16
@@ -107,13 +110,14 @@ class Generator:
         self, inputs: dict | Sequence[dict], *, max_new_tokens: int, press=None, ratio: float | None = None,
         do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
         eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
-        suppress_tokens: list[int] | None = None,
+        suppress_tokens: list[int] | None = None, on_press=None,
     ) -> GenerationOutput:
         """Generate up to ``max_new_tokens`` per row under ``press`` at ``ratio`` (its own ratio if None;
         no press: unpruned). ``inputs`` is a batch of model inputs (as a processor makes them, left-padded),
         or a list of such batches: each is prefilled on its own (so that one prefill's activations, not
         the whole batch's, bound the memory), then all rows decode together; a batch repeated as the
-        same object (``[inputs] * 16``: sixteen answers to one prompt) is prefilled once."""
+        same object (``[inputs] * 16``: sixteen answers to one prompt) is prefilled once. ``on_press``:
+        see ``prefill.run_prefill`` (instruments)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} is invalid: generate at least 1 token.")
         batches = [inputs] if isinstance(inputs, dict) else list(inputs)
@@ -122,7 +126,7 @@ class Generator:
         sampling = Sampling(do_sample, temperature, top_k, top_p)
         eos, pad = self._special_tokens(eos_token_id, pad_token_id)
         if self.unsupported:
-            return self._fallback(batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens)
+            return self._fallback(batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press)
         graphs_before, (compiled_before, _) = self._captures(), compile_counters()
         clock = _Clock(self.device)
         rows = sum(batch["input_ids"].shape[0] for batch in batches)
@@ -130,7 +134,7 @@ class Generator:
         previous = None
         for batch in batches:
             # a batch given again as the same object (several answers to one prompt) is prefilled once
-            prefill = previous[1] if previous is not None and previous[0] is batch else run_prefill(self.module, batch, press, ratio)
+            prefill = previous[1] if previous is not None and previous[0] is batch else run_prefill(self.module, batch, press, ratio, on_press)
             previous = (batch, prefill)
             first_end = first_end or clock.mark()
             stopping = stopping or self._stopping(eos, pad, suppress_tokens, prefill.logits.shape[-1])
@@ -221,10 +225,10 @@ class Generator:
         """One runner (one compiled step) per way of choosing tokens; stop tokens are state, not code."""
         key = (sampling, tuple(stopping.eos.tolist()), int(stopping.pad), stopping.suppressed.nonzero().flatten().tolist().__repr__())
         if key not in self._runners:
-            module, cache_name = self.module, cache_argument(self.family.decoder(self.model))
+            module, cache_name, fused = self.module, cache_argument(self.family.decoder(self.model)), self.fused_attention
 
             def step(state: DecodeState) -> None:
-                decode_step(module, state, sampling, stopping, cache_name)
+                decode_step(module, state, sampling, stopping, cache_name, fused)
 
             self._runners[key] = StepRunner(step, self.compile, self.cuda_graphs, self.compile_mode, self.fast_linear)
         return self._runners[key]
@@ -253,13 +257,16 @@ class Generator:
             suppressed=suppressed,
         )
 
-    def _fallback(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens) -> GenerationOutput:
+    def _fallback(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
         """``model.generate`` (on its dynamic cache), batch by batch, for a model the engine cannot decode."""
         clock = _Clock(self.device)
         marks: dict = {}
 
-        def after_prefill(*_) -> None:
-            marks.setdefault("prefill_end", clock.mark())
+        def after_prefill(module, args, output) -> None:  # each batch's first forward is its prefill
+            if not marks["in_batch"]:
+                marks.setdefault("prefill_end", clock.mark())
+                marks["held"] = marks.get("held", 0) + _cache_bytes(output_cache(output))
+                marks["in_batch"] = True
 
         kwargs = dict(max_new_tokens=max_new_tokens, do_sample=sampling.do_sample, pad_token_id=pad,
                       eos_token_id=eos or None, suppress_tokens=suppress_tokens)
@@ -267,10 +274,13 @@ class Generator:
             kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
         news, outcomes = [], []
         for batch in batches:
+            marks["in_batch"] = False
             handle = self.module.register_forward_hook(after_prefill)
             session = press(self.module, ratio) if press is not None else None
             try:
                 with torch.no_grad(), session if session is not None else _Null() as outcome:
+                    if on_press is not None and outcome is not None:
+                        on_press(outcome.press)
                     sequences = self.module.generate(**batch, **kwargs)
             finally:
                 handle.remove()
@@ -284,6 +294,7 @@ class Generator:
         return GenerationOutput(
             _joined([b["input_ids"] for b in batches], new, pad), new, timing,
             outcomes[0] if len(outcomes) == 1 else outcomes, engine=FALLBACK, note=self.unsupported,
+            kv_held_bytes=marks.get("held", 0),
         )
 
 
@@ -291,6 +302,14 @@ def generate(model: nn.Module, inputs: dict, *, max_new_tokens: int, press=None,
     """One call of kvprune's generation engine (see ``Generator``; keep a ``Generator`` to reuse its
     compiled steps and graphs across calls)."""
     return Generator(model).generate(inputs, max_new_tokens=max_new_tokens, press=press, ratio=ratio, **kwargs)
+
+
+def _cache_bytes(cache) -> int:
+    """Bytes of the keys and values a (dynamic) cache holds."""
+    layers = getattr(cache, "layers", []) if cache is not None else []
+    return sum(t.numel() * t.element_size() for layer in layers for t in (getattr(layer, "keys", None),
+                                                                         getattr(layer, "values", None))
+               if isinstance(t, torch.Tensor))
 
 
 def _joined(prompts: list[torch.Tensor], new: torch.Tensor, pad: int) -> torch.Tensor:

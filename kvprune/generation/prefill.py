@@ -48,9 +48,11 @@ class Prefill:
         return self.logits.shape[0]
 
 
-def run_prefill(module: nn.Module, inputs: dict, press=None, ratio: float | None = None) -> Prefill:
+def run_prefill(module: nn.Module, inputs: dict, press=None, ratio: float | None = None, on_press=None) -> Prefill:
     """Prefill ``inputs`` (a batch, left-padded as processors pad) on ``module`` (the module whose
-    ``generate`` writes text) under ``press`` at ``ratio`` (its own if None; no press: unpruned)."""
+    ``generate`` writes text) under ``press`` at ``ratio`` (its own if None; no press: unpruned).
+    ``on_press(press)``, if given, is called once the press's hooks are installed, before the forward
+    (for instruments that time the press's own work around them)."""
     inputs = dict(inputs)
     input_ids = inputs.pop("input_ids")
     attention_mask = inputs.pop("attention_mask", None)
@@ -61,6 +63,8 @@ def run_prefill(module: nn.Module, inputs: dict, press=None, ratio: float | None
     )
     session = press(module, ratio) if press is not None else None
     with torch.no_grad(), _last_position_logits(module), session if session is not None else nullcontext() as outcome:
+        if on_press is not None and session is not None:
+            on_press(outcome.press)
         output = module(**prepared)
         cache = output_cache(output)
         layout = session.layout_of(cache) if session is not None else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .attention import MASKS_KWARG
+from .attention import FUSED_KWARG, MASKS_KWARG
 from .decode_state import DecodeState
 
 
@@ -70,14 +70,16 @@ def finish(token: torch.Tensor, done: torch.Tensor, stopping: Stopping) -> tuple
     return token, done | torch.isin(token, stopping.eos)
 
 
-def decode_step(module: nn.Module, state: DecodeState, sampling: Sampling, stopping: Stopping, cache_name: str) -> None:
-    """Generate one token for every row of ``state``, in place (``cache_name``: the forward's cache argument)."""
+def decode_step(module: nn.Module, state: DecodeState, sampling: Sampling, stopping: Stopping, cache_name: str,
+                fused_attention: bool = True) -> None:
+    """Generate one token for every row of ``state``, in place (``cache_name``: the forward's cache argument;
+    ``fused_attention``: the fused decode-attention kernel where it runs, else the matmul path)."""
     for g, mask in enumerate(state.masks):  # each row's new column becomes visible in every group
         mask.scatter_(-1, state.columns[g].view(-1, 1, 1, 1).expand(-1, mask.shape[1], 1, 1), True)
     masks = state.layer_masks()
     output = module(
         input_ids=state.tokens, position_ids=state.positions, attention_mask=masks[0],
-        use_cache=True, **{cache_name: state.cache, MASKS_KWARG: masks},
+        use_cache=True, **{cache_name: state.cache, MASKS_KWARG: masks, FUSED_KWARG: fused_attention},
     )
     token = choose(output.logits[:, -1, :].float(), sampling, stopping)
     token, done = finish(token, state.done, stopping)

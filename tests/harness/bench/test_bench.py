@@ -63,7 +63,10 @@ def test_a_row_per_request_and_no_error(bench):
     assert frame["error"].isna().all(), frame["error"].dropna().tolist()
     per_length = 1 + len(RATIOS) + len(METHODS) * len(RATIOS)  # unpruned, the ideal per ratio, every method
     assert len(frame) == len(PRESETS) * len(SECONDS) * per_length
-    assert set(frame["mode"]) == {"ratios"} and set(frame["cache"]) == {"dynamic"}, "auto is dynamic on a CPU"
+    assert set(frame["mode"]) == {"ratios"}
+    ideal = frame["method"] == "ideal"
+    assert set(frame.loc[~ideal, "cache"]) == {"engine"}, "auto is kvprune's generation engine"
+    assert set(frame.loc[ideal, "cache"]) == {"dynamic"}, "the ideal is a prefill on the dynamic cache"
     for column in ("prefill_ms", "encoder_ms", "kv_bytes", "head_ms"):
         assert (frame[column] > 0).all(), column
     decoded = frame[frame["method"] != "ideal"]
@@ -249,8 +252,8 @@ def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
     runs = list(zip(frame["method"], frame["ratio"], frame["cache"], frame["encoder"], frame["path"]))
     assert runs == [
         ("stock", 0.0, "dynamic", "stock", "generate"), ("stock", 0.0, "static", "stock", "generate"),
-        ("none", 0.0, "static", "fast", "generate"), ("fastv", 0.5, "static", "fast", "generate"),
-        ("fastv", 0.9, "static", "fast", "generate"), ("ideal", 0.5, "dynamic", "fast", "forward"),
+        ("none", 0.0, "engine", "fast", "engine"), ("fastv", 0.5, "engine", "fast", "engine"),
+        ("fastv", 0.9, "engine", "fast", "engine"), ("ideal", 0.5, "dynamic", "fast", "forward"),
         ("ideal", 0.9, "dynamic", "fast", "forward"),
     ]
     stock = frame.iloc[0]
@@ -259,9 +262,9 @@ def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
     assert frame.iloc[2:]["encoder_identical"].eq(True).all(), "the fast encoder's output is the stock one's"
     assert (frame.iloc[3:5]["kept_tokens"] == [keep_count(50, 0.5), keep_count(50, 0.9)]).all()
     found = {t["target"]: t for t in targets(frame)}
-    assert len(found) == 5 and found["audio encoder ≥ 4× faster than stock, bit-identical"]["measured"].endswith("bit-identical")
+    assert len(found) == 6 and found["audio encoder ≥ 4× faster than stock, bit-identical"]["measured"].endswith("bit-identical")
     text = (tmp_path / "bench.md").read_text()
-    assert "| stock HF, dynamic cache |" in text and "| kvprune fastv 0.9, fast encoder, static cache |" in text
+    assert "| stock HF, dynamic cache |" in text and "| kvprune fastv 0.9, fast encoder, engine cache |" in text
     assert "| prefill at fastv 0.9 ≥ 4× faster than stock HF unpruned |" in text and "floor (encoder + layers < K)" in text
 
 
