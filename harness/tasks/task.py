@@ -257,9 +257,8 @@ def load_task_file(path: Path | str) -> Task:
       perception: a sub-category under its first row's category, as the official table counts it);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
       ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
-    - ``failed_reply``: the reply a failed run is scored as, ``{error}`` its error's message (a
-      benchmark whose official loop scores failures so: STAR-Bench's ``"ERROR: {error}"``); without
-      it a failed run is unanswered.
+    - ``failed_reply``: the reply a failed run is scored as (``{error}``: its message; STAR-Bench's
+      official loop scores ``"ERROR: {error}"``); without it a failed run is unanswered.
 
     Raises TaskConfigError naming the file and the field when anything is off.
     """
@@ -305,10 +304,10 @@ def task_from_config(config: dict, source: str) -> Task:
         max_new_tokens=raw["max_new_tokens"], channels=_build_channels(raw.get("channels"), fail),
         variant=_build_variant(raw.get("variants"), fail), metric_options=_metric_options(raw, metrics, fail),
         breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail),
-        breakdown_whole=_breakdown_whole(raw.get("breakdown_whole") or {}, raw.get("breakdown_by") or [], fail),
+        breakdown_whole=dict(raw.get("breakdown_whole") or {}),
         benchmark=raw.get("benchmark", ""),
         data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
-        notes=raw.get("notes", ""), failed_reply=_failed_reply(raw.get("failed_reply"), fail), config=raw,
+        notes=raw.get("notes", ""), failed_reply=raw.get("failed_reply"), config=raw,
     )
     _check_fields(task, fail)
     return task
@@ -370,19 +369,6 @@ def _metric_options(raw: dict, metrics: tuple[str, ...], fail: Callable[..., Tas
     return dict(options)
 
 
-def _breakdown_whole(value: dict, fields: list, fail: Callable[..., TaskConfigError]) -> dict:
-    strays = sorted(str(name) for pair in value.items() for name in pair if name not in fields)
-    if strays:
-        raise fail(f"names {strays}, which breakdown_by does not list: map a breakdown field to another", "breakdown_whole")
-    return dict(value)
-
-
-def _failed_reply(value: str | None, fail: Callable[..., TaskConfigError]) -> str | None:
-    if value is not None and set(name for _, name, _, _ in string.Formatter().parse(value) if name is not None) - {"error"}:
-        raise fail(f"{value!r} may name only {{error}}, the failed run's error message", "failed_reply")
-    return value
-
-
 def _breakdown(value: list, fail: Callable[..., TaskConfigError]) -> tuple[str, ...]:
     if not all(isinstance(v, str) and v for v in value):
         raise fail("expected a list of metadata field names", "breakdown_by")
@@ -390,7 +376,14 @@ def _breakdown(value: list, fail: Callable[..., TaskConfigError]) -> tuple[str, 
 
 
 def _check_fields(task: Task, fail: Callable[..., TaskConfigError]) -> None:
-    """Fields the prompt and the breakdowns name must be ones the layout keeps (when it says which)."""
+    """What the fields name exists: breakdown_whole's fields in breakdown_by, failed_reply's only {error},
+    the prompt's and breakdowns' fields in what the layout keeps (when it says which)."""
+    strays = sorted(str(name) for pair in task.breakdown_whole.items() for name in pair if name not in task.breakdown_by)
+    if strays:
+        raise fail(f"names {strays}, which breakdown_by does not list: map a breakdown field to another", "breakdown_whole")
+    reply = task.failed_reply or ""
+    if {name for _, name, _, _ in string.Formatter().parse(reply) if name is not None} - {"error"}:
+        raise fail(f"{reply!r} may name only {{error}}, the failed run's error message", "failed_reply")
     kept = task.layout.metadata_fields()
     if kept is None:
         return
