@@ -179,8 +179,9 @@ def _estimate(args) -> int:
     if settings.get("out") == Path("kvprune-results") and args.out is None:
         settings["out"] = Path("kvprune-results") / "estimate"
     config = EstimateConfig(**settings)
-    table = run_estimate(config, progress=not args.quiet)
-    written = write_estimate(table, config.out, "kvprune " + shlex.join(args.argv))
+    command = "kvprune " + shlex.join(args.argv)
+    table = run_estimate(config, progress=not args.quiet, after_task=lambda partial: write_estimate(partial, config.out, command))
+    written = write_estimate(table, config.out, command)
     print(written[1].read_text())
     return 0
 
