@@ -22,7 +22,7 @@ from kvprune.specs import MethodSpec, parse_methods
 from ..long_audio import DEFAULT_POLICY, POLICIES
 from ..setup.config import CommandConfig, unique_methods
 from ..setup.options import add_shared_options, name_list
-from ..setup.ratios import parse_ratios
+from ..setup.ratio_lists import parse_ratios
 from ..tasks.protocols import PROTOCOLS
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
