@@ -20,7 +20,7 @@ from kvprune.harness.sweep.store import read_rows
 from kvprune.harness.tasks.suites import expand_suites
 from kvprune.harness.tasks.task import get_task
 
-TASKS = ["starbench", "mmau", "mmar", "avibench", "staudioqa_a", "staudioqa_c"]
+TASKS = ["starbench", "mmau", "mmar", "avibench_asqa", "avibench_amic", "staudioqa_a", "staudioqa_c"]
 RUNS = 5  # the baseline, then 2 methods x 2 ratios
 
 

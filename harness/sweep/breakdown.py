@@ -6,7 +6,8 @@ works per item or per sub-category (STAR-Bench's perception parts average their 
 does so within the part, as the official tables do. Rows whose item has no value for the field
 are left out of that field's table. A suite with an ``aggregate`` (``tasks.suites``) adds one row per
 model x method x ratio that ran all its tasks: the mean of each aggregated metric over them
-(STAR-Bench's Final MA).
+(STAR-Bench's Final MA). A suite with ``levels`` adds one row per level it defines (AVI-Bench's
+stages, Overall, L1) and model x method x ratio, from the tasks of it that ran.
 """
 
 from __future__ import annotations
@@ -18,18 +19,21 @@ import pandas as pd
 
 from ..markdown import markdown_table
 from ..tasks.metrics import row_meta
-from ..tasks.suites import Suite, list_suites
+from ..tasks.suites import SUITE_LEVELS, Suite, list_suites
 from ..tasks.task import Task, get_task
 from .config import BASELINE
 from .summary import GROUP, distinguish_labels
 
 SUITE_FIELD = "suite"
+LEVELS_FIELD = "levels"
 
 
 def breakdown_table(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.DataFrame) -> pd.DataFrame:
     """The breakdown table of a sweep's results (as its summary read them, with ``summary`` for the
     suites): what ``breakdown.csv`` holds."""
-    return pd.concat([breakdown(results, tasks), suite_scores(summary, list_suites())], ignore_index=True)
+    suites = list_suites()
+    return pd.concat([breakdown(results, tasks), suite_scores(summary, suites), suite_levels(results, tasks, summary, suites)],
+                     ignore_index=True)
 
 
 def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> pd.DataFrame:
@@ -75,6 +79,26 @@ def suite_scores(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def suite_levels(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
+    """Per suite with ``levels``, model, method and ratio: one row per level its tasks that ran
+    give (``value``: the level's name, ``score`` its value)."""
+    rows = []
+    for suite in suites:
+        if suite.levels is None or summary.empty:
+            continue
+        ran = summary[summary["task"].isin(suite.tasks)]
+        for (model, method, ratio), frame in ran.groupby(["model", "method", "ratio"], sort=True):
+            names = {name: (tasks[name] if name in tasks else get_task(name)).abbreviation for name in frame["task"]}
+            scores = {names[name]: score for name, score in zip(frame["task"], frame["score"])}
+            chosen = results[(results["model"] == model) & (results["method"] == method) & (results["ratio"] == ratio)]
+            by_task = {names[name]: group.sort_values("position").to_dict("records")
+                       for name, group in chosen[chosen["task"].isin(names)].groupby("task")}
+            for level, score in SUITE_LEVELS.get(suite.levels)(by_task, scores).items():
+                rows.append(dict(model=model, task=suite.name, method=method, ratio=ratio, field=LEVELS_FIELD, value=level,
+                                 samples=int(frame["samples"].sum()), metric=LEVELS_FIELD, score=score))
+    return pd.DataFrame(rows)
+
+
 def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) -> list[str]:
     """The report's sections for one model: each task's notes, then per task and field a table of
     the primary score per value (rows) and run (columns), then the suites' aggregates."""
@@ -85,9 +109,13 @@ def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) 
     if table.empty:
         return parts
     table = table[table["model"] == model]
-    for (task, field), rows in table[table["field"] != SUITE_FIELD].groupby(["task", "field"], sort=True):
+    for (task, field), rows in table[~table["field"].isin([SUITE_FIELD, LEVELS_FIELD])].groupby(["task", "field"], sort=True):
         metric = rows["metric"].iloc[0]
         parts.append(f"#### {task} by {field} ({metric})\n\n" + _pivot(rows, "value"))
+    suite_notes = {suite.name: suite.notes for suite in list_suites()}
+    for suite, rows in table[table["field"] == LEVELS_FIELD].groupby("task", sort=True):
+        notes = suite_notes.get(suite, "").strip()
+        parts.append(f"#### {suite}: levels\n\n" + (f"{notes}\n\n" if notes else "") + _pivot(rows, "value"))
     for suite, rows in table[table["field"] == SUITE_FIELD].groupby("task", sort=True):
         name = rows["value"].iloc[0]
         metrics = [c for c in rows.columns if c not in _NOT_METRICS and rows[c].notna().any()]

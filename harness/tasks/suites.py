@@ -11,7 +11,9 @@ A suite is a YAML file in ``configs/suites/``::
 ``aggregate`` names metrics every task of the suite reports; the suite's score for each is the plain
 mean over its tasks (STAR-Bench's "Final MA" averages the three parts' AA and ACR so). The summary
 writes it beside the per-task breakdowns (``breakdown.csv``, report.md) for every model x method x
-ratio that ran all the suite's tasks.
+ratio that ran all the suite's tasks. ``levels`` names a benchmark's own aggregates beyond a mean
+(``SUITE_LEVELS``: AVI-Bench's stage scores, Overall and L1), computed from whichever of its tasks
+ran; ``notes`` is shown with them.
 """
 
 from __future__ import annotations
@@ -36,9 +38,16 @@ class Suite:
     tasks: tuple[str, ...]
     aggregate: tuple[str, ...] = ()
     aggregate_name: str = "mean"
+    levels: str | None = None
+    notes: str = ""
 
 
-_FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "aggregate_name": str}
+_FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "aggregate_name": str, "levels": str,
+           "notes": str}
+#: a benchmark's own aggregates: name -> ``fn(rows_by_task, scores) -> {level: score}``, both keyed by the
+#: tasks' abbreviations (the rows of each task that ran, its primary score); registered by the benchmark's
+#: metrics module
+SUITE_LEVELS: Registry = Registry("suite levels")
 
 
 def read_suite(path: Path) -> Suite:
@@ -58,7 +67,7 @@ def read_suite(path: Path) -> Suite:
     if not raw.get("tasks") or not all(isinstance(t, str) for t in raw["tasks"]):
         raise TaskConfigError(f"{path}: field 'tasks': list the suite's task names")
     return Suite(path.stem, raw.get("title", path.stem), raw.get("benchmark", ""), tuple(raw["tasks"]),
-                 tuple(raw.get("aggregate", ())), raw.get("aggregate_name", "mean"))
+                 tuple(raw.get("aggregate", ())), raw.get("aggregate_name", "mean"), raw.get("levels"), raw.get("notes", ""))
 
 
 SUITES: Registry[Path] = Registry("suite")

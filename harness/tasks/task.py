@@ -22,6 +22,7 @@ from kvprune.registry import Registry
 from ..channels import MEAN, Channels
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
 from .dataset_layouts import LAYOUTS, Layout
+from .judged import REFINERS
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
 from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
@@ -54,11 +55,17 @@ class Task:
     protocol: str = OFFICIAL  # the protocol this config follows
     protocols: dict = field(default_factory=dict, repr=False)  # other protocols: name -> the fields they change
     notes: str = ""  # what a reader of the results must know (shown in report.md)
+    refine: str | None = None  # a judge's rewrite of each reply before it is parsed (REFINERS), when there is a judge
     config: dict = field(default_factory=dict, compare=False, repr=False)  # the resolved YAML it was built from
 
     @property
     def primary_metric(self) -> str:
         return self.metrics[0]
+
+    @property
+    def needs_judge(self) -> bool:
+        """Whether a metric of the task is judged (the sweep then needs --judge)."""
+        return any(METRICS.get(name).judged for name in self.metrics)
 
     @property
     def higher_is_better(self) -> bool:
@@ -124,25 +131,30 @@ class Task:
         """The answer in a model's output (a letter, a transcript, the reply itself); None when there is none."""
         return PARSERS.get(self.parser)(output, sample.choices)
 
-    def score(self, parsed: str | None, sample: Sample) -> dict[str, float]:
-        """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts)."""
+    def score(self, parsed: str | None, sample: Sample, judge=None) -> dict[str, float]:
+        """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts);
+        judged metrics get ``judge``."""
         scores: dict[str, float] = {}
         for name in self.metrics:
             metric = METRICS.get(name)
-            scores.update(metric.per_sample(parsed, sample, **self._options(metric)))
+            judged = {"judge": judge} if metric.judged else {}
+            scores.update(metric.per_sample(parsed, sample, **judged, **self._options(metric)))
         return scores
 
-    def grade(self, output: str | None, sample: Sample) -> Grade:
-        """Parse and score one output (None: the run failed, which scores as no answer). A parser or
-        metric that fails on this output is that sample's error (``Grade.error``), not the sweep's."""
+    def grade(self, output: str | None, sample: Sample, judge=None) -> Grade:
+        """Parse and score one output (None: the run failed, which scores as no answer); with a
+        ``judge``, the task's refine step rewrites the output first (``tasks.judged``). A parser,
+        metric or judge that fails on this output is that sample's error (``Grade.error``), not the
+        sweep's."""
         parsed, error = None, None
         if output is not None:
             try:
-                parsed = self.parse(output, sample)
+                reply = REFINERS.get(self.refine)(judge, sample, output) if judge and self.refine else output
+                parsed = None if reply is None else self.parse(reply, sample)
             except Exception as parse_error:
                 error = parse_error
         try:
-            scores = self.score(parsed, sample)
+            scores = self.score(parsed, sample, judge)
         except Exception as score_error:
             error, scores = error or score_error, {}
         return Grade(parsed, scores, error)
@@ -227,7 +239,7 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str,
+    "protocol": str, "protocols": dict, "notes": str, "refine": str,
 }
 
 
@@ -246,7 +258,8 @@ def load_task_file(path: Path | str) -> Task:
       ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
       metadata fields to score per value (``breakdown.csv``);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
-      ``protocols``: other protocols by name, each the fields it changes (``Task.under``).
+      ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
+    - ``refine``: a judge's rewrite of each reply before parsing, when the sweep has one (``judged.REFINERS``).
 
     Raises TaskConfigError naming the file and the field when anything is off.
     """
@@ -278,6 +291,8 @@ def task_from_config(config: dict, source: str) -> Task:
         raise fail(f"{raw['metrics']!r} must list metrics from {sorted(METRICS)}, primary first", "metrics")
     if raw["max_new_tokens"] < 1:
         raise fail("must be at least 1", "max_new_tokens")
+    if raw.get("refine") is not None and raw["refine"] not in REFINERS:
+        raise fail(f"unknown {raw['refine']!r}; choose from {sorted(REFINERS)}", "refine")
     if raw.get("data_layout", "official") not in DATA_LAYOUTS:
         raise fail(f"choose one of {DATA_LAYOUTS}", "data_layout")
     protocol = raw.get("protocol", OFFICIAL)
@@ -293,7 +308,7 @@ def task_from_config(config: dict, source: str) -> Task:
         variant=_build_variant(raw.get("variants"), fail), metric_options=_metric_options(raw, metrics, fail),
         breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail), benchmark=raw.get("benchmark", ""),
         data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
-        notes=raw.get("notes", ""), config=raw,
+        notes=raw.get("notes", ""), refine=raw.get("refine"), config=raw,
     )
     _check_fields(task, fail)
     return task
