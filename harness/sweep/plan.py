@@ -51,13 +51,17 @@ def runs_of(config: SweepConfig) -> list[PlannedRun]:
     return runs
 
 
-def load_tasks(names: list[str], protocol: str | None = None) -> list[Task]:
+def load_tasks(names: list[str], protocol: str | None = None, judge: str | None = None) -> list[Task]:
     """The tasks of ``--tasks`` (names, suite names or YAML paths), under ``protocol`` when given;
-    two of one name would mix their results."""
+    two of one name would mix their results, and a task scored by a judge needs ``judge``."""
     names = expand_suites(names)
     tasks = [get_task(name) for name in names]
     tasks = [task.under(protocol) for task in tasks] if protocol else tasks
     seen: dict[str, str] = {}
+    judged = [task.name for task in tasks if task.needs_judge]
+    if judged and not judge:
+        raise ValueError(f"tasks {judged} are scored by an LLM judge: run the sweep with --judge "
+                         "(openai:<base URL>@<model> or hf:<folder>).")
     for name, task in zip(names, tasks):
         if task.name in seen:
             raise ValueError(
@@ -89,6 +93,7 @@ def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], c
     for task in tasks:
         task_settings = dict(
             settings, task=task.config, long_audio=c.long_audio_policy(task.name),
+            judge=c.judge if task.refine or task.needs_judge else None,  # what judged grading asked
             generation=dict(max_new_tokens=c.max_new_tokens or task.max_new_tokens, do_sample=False),
         )
         for name in c.models:

@@ -20,6 +20,7 @@ from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .identity import SweepPlan, read_plan
+from .judging import judge_section
 from .plots import plot_summary, slug
 from .store import read_runs, recorded_tasks
 from .summary import direction, failures, folder_results, summarize, task_averages
@@ -167,7 +168,7 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
         banners = (incomplete_banner(plan, results) if plan is not None else "", failure_banner(results),
                    long_audio_banner(results))
         parts += [banner for banner in banners if banner]
-    parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), _provenance(out_dir),
+    parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), _provenance(out_dir), judge_section(out_dir),
               "## Details\n\nScores are each task's primary metric (0-100); the change is against the unpruned run of "
               "the same task; timings are medians over the runs that succeeded, the first run (a warm-up) and calls "
               "that compiled left out; the prefill speedup is the unpruned run's median prefill time over this run's; "

@@ -29,8 +29,9 @@ from .store import ResultStore
 class SampleRunner:
     """Runs the planned runs of one sample after another and appends one row per run to ``store``."""
 
-    def __init__(self, config: SweepConfig, cache: str, store: ResultStore):
+    def __init__(self, config: SweepConfig, cache: str, store: ResultStore, judge=None):
         self.config, self.cache, self.store = config, cache, store
+        self.judge = judge  # for the judged steps of grading (refine, judged metrics): harness.judge
 
     def run(self, loaded: LoadedModel, task: Task, planned: PlannedSample, settings_id: str,
             todo: list[PlannedRun], warmup: bool, bar) -> None:
@@ -81,7 +82,7 @@ class SampleRunner:
 
     def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, output=None, timing=None,
                 kept_tokens=None, error=None) -> None:
-        grade = task.grade(output, planned.sample)
+        grade = task.grade(output, planned.sample, self.judge)
         error = error or grade.error
         row = dict(
             base,
