@@ -103,7 +103,9 @@ class AeroLikeProcessor:
     def apply_chat_template(self, conversation, **kwargs):
         return self.tokenizer.apply_chat_template(conversation, chat_template=chat_template(self.audio_token), **kwargs)
 
-    def __call__(self, text, audios, sampling_rate, **kwargs):
+    def __call__(self, text, audios=None, sampling_rate=16_000, **kwargs):
+        if not audios:  # text alone
+            return dict(self.tokenizer(text, return_tensors="pt"))
         features = self.feature_extractor(
             audios, sampling_rate=sampling_rate, return_attention_mask=True, padding="max_length", return_tensors="pt"
         )

@@ -62,6 +62,7 @@ class SweepConfig(CommandConfig):
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
     judge: str | None = None  # an LLM judge spec for judged grading (harness.judge)
+    no_audio: bool = False  # prompts without their audio (captions where a task has them): ablations
 
     def normalise(self) -> None:
         self.models, self.tasks = name_list(self.models), name_list(self.tasks)
@@ -122,6 +123,7 @@ class SweepConfig(CommandConfig):
             trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
             retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
             protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None, judge=args.judge,
+            no_audio=args.no_audio or None,
         )
 
     def long_audio_policy(self, task: str) -> str:
@@ -137,7 +139,7 @@ With no option at all, the embedded demo model runs on its synthetic suite (no d
 
 A results folder holds one configuration. Every run is identified by what determines its outputs
 (the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as
-resolved, --stock-encoder, --protocol, --long-audio, --judge for judged tasks, each task's config,
+resolved, --stock-encoder, --protocol, --long-audio, --judge for judged tasks, --no-audio, each task's config,
 the method's full spec with its layer and keep rule, the ratio, the prompt and the media files'
 content): rerunning the same
 command resumes a folder; new methods, ratios, tasks or samples extend it; other settings are
@@ -170,6 +172,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--judge", help="an LLM judge for judged grading: openai:<base URL>@<model> (an OpenAI-compatible endpoint; "
         "key from $KVPRUNE_JUDGE_API_KEY or ;key_env=NAME) or hf:<folder> (a local model); runs AVI-Bench's refine step "
         "and judged metrics (mmar_rubrics); judgements cached in <out>/judge_cache (default: none, judge-free scoring)")
+    add("--no-audio", action="store_true", help="prompts without their audio, for ablations: audio segments left out "
+        "(a task's caption in their place where it has one: STAR-Bench's caption-only, MMAR's text-only and caption "
+        "inputs), videos without their sound; every press then has nothing to prune (default: off)")
     add("--retry-errors", action="store_true", help="rerun the runs recorded with an error (default: keep them)")
     add("--overwrite", action="store_true", help="discard the results already in --out instead of refusing a folder "
         "made with other settings (default: off)")

@@ -25,6 +25,11 @@ of them, then the policy's legend text. ``{image: images}`` is every image of th
 2 per second), with its sound track interleaved as the Omni models take it (``sound: track``, the
 default, when the file has one; ``sound: none`` for the frames alone). A segment whose media the item
 lacks adds nothing.
+
+Prompts without audio (``render(..., no_audio=True)``, the sweep's ``--no-audio``), for ablations:
+the audio segments are left out, videos keep their frames without their sound, and a task with a
+``caption`` (``{field: <metadata field>, template: "...{caption}..."}``) puts the item's caption, when
+it has one, where its first audio segment stood (a caption-only baseline).
 """
 
 from __future__ import annotations
@@ -105,10 +110,6 @@ class RenderedPrompt:
         """The media files the prompt reads, each once, in order of first use."""
         return tuple(dict.fromkeys(s.path for s in self.segments if not isinstance(s, str)))
 
-    @property
-    def has_audio(self) -> bool:
-        return any(isinstance(s, ClipRef) or (isinstance(s, VideoRef) and s.sound) for s in self.segments)
-
     def load(self, channels: Channels = MEAN) -> tuple[list[np.ndarray], Prompt]:
         """Read the media (each audio file once, by the channel policy) and return the waveforms with
         the model-side ``Prompt`` whose clip segments (and videos' sound tracks) index them."""
@@ -150,21 +151,27 @@ class PromptSpec:
     system: str | None = None
     option_format: str = "{letter}. {text}"
     option_separator: str = "\n"
+    caption: dict | None = None  # {field, template}: what stands for the audio in a prompt without it
 
     @classmethod
-    def from_config(cls, prompt, system=None, option_format=None, option_separator=None) -> PromptSpec:
+    def from_config(cls, prompt, system=None, option_format=None, option_separator=None, caption=None) -> PromptSpec:
         if isinstance(prompt, str):
             segments = ({"audio": ALL_CLIPS}, {"text": prompt})
         elif isinstance(prompt, list) and prompt:
             segments = tuple(_segment(s, i) for i, s in enumerate(prompt))
         else:
             raise PromptConfigError("expected a text template or a list of segments ({text: ...} or {audio: ...})")
-        formats = {"option_format": option_format, "option_separator": option_separator}
+        formats = {"option_format": option_format, "option_separator": option_separator, "caption": caption}
         spec = cls(segments, system, **{key: value for key, value in formats.items() if value is not None})
         spec._check()
         return spec
 
     def _check(self) -> None:
+        if self.caption is not None:
+            if not isinstance(self.caption, dict) or set(self.caption) != {"field", "template"}:
+                raise PromptConfigError("caption: expected {field: <metadata field>, template: \"...{caption}...\"}")
+            if set(_placeholders(self.caption["template"], "caption template")) != {"caption"}:
+                raise PromptConfigError("caption: the template must name {caption} and nothing else")
         extra = sorted(set(_placeholders(self.option_format, "option_format")) - {"letter", "text"})
         if extra:
             raise PromptConfigError(f"option_format: bad placeholder {extra}; use {{letter}} and {{text}}")
@@ -183,19 +190,25 @@ class PromptSpec:
     def fields_used(self) -> set[str]:
         """The metadata fields the text templates name (beyond question, options, letters)."""
         names = {n for s in self.segments if "text" in s for n in _placeholders(s["text"], "text")}
-        return names - set(FIXED_FIELDS)
+        return (names | ({self.caption["field"]} if self.caption else set())) - set(FIXED_FIELDS)
 
-    def render(self, sample: Sample, channels: Channels = MEAN) -> RenderedPrompt:
-        """The sample's prompt; KeyError when a template or segment names something the item lacks."""
+    def render(self, sample: Sample, channels: Channels = MEAN, no_audio: bool = False) -> RenderedPrompt:
+        """The sample's prompt (``no_audio``: without its audio, module docstring); KeyError when a
+        template or segment names something the item lacks."""
         options = self.option_separator.join(
             self.option_format.format(letter=letter, text=text) for letter, text in zip(LETTERS, sample.choices)
         )
         fields = {**sample.meta, "question": sample.question, "options": options,
                   "letters": letters_phrase(len(sample.choices))}
         segments: list[str | MediaRef] = []
+        caption = self._caption(sample) if no_audio else None
         for segment in self.segments:
             if "text" in segment:
                 segments.append(segment["text"].format_map(fields))
+                continue
+            if no_audio and "audio" in segment:
+                segments += [caption] if caption else []
+                caption = None  # once, where the first audio stood
                 continue
             if "image" in segment:
                 segments += [ImageRef(path) for path in sample.images]
@@ -203,7 +216,7 @@ class PromptSpec:
             if "video" in segment:
                 if sample.video is not None:
                     segments.append(VideoRef(sample.video, segment.get("frames"), segment.get("fps", FPS),
-                                             segment.get("sound", "track") == "track"))
+                                             segment.get("sound", "track") == "track" and not no_audio))
                 continue
             name = segment["audio"]
             if name == ALL_CLIPS:
@@ -221,6 +234,13 @@ class PromptSpec:
             if channels.clips_per_file > 1 and channels.legend:
                 segments.append(channels.legend)
         return RenderedPrompt(tuple(segments), self.system)
+
+
+    def _caption(self, sample: Sample) -> str | None:
+        """The text that stands for the item's audio in a prompt without it: its caption, if any."""
+        if self.caption is None or sample.meta.get(self.caption["field"]) in (None, ""):
+            return None
+        return self.caption["template"].format(caption=sample.meta[self.caption["field"]])
 
 
 def letters_phrase(count: int) -> str:

@@ -123,9 +123,10 @@ class Task:
             ))
         return sample
 
-    def render(self, sample: Sample) -> RenderedPrompt:
-        """The sample's prompt: ordered text and clip references, and the system turn."""
-        return self.prompt.render(sample, self.channels)
+    def render(self, sample: Sample, no_audio: bool = False) -> RenderedPrompt:
+        """The sample's prompt: ordered text and media references, and the system turn; ``no_audio``:
+        without its audio (its caption instead, if the task has one: ``prompts``)."""
+        return self.prompt.render(sample, self.channels, no_audio)
 
     def parse(self, output: str, sample: Sample) -> str | None:
         """The answer in a model's output (a letter, a transcript, the reply itself); None when there is none."""
@@ -239,7 +240,7 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str, "refine": str,
+    "protocol": str, "protocols": dict, "notes": str, "refine": str, "caption": dict,
 }
 
 
@@ -252,7 +253,8 @@ def load_task_file(path: Path | str) -> Task:
       ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
     - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``
-      (see ``prompts``); ``channels``: the channel policy (see ``kvprune.harness.channels``);
+      and ``caption`` (what stands for the audio in a prompt without it; see ``prompts``); ``channels``:
+      the channel policy (see ``kvprune.harness.channels``);
     - ``variants``: a name from ``variants.VARIANTS``, or ``{name: ..., <options>}``;
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
       ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
@@ -326,9 +328,10 @@ def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]
 
 def _build_prompt(raw: dict, fail: Callable[..., TaskConfigError]) -> PromptSpec:
     try:
-        return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"))
+        return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"),
+                                      raw.get("caption"))
     except PromptConfigError as error:
-        key = "option_format" if str(error).startswith("option_format") else "prompt"
+        key = next((k for k in ("option_format", "caption") if str(error).startswith(k)), "prompt")
         raise fail(str(error), key) from None
 
 
