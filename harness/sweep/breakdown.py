@@ -1,7 +1,8 @@
 """Scores per metadata value and per suite: ``breakdown.csv`` and the report's breakdown sections.
 
 A task's ``breakdown_by`` fields (category, sub-category, difficulty, modality...) split its rows by
-the item's value of that field; each part is scored with the task's own metrics, so a metric that
+the item's value of that field (``a+b``: by the pair of values, as a paper's table crosses two
+fields: ST-AudioQA's family and attribute); each part is scored with the task's own metrics, so a metric that
 works per item or per sub-category (STAR-Bench's perception parts average their sub-categories)
 does so within the part, as the official tables do. Rows whose item has no value for the field
 are left out of that field's table. A suite with an ``aggregate`` (``tasks.suites``) adds one row per
@@ -51,7 +52,7 @@ def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
         for field in task.breakdown_by:
             by_value: dict[str, list[dict]] = {}
             for record in records:
-                value = row_meta(record).get(field)
+                value = _field_value(row_meta(record), field)
                 if value is not None:
                     by_value.setdefault(_text(value), []).append(record)
             for value, subset in sorted(by_value.items()):
@@ -148,6 +149,14 @@ def _suite_table(rows: pd.DataFrame, metrics: list[str]) -> str:
 
 def _cell(value) -> str:
     return "—" if value is None or pd.isna(value) else f"{value:.2f}"
+
+
+def _field_value(meta: dict, field: str):
+    """The item's value of a breakdown field; of ``a+b``, its values joined (None if one is missing)."""
+    values = [meta.get(name) for name in field.split("+")]
+    if any(value is None for value in values):
+        return None
+    return values[0] if len(values) == 1 else " / ".join(_text(value) for value in values)
 
 
 def _text(value) -> str:

@@ -385,7 +385,8 @@ def _check_fields(task: Task, fail: Callable[..., TaskConfigError]) -> None:
     if kept is None:
         return
     kept |= {"run", "runs", "clip_order"} if task.variant is not None else set()
-    for key, wanted in (("prompt", task.prompt.fields_used()), ("breakdown_by", set(task.breakdown_by))):
+    crossed = {name for field in task.breakdown_by for name in field.split("+")}
+    for key, wanted in (("prompt", task.prompt.fields_used()), ("breakdown_by", crossed)):
         missing = sorted(wanted - kept)
         if missing:
             raise fail(f"names {missing}, which the layout does not keep: add them to layout_options.meta_fields "
