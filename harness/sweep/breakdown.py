@@ -7,8 +7,9 @@ works per item or per sub-category (STAR-Bench's perception parts average their 
 does so within the part, as the official tables do. Rows whose item has no value for the field
 are left out of that field's table. A suite with an ``aggregate`` (``tasks.suites``) adds one row per
 model x method x ratio that ran all its tasks: the mean of each aggregated metric over them
-(STAR-Bench's Final MA). A suite with ``levels`` adds one row per level it defines (AVI-Bench's
-stages, Overall, L1) and model x method x ratio, from the tasks of it that ran.
+(STAR-Bench's Final MA). A suite with ``groups`` or ``levels`` adds one row per group (AudioMarathon's
+categories) or level (AVI-Bench's stages, Overall, L1) and model x method x ratio. Every task whose
+samples span two duration buckets is also scored per bucket (``analyses``: field ``audio duration``).
 """
 
 from __future__ import annotations
@@ -22,19 +23,21 @@ from ..markdown import markdown_table
 from ..tasks.metrics import row_meta
 from ..tasks.suites import SUITE_LEVELS, Suite, list_suites
 from ..tasks.task import Task, get_task
+from .analyses import duration_breakdown
 from .config import BASELINE
 from .summary import GROUP, distinguish_labels
 
 SUITE_FIELD = "suite"
 LEVELS_FIELD = "levels"
+GROUPS_FIELD = "groups"
 
 
 def breakdown_table(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.DataFrame) -> pd.DataFrame:
     """The breakdown table of a sweep's results (as its summary read them, with ``summary`` for the
     suites): what ``breakdown.csv`` holds."""
     suites = list_suites()
-    return pd.concat([breakdown(results, tasks), suite_scores(summary, suites), suite_levels(results, tasks, summary, suites)],
-                     ignore_index=True)
+    return pd.concat([breakdown(results, tasks), duration_breakdown(results, tasks), suite_scores(summary, suites),
+                      suite_groups(summary, suites), suite_levels(results, tasks, summary, suites)], ignore_index=True)
 
 
 def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> pd.DataFrame:
@@ -80,6 +83,23 @@ def suite_scores(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def suite_groups(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
+    """Per suite group, model, method and ratio that ran all the group's tasks: the mean of their
+    primary scores (``value``: the group's name)."""
+    rows = []
+    for suite in suites:
+        if not suite.groups or summary.empty:
+            continue
+        ran = summary.assign(base=summary["task"].str.split("@").str[0])
+        for (model, method, ratio), frame in ran.groupby(["model", "method", "ratio"], sort=True):
+            for group, members in suite.groups.items():
+                chosen = frame[frame["base"].isin(members)]
+                if set(chosen["base"]) == set(members):
+                    rows.append(dict(model=model, task=suite.name, method=method, ratio=ratio, field=GROUPS_FIELD, value=group,
+                                     samples=int(chosen["samples"].sum()), metric=GROUPS_FIELD, score=chosen["score"].mean()))
+    return pd.DataFrame(rows)
+
+
 def suite_levels(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
     """Per suite with ``levels``, model, method and ratio: one row per level its tasks that ran
     give (``value``: the level's name, ``score`` its value)."""
@@ -110,13 +130,15 @@ def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) 
     if table.empty:
         return parts
     table = table[table["model"] == model]
-    for (task, field), rows in table[~table["field"].isin([SUITE_FIELD, LEVELS_FIELD])].groupby(["task", "field"], sort=True):
+    named = [SUITE_FIELD, LEVELS_FIELD, GROUPS_FIELD]
+    for (task, field), rows in table[~table["field"].isin(named)].groupby(["task", "field"], sort=True):
         metric = rows["metric"].iloc[0]
         parts.append(f"#### {task} by {field} ({metric})\n\n" + _pivot(rows, "value"))
     suite_notes = {suite.name: suite.notes for suite in list_suites()}
-    for suite, rows in table[table["field"] == LEVELS_FIELD].groupby("task", sort=True):
+    for (suite, field), rows in table[table["field"].isin([GROUPS_FIELD, LEVELS_FIELD])].groupby(["task", "field"], sort=True):
         notes = suite_notes.get(suite, "").strip()
-        parts.append(f"#### {suite}: levels\n\n" + (f"{notes}\n\n" if notes else "") + _pivot(rows, "value"))
+        what = "categories (the mean of their tasks' primary scores)" if field == GROUPS_FIELD else "levels"
+        parts.append(f"#### {suite}: {what}\n\n" + (f"{notes}\n\n" if notes else "") + _pivot(rows, "value"))
     for suite, rows in table[table["field"] == SUITE_FIELD].groupby("task", sort=True):
         name = rows["value"].iloc[0]
         metrics = [c for c in rows.columns if c not in _NOT_METRICS and rows[c].notna().any()]
@@ -135,7 +157,8 @@ def _run_label(method: str, ratio: float) -> str:
 def _pivot(rows: pd.DataFrame, index: str) -> str:
     runs = rows.assign(run=[_run_label(m, r) for m, r in zip(rows["method"], rows["ratio"])])
     order = sorted(set(runs["run"]), key=lambda run: (run != "baseline", run))
-    table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(columns=order)
+    values = list(dict.fromkeys(runs[index]))  # in the order the rows came (sorted values; groups as the suite lists them)
+    table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(index=values, columns=order)
     samples = runs[runs["run"] == order[0]].set_index(index)["samples"]
     cells = ([str(value), str(samples.get(value, "—")), *map(_cell, values)] for value, values in zip(table.index, table.to_numpy()))
     return markdown_table([index, "samples", *order], cells) + "\n"

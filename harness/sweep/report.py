@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..markdown import markdown_table
+from .analyses import plot_duration, plot_radar
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
@@ -41,7 +42,7 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
         breakdown.to_csv(out_dir / "breakdown.csv", index=False)
         written.append(out_dir / "breakdown.csv")
     if plots:
-        written += plot_summary(summary, out_dir)
+        written += plot_summary(summary, out_dir) + plot_duration(breakdown, out_dir) + plot_radar(summary, out_dir, tasks)
     plan = None if everything else read_plan(out_dir)
     written.append(write_report(summary, out_dir, results, breakdown, plan))
     return [p for p in written if p.exists()]
@@ -179,6 +180,8 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
         parts.append(f"### {model}\n")
         parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n"
                      f"![KV saved]({slug(model)}_kv_saved.png)\n")
+        parts += [f"![{path.stem}]({path.name})\n" for path in sorted(out_dir.glob(f"{slug(model)}_*radar.png"))
+                  + sorted(out_dir.glob(f"{slug(model)}_*_duration.png"))]
         if frame["task"].nunique() > 1:
             for title, rows in task_averages(frame):
                 parts.append(f"#### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
