@@ -16,7 +16,7 @@ from kvprune.harness.judge import OpenAIJudge, RetryPolicy
 from kvprune.harness.official.avibench_refine import clean_json_output, refine_prompt
 from kvprune.harness.sweep.store import read_rows
 from kvprune.harness.tasks.task import get_task
-from test_judge import ChatServer
+from test_judge import server  # noqa: F401  (the local chat server fixture)
 
 TASKS = "avibench_asqa,avibench_amic"
 
@@ -28,19 +28,6 @@ def data_root(tmp_path_factory):
     benchmark_fixtures.avibench_amic(root)
     benchmark_fixtures.mmar(root)
     return root
-
-
-@pytest.fixture
-def server():
-    started = []
-
-    def start(script=None, answer=None):
-        started.append(ChatServer(script, answer))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.close()
 
 
 def sweep(data_root, out, tasks=TASKS, *extra) -> list[str]:

@@ -86,11 +86,7 @@ def plot_duration(table: pd.DataFrame, out_dir: Path) -> list[Path]:
         axes.set_ylabel(rows["metric"].iloc[0])
         axes.set_title(f"{task}: score against audio duration ({Path(str(model)).name})")
         axes.legend(fontsize="small", ncol=2)
-        figure.tight_layout()
-        path = out_dir / f"{slug(model)}_{slug(task)}_duration.png"
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        paths.append(path)
+        paths.append(_saved(figure, out_dir / f"{slug(model)}_{slug(task)}_duration.png"))
     return paths
 
 
@@ -129,12 +125,15 @@ def plot_radar(summary: pd.DataFrame, out_dir: Path, tasks: Mapping[str, Task] |
             axes.set_title(f"ratio {ratio:g}")
             axes.legend(fontsize="x-small", loc="lower left", bbox_to_anchor=(0.9, 0.9))
         figure.suptitle(f"{Path(str(model)).name}: score per task (error rates as 100 - rate)")
-        figure.tight_layout()
-        path = out_dir / f"{slug(model)}_radar.png"
-        figure.savefig(path, dpi=110)
-        plt.close(figure)
-        paths.append(path)
+        paths.append(_saved(figure, out_dir / f"{slug(model)}_radar.png"))
     return paths
+
+
+def _saved(figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
 
 
 def _polygon(axes, angles: list[float], scores: list, label: str, **style) -> None:
