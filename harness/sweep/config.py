@@ -139,9 +139,9 @@ With no option at all, the embedded demo model runs on its synthetic suite (no d
 
 A results folder holds one configuration. Every run is identified by what determines its outputs
 (the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as
-resolved, --stock-encoder, --protocol, --long-audio, --judge for judged tasks, --no-audio, each task's config,
-the method's full spec with its layer and keep rule, the ratio, the prompt and the media files'
-content): rerunning the same
+resolved, --stock-encoder, --protocol, --long-audio, --judge for judged tasks, --no-audio, each
+task's config, the method's full spec with its layer and keep rule, the ratio, the prompt and the
+media files' content): rerunning the same
 command resumes a folder; new methods, ratios, tasks or samples extend it; other settings are
 refused (use another --out, or --overwrite). One sweep writes to a folder at a time.
 
