@@ -22,11 +22,11 @@ what the family's audio format gives for the clips sent, so a cut anywhere else 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from kvprune.models.prompting import Prompt, chunks
+from kvprune.models.prompting import Prompt, Video, chunks
 
 from .audio import SAMPLING_RATE, duration_seconds
 
@@ -57,7 +57,15 @@ class FittedAudio:
         starts = np.cumsum([0, *self.pieces]).tolist()
         segments = []
         for segment in prompt.segments:
-            segments += [segment] if isinstance(segment, str) else range(starts[segment], starts[segment + 1])
+            if isinstance(segment, Video) and segment.audio is not None:
+                if self.pieces[segment.audio] > 1:
+                    raise LongAudioError("a video's sound track is longer than the model takes as one audio item and "
+                                         "cannot be split from its frames; set the long-audio policy to truncate.")
+                segments.append(replace(segment, audio=starts[segment.audio]))
+            elif isinstance(segment, int):
+                segments += range(starts[segment], starts[segment + 1])
+            else:
+                segments.append(segment)
         return Prompt(tuple(segments), prompt.system)
 
 

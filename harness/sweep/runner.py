@@ -36,6 +36,7 @@ from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .execute import Executor
+from .judging import record_judge, sweep_judge
 from .plan import PlannedRun, PlannedSample, load_tasks, model_path, plan_sweep, runs_of
 from .samples import TIMING_PASS, Pass, SampleRunner
 from .store import ENGINE_RECORD, ResultStore, append_run, run_key
@@ -66,7 +67,7 @@ class SweepRunner:
         self.progress = progress
         self.rank, self.world_size, device = process_share()
         self.device = config.device or device
-        self.tasks = load_tasks(config.tasks, config.protocol)
+        self.tasks = load_tasks(config.tasks, config.protocol, config.judge)
         self.cache = resolve_cache(config.cache, self.device or default_device())
         self.runs = runs_of(config)
         self.presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
@@ -75,6 +76,7 @@ class SweepRunner:
         self._samples: dict[str, list[PlannedSample]] = {}  # per task, this process's share
         self._digests: AudioDigests | None = None
         self._folder: ResultsFolder | None = None
+        self.judge = None  # built when the folder is taken (its cache lives there)
 
     def run(self) -> SweepOutcome:
         """Take the folder, check the configuration against each model and against the folder, then
@@ -90,6 +92,7 @@ class SweepRunner:
                 folder.check(self.plan, self.config.overwrite)
                 barrier()
                 self.store = ResultStore(out, self.rank, self.world_size)
+                self.judge = sweep_judge(self.config.judge, out)
                 todo = sum(self._run_model(model_name) for model_name in self.config.models)
                 if not todo:
                     folder.notes.append(f"nothing left to run: every run this sweep asks for has a result in {out} "
@@ -101,6 +104,8 @@ class SweepRunner:
             finally:
                 if self.store is not None:
                     self.store.close()
+                if self.judge is not None:
+                    record_judge(out, self.config.judge, self.judge, self.rank)
         finish()  # every process has finished before the outputs are written
         return SweepOutcome(out, self.rank, self.world_size, self.store.written, folder.notes)
 
@@ -124,7 +129,7 @@ class SweepRunner:
         check_presses(loaded.model, model_name, self.presses, static=self.cache == "static")
         self._folder.record(self.plan, self._digests)
         executor = Executor(loaded, self.cache)
-        samples = SampleRunner(self.config, self.store, executor)
+        samples = SampleRunner(self.config, self.store, executor, self.judge)
         passes = self._passes()
         with ExitStack() as model_lifetime:  # the fast encoder's handle lives as long as the model runs
             fast = self.config.encoder == "fast"

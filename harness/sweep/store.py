@@ -25,7 +25,7 @@ RUNS_FILE = "runs.jsonl"
 #: tells a timing-subset row ("timing") from the row that scores the same sample and run (none)
 KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id", "pass")
 #: what ``--overwrite`` removes: the files a sweep writes (other files in the folder stay)
-OUTPUT_PATTERNS = ("results*.jsonl", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv", "breakdown.csv", "report.md",
+OUTPUT_PATTERNS = ("results*.jsonl", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv", "breakdown.csv", "report.md", "judge.jsonl",
                    "*_score_vs_ratio.png", "*_score_vs_prefill.png", "*_kv_saved.png")
 
 

@@ -22,6 +22,7 @@ from kvprune.registry import Registry
 from ..channels import MEAN, Channels
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
 from .dataset_layouts import LAYOUTS, Layout
+from .judged import REFINERS
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
 from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
@@ -54,11 +55,17 @@ class Task:
     protocol: str = OFFICIAL  # the protocol this config follows
     protocols: dict = field(default_factory=dict, repr=False)  # other protocols: name -> the fields they change
     notes: str = ""  # what a reader of the results must know (shown in report.md)
+    refine: str | None = None  # a judge's rewrite of each reply before it is parsed (REFINERS), when there is a judge
     config: dict = field(default_factory=dict, compare=False, repr=False)  # the resolved YAML it was built from
 
     @property
     def primary_metric(self) -> str:
         return self.metrics[0]
+
+    @property
+    def needs_judge(self) -> bool:
+        """Whether a metric of the task is judged (the sweep then needs --judge)."""
+        return any(METRICS.get(name).judged for name in self.metrics)
 
     @property
     def higher_is_better(self) -> bool:
@@ -116,33 +123,39 @@ class Task:
             ))
         return sample
 
-    def render(self, sample: Sample) -> RenderedPrompt:
-        """The sample's prompt: ordered text and clip references, and the system turn."""
-        return self.prompt.render(sample, self.channels)
+    def render(self, sample: Sample, no_audio: bool = False) -> RenderedPrompt:
+        """The sample's prompt: ordered text and media references, and the system turn; ``no_audio``:
+        without its audio (its caption instead, if the task has one: ``prompts``)."""
+        return self.prompt.render(sample, self.channels, no_audio)
 
     def parse(self, output: str, sample: Sample) -> str | None:
         """The answer in a model's output (a letter, a transcript, the reply itself); None when there is none."""
         return PARSERS.get(self.parser)(output, sample.choices)
 
-    def score(self, parsed: str | None, sample: Sample) -> dict[str, float]:
-        """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts)."""
+    def score(self, parsed: str | None, sample: Sample, judge=None) -> dict[str, float]:
+        """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts);
+        judged metrics get ``judge``."""
         scores: dict[str, float] = {}
         for name in self.metrics:
             metric = METRICS.get(name)
-            scores.update(metric.per_sample(parsed, sample, **self._options(metric)))
+            judged = {"judge": judge} if metric.judged else {}
+            scores.update(metric.per_sample(parsed, sample, **judged, **self._options(metric)))
         return scores
 
-    def grade(self, output: str | None, sample: Sample) -> Grade:
-        """Parse and score one output (None: the run failed, which scores as no answer). A parser or
-        metric that fails on this output is that sample's error (``Grade.error``), not the sweep's."""
+    def grade(self, output: str | None, sample: Sample, judge=None) -> Grade:
+        """Parse and score one output (None: the run failed, which scores as no answer); with a
+        ``judge``, the task's refine step rewrites the output first (``tasks.judged``). A parser,
+        metric or judge that fails on this output is that sample's error (``Grade.error``), not the
+        sweep's."""
         parsed, error = None, None
         if output is not None:
             try:
-                parsed = self.parse(output, sample)
+                reply = REFINERS.get(self.refine)(judge, sample, output) if judge and self.refine else output
+                parsed = None if reply is None else self.parse(reply, sample)
             except Exception as parse_error:
                 error = parse_error
         try:
-            scores = self.score(parsed, sample)
+            scores = self.score(parsed, sample, judge)
         except Exception as score_error:
             error, scores = error or score_error, {}
         return Grade(parsed, scores, error)
@@ -227,7 +240,7 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str,
+    "protocol": str, "protocols": dict, "notes": str, "refine": str, "caption": dict,
 }
 
 
@@ -240,13 +253,15 @@ def load_task_file(path: Path | str) -> Task:
       ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
     - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``
-      (see ``prompts``); ``channels``: the channel policy (see ``kvprune.harness.channels``);
+      and ``caption`` (what stands for the audio in a prompt without it; see ``prompts``); ``channels``:
+      the channel policy (see ``kvprune.harness.channels``);
     - ``variants``: a name from ``variants.VARIANTS``, or ``{name: ..., <options>}``;
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
       ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
       metadata fields to score per value (``breakdown.csv``);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
-      ``protocols``: other protocols by name, each the fields it changes (``Task.under``).
+      ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
+    - ``refine``: a judge's rewrite of each reply before parsing, when the sweep has one (``judged.REFINERS``).
 
     Raises TaskConfigError naming the file and the field when anything is off.
     """
@@ -278,6 +293,8 @@ def task_from_config(config: dict, source: str) -> Task:
         raise fail(f"{raw['metrics']!r} must list metrics from {sorted(METRICS)}, primary first", "metrics")
     if raw["max_new_tokens"] < 1:
         raise fail("must be at least 1", "max_new_tokens")
+    if raw.get("refine") is not None and raw["refine"] not in REFINERS:
+        raise fail(f"unknown {raw['refine']!r}; choose from {sorted(REFINERS)}", "refine")
     if raw.get("data_layout", "official") not in DATA_LAYOUTS:
         raise fail(f"choose one of {DATA_LAYOUTS}", "data_layout")
     protocol = raw.get("protocol", OFFICIAL)
@@ -293,7 +310,7 @@ def task_from_config(config: dict, source: str) -> Task:
         variant=_build_variant(raw.get("variants"), fail), metric_options=_metric_options(raw, metrics, fail),
         breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail), benchmark=raw.get("benchmark", ""),
         data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
-        notes=raw.get("notes", ""), config=raw,
+        notes=raw.get("notes", ""), refine=raw.get("refine"), config=raw,
     )
     _check_fields(task, fail)
     return task
@@ -311,9 +328,10 @@ def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]
 
 def _build_prompt(raw: dict, fail: Callable[..., TaskConfigError]) -> PromptSpec:
     try:
-        return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"))
+        return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"),
+                                      raw.get("caption"))
     except PromptConfigError as error:
-        key = "option_format" if str(error).startswith("option_format") else "prompt"
+        key = next((k for k in ("option_format", "caption") if str(error).startswith(k)), "prompt")
         raise fail(str(error), key) from None
 
 
@@ -367,7 +385,8 @@ def _check_fields(task: Task, fail: Callable[..., TaskConfigError]) -> None:
     if kept is None:
         return
     kept |= {"run", "runs", "clip_order"} if task.variant is not None else set()
-    for key, wanted in (("prompt", task.prompt.fields_used()), ("breakdown_by", set(task.breakdown_by))):
+    crossed = {name for field in task.breakdown_by for name in field.split("+")}
+    for key, wanted in (("prompt", task.prompt.fields_used()), ("breakdown_by", crossed)):
         missing = sorted(wanted - kept)
         if missing:
             raise fail(f"names {missing}, which the layout does not keep: add them to layout_options.meta_fields "
