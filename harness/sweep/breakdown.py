@@ -25,7 +25,7 @@ from ..tasks.suites import SUITE_LEVELS, Suite, list_suites
 from ..tasks.task import Task, get_task
 from .analyses import duration_breakdown
 from .config import BASELINE
-from .summary import GROUP, distinguish_labels
+from .summary import GROUP, distinguish_labels, scoring_passes
 
 SUITE_FIELD = "suite"
 LEVELS_FIELD = "levels"
@@ -36,6 +36,7 @@ def breakdown_table(results: pd.DataFrame, tasks: Mapping[str, Task], summary: p
     """The breakdown table of a sweep's results (as its summary read them, with ``summary`` for the
     suites): what ``breakdown.csv`` holds."""
     suites = list_suites()
+    results, _ = scoring_passes(results)  # every sample once: not the timing subset's repeats
     return pd.concat([breakdown(results, tasks), duration_breakdown(results, tasks), suite_scores(summary, suites),
                       suite_groups(summary, suites), suite_levels(results, tasks, summary, suites)], ignore_index=True)
 
