@@ -29,20 +29,21 @@ def _presses(args) -> int:
 
     from kvprune.press import PRESSES, list_presses, list_scorers
 
-    print(f"{'press':20s} {'kind':6s} {'scope':13s} parameters (defaults; every press also takes ratio)")
+    print(f"{'press':20s} {'kind':6s} {'scope':18s} parameters (defaults; every press also takes ratio)")
     for kind in ("token", "cache"):
         for name in list_presses(kind=kind):
             cls = PRESSES.get(name)
             fields = [f for f in dataclasses.fields(cls) if f.init and f.name != "ratio"]
             parameters = " ".join(f"{f.name}={_spelled(_default(f))}" for f in fields)
-            scope = "audio" if kind == "token" else "audio|prompt"  # cache presses choose with scope=
+            scope = "audio|video" if kind == "token" else "audio|video|prompt"  # chosen with scope=
             summary = (sys.modules[cls.__module__].__doc__ or cls.__doc__ or "").strip().splitlines()[:1]
-            print(f"{name:20s} {kind:6s} {scope:13s} {parameters}")
+            print(f"{name:20s} {kind:6s} {scope:18s} {parameters}")
             print(f"{'':4s}{''.join(summary)}")
     scorers = list_scorers()
     policies = [name for name in list_presses(kind="cache") if name not in scorers]
-    print("\nscope: token presses drop audio tokens; cache presses evict audio entries (scope=audio) or any prompt "
-          "entry but the chat template's header and the last `window` (scope=prompt). press= is the press "
+    print("\nscope: token presses drop, and cache presses evict, audio tokens (scope=audio, the default), visual ones "
+          "(scope=video: video frames and images, on the Omni families) or both (scope=audio+video); cache presses "
+          "may also evict any prompt entry but the chat template's header and the last `window` (scope=prompt). press= is the press "
           f"whose scores a budget policy ({', '.join(policies)}) uses: one of {', '.join(scorers)}. Specs: "
           "`kvprune sweep --methods 'snapkv:window=32,pyramidkv:press=snapkv(window=32,kernel=7),frame+knorm'`.")
     return 0
@@ -203,8 +204,9 @@ def _estimate(args) -> int:
     if settings.get("out") == Path("kvprune-results") and args.out is None:
         settings["out"] = Path("kvprune-results") / "estimate"
     config = EstimateConfig(**settings)
-    table = run_estimate(config, progress=not args.quiet)
-    written = write_estimate(table, config.out, "kvprune " + shlex.join(args.argv))
+    command = "kvprune " + shlex.join(args.argv)
+    table = run_estimate(config, progress=not args.quiet, after_task=lambda partial: write_estimate(partial, config.out, command))
+    written = write_estimate(table, config.out, command)
     print(written[1].read_text())
     return 0
 

@@ -22,7 +22,7 @@ what the family's audio format gives for the clips sent, so a cut anywhere else 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,13 +55,21 @@ class FittedAudio:
         """``prompt`` for the fitted clips: each split clip's pieces stand in order where it stood."""
         if not self.pieces:
             return prompt
-        from kvprune.models.prompting import Prompt  # kvprune.models loads transformers: not before audio is fitted
+        from kvprune.models.prompting import Prompt, Video  # kvprune.models loads transformers: not before audio is fitted
 
         prompt = Prompt.of(prompt, len(self.pieces))
         starts = np.cumsum([0, *self.pieces]).tolist()
         segments = []
         for segment in prompt.segments:
-            segments += [segment] if isinstance(segment, str) else range(starts[segment], starts[segment + 1])
+            if isinstance(segment, Video) and segment.audio is not None:
+                if self.pieces[segment.audio] > 1:
+                    raise LongAudioError("a video's sound track is longer than the model takes as one audio item and "
+                                         "cannot be split from its frames; set the long-audio policy to truncate.")
+                segments.append(replace(segment, audio=starts[segment.audio]))
+            elif isinstance(segment, int):
+                segments += range(starts[segment], starts[segment + 1])
+            else:
+                segments.append(segment)
         return Prompt(tuple(segments), prompt.system)
 
 

@@ -37,9 +37,9 @@ class CacheEvidence:
     positions: torch.Tensor  # (B, L) long: prompt position of each entry, left padding not counted
     valid: torch.Tensor  # (B, L) bool: a prompt entry (False: left padding or filler)
     is_audio: torch.Tensor  # (B, L) bool: an audio placeholder's entry
-    clip: torch.Tensor  # (B, L) long: the entry's clip number within its row (0, 1, ...), -1 if not audio
-    #: (B, L) long: the budget group of each entry the press may evict (its clip under scope="audio",
-    #: 0 under scope="prompt"); -1 for entries that are kept whatever their score
+    clip: torch.Tensor  # (B, L) long: the entry's clip number within its row (0, 1, ...), -1 if not in a clip of the scope
+    #: (B, L) long: the budget group of each entry the press may evict (its clip under a clip scope:
+    #: "audio", "video", "audio+video"; 0 under scope="prompt"); -1 for entries kept whatever their score
     groups: torch.Tensor
     #: (B, heads, w, head_dim) post-RoPE queries of the last w query rows of the layer's prefill
     #: (w = the press's ``query_rows``, at most the prompt), or None when the press needs none

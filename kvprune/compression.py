@@ -9,8 +9,11 @@ For every layer a cache press compresses, ``PrefillCompression.compress``:
    gathers the layer's keys and values to them, in place.
 
 Scopes: ``"audio"`` (default) makes every audio entry a candidate, grouped by clip, and keeps all
-text and markers. ``"prompt"`` makes a candidate of every prompt entry except the chat template's
-header (everything before the row's first clip: system prompt, user turn opening) and the last
+text and markers; ``"video"`` does the same for the visual entries (video frames, images) and
+``"audio+video"`` for both, each clip its own group (``kvprune.clips``: a sound track interleaved
+with its video is one clip). ``"prompt"`` makes a candidate of every prompt entry except the chat
+template's header (everything before the row's first clip of any modality: system prompt, user turn
+opening) and the last
 ``press.window`` entries of the layer's cache (the question that follows the audio and the assistant
 turn opening), all in one group per row: the whole-prompt compression of NVIDIA kvpress as
 AudioMarathon ran it, but with its protected template, for comparison with their numbers.
@@ -29,10 +32,10 @@ from typing import Any
 import torch
 
 from .cache_scoring import CacheEvidence
-from .clips import AudioClip
+from .clips import CODES, MODALITIES, SCOPE_MODALITIES, TOKEN_SCOPES, Clip
 from .slots import SlotMap, to_device
 
-SCOPES = ("audio", "prompt")
+SCOPES = (*TOKEN_SCOPES, "prompt")
 
 
 @dataclass
@@ -43,7 +46,7 @@ class LayerPrefill:
     cache: Any  # the layer's cache (``keys``, ``values``: (B, kv_heads, L, head_dim))
     slots: SlotMap  # the prompt entries the cache holds now
     query_slots: SlotMap  # the prompt rows the layer's prefill computed (its query rows)
-    clip_entries: list[list[int]]  # per row and clip, the audio entries the layer's prefill computed
+    clip_entries: list[list[int]]  # per row and clip (every clip, by index), the entries the layer's prefill computed
     kv_groups: int  # attention heads per KV head
     queries: torch.Tensor | None = None  # recorded post-RoPE queries of the last query rows
     scaling: float | None = None
@@ -53,8 +56,9 @@ class LayerPrefill:
 
 @dataclass
 class _Counts:
-    """Per row, the prompt entries one layer's cache holds, in all and per clip (``None`` once a
-    press with scope="prompt" compressed it: clips then lose unknown numbers of entries)."""
+    """Per row, the prompt entries one layer's cache holds, in all and per clip, every clip by its
+    index (``None`` once a press with scope="prompt" compressed it: clips then lose unknown numbers
+    of entries)."""
 
     valid: list[int]
     clips: list[list[int]] | None
@@ -62,32 +66,40 @@ class _Counts:
 
 @dataclass
 class _Tables:
-    """Per prompt index (B, S): its clip number (-1: not audio), its position without left padding,
-    whether it is a prompt token; and per row (B, 1), the chat template header's length."""
+    """Per prompt index (B, S): its clip number (-1: not in a clip of the scope), its position without
+    left padding, whether it is a prompt token, whether it is an audio placeholder; and per row
+    (B, 1), the chat template header's length."""
 
     clip_of: torch.Tensor
     offsets: torch.Tensor
     valid: torch.Tensor
+    is_audio: torch.Tensor
     header: torch.Tensor
 
 
 class PrefillCompression:
-    """The prompt's tables (on the device, built once per prefill) and each layer's host counts."""
+    """The prompt's tables (on the device, built once per prefill) and each layer's host counts.
+    ``clips`` are every clip of the prompt (``kvprune.clips.clips_of``), ``kinds`` its placeholder
+    kinds, ``scope`` the cache presses' (composed cache presses share one)."""
 
-    def __init__(self, host_ids: torch.Tensor, host_valid: torch.Tensor, clips: list[list[AudioClip]],
-                 offsets: torch.Tensor, valid: torch.Tensor):
+    def __init__(self, host_ids: torch.Tensor, host_valid: torch.Tensor, clips: list[list[Clip]],
+                 offsets: torch.Tensor, valid: torch.Tensor, kinds: torch.Tensor, scope: str):
+        modalities = SCOPE_MODALITIES.get(scope, ())  # scope="prompt" groups by row, not by clip
         clip_of = torch.full(host_ids.shape, -1, dtype=torch.long)
         for row in clips:
             for clip in row:
-                clip_of[clip.row, clip.start : clip.end] = clip.index
+                if clip.modality in modalities:
+                    clip_of[clip.row, clip.positions()] = clip.index
         pads = (~host_valid).sum(dim=1).tolist()
         self.lengths = host_valid.sum(dim=1).tolist()
         self.clip_lengths = [[clip.length for clip in row] for row in clips]
-        # the chat template's header: every entry before the row's first clip (all of it without audio)
+        self.in_scope = [[clip.modality in modalities for clip in row] for row in clips]
+        # the chat template's header: every entry before the row's first clip (all of it without media)
         self.header = [row[0].start - pad if row else length for row, pad, length in zip(clips, pads, self.lengths)]
         self.sample_keys = sample_keys(host_ids, host_valid)
         device = valid.device
         self._tables = {device: _Tables(to_device(clip_of, device), to_device(offsets, device), valid,
+                                        to_device(kinds == CODES["audio"], device),
                                         to_device(torch.tensor(self.header)[:, None], device))}
         self._counts: dict[int, _Counts] = {}
 
@@ -119,7 +131,10 @@ class PrefillCompression:
         layer.cache.keys = _gather_slots(layer.cache.keys, chosen.index)
         layer.cache.values = _gather_slots(layer.cache.values, chosen.index)
         counts.valid = [v - e for v, e in zip(counts.valid, evicted)]
-        counts.clips = budgets if press.scope == "audio" else None
+        counts.clips = None if press.scope == "prompt" else [
+            [kept if scoped else held for kept, held, scoped in zip(budget_row, held_row, scope_row)]
+            for budget_row, held_row, scope_row in zip(budgets, counts.clips, self.in_scope)
+        ]
         return layer.slots.select(chosen), [sum(row) for row in sizes], [sum(row) for row in budgets]
 
     def evidence(self, press, layer: LayerPrefill) -> CacheEvidence:
@@ -129,7 +144,7 @@ class PrefillCompression:
         valid = slots.valid & tables.valid.gather(1, slots.index)
         positions = tables.offsets.gather(1, slots.index)
         clip = tables.clip_of.gather(1, slots.index).masked_fill(~valid, -1)
-        if press.scope == "audio":
+        if press.scope != "prompt":
             groups = clip
         else:
             from_end = valid.flip(-1).cumsum(dim=-1).flip(-1)  # valid entries at or after each one
@@ -137,7 +152,7 @@ class PrefillCompression:
             groups = torch.where(candidate, 0, -1)
         evidence = CacheEvidence(
             layer=layer.index, keys=layer.cache.keys, values=layer.cache.values, positions=positions, valid=valid,
-            is_audio=clip >= 0, clip=clip, groups=groups, rope_frequencies=layer.rope_frequencies,
+            is_audio=tables.is_audio.gather(1, slots.index) & valid, clip=clip, groups=groups, rope_frequencies=layer.rope_frequencies,
             # the decoder computes the rotary embedding once, on its first layer's device
             rope=None if layer.rope is None else tuple(t.to(layer.cache.keys.device) for t in layer.rope),
             scaling=layer.scaling, sample_keys=self.sample_keys, prompt_lengths=tuple(self.lengths),
@@ -159,11 +174,13 @@ class PrefillCompression:
         return self._tables[device]
 
     def _group_sizes(self, press, counts: _Counts) -> list[list[int]]:
-        """Per row, the candidates of each budget group, from host counts."""
-        if press.scope == "audio":
+        """Per row, the candidates of each budget group (a clip's index; 0 for clips outside the
+        scope), from host counts."""
+        if press.scope != "prompt":
             if counts.clips is None:
-                raise RuntimeError("a cache press with scope='audio' follows one with scope='prompt' on the same layer.")
-            return counts.clips
+                raise RuntimeError(f"a cache press with scope={press.scope!r} follows one with scope='prompt' on the same layer.")
+            return [[held if scoped else 0 for held, scoped in zip(row, scope_row)]
+                    for row, scope_row in zip(counts.clips, self.in_scope)]
         return [[max(0, valid - header - press.window)] for valid, header in zip(counts.valid, self.header)]
 
     def _per_head_slots(self, keep: torch.Tensor, layer: LayerPrefill) -> SlotMap:
@@ -171,6 +188,12 @@ class PrefillCompression:
         the device (one wait per layer), so that the cache is as wide as its fullest head."""
         keep = keep.repeat_interleave(layer.kv_groups, dim=1)
         return SlotMap.from_mask(keep, keep.sum(dim=-1).cpu(), prompt_len=layer.slots.width)
+
+
+def has_candidates(clips: list[list[Clip]], scope: str) -> bool:
+    """Whether the prompt holds a clip that ``scope`` covers ("prompt": any clip at all)."""
+    modalities = MODALITIES if scope == "prompt" else SCOPE_MODALITIES[scope]
+    return any(clip.modality in modalities for row in clips for clip in row)
 
 
 def _gather_slots(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -55,9 +55,9 @@ import torch.nn as nn
 
 from . import static_cache
 from .attention_probe import AttentionRecorder
-from .clips import AudioClip, clips_of
+from .clips import Clip, clips_of, placeholder_kinds, scope_mask, scope_modalities
 from .compat import find_cache, output_cache
-from .compression import LayerPrefill, PrefillCompression
+from .compression import LayerPrefill, PrefillCompression, has_candidates
 from .layer_arguments import continuation_arguments, prefill_arguments
 from .models.layer_io import by_name
 from .press_plan import PressPlan
@@ -76,13 +76,14 @@ class _Call:
     layout: CacheLayout | None = None
     padding: torch.Tensor | None = None  # the call's (B, past + new) attention mask, if it had one
     # set on a prefill that prunes:
-    clips: list[list[AudioClip]] | None = None
+    clips: list[list[Clip]] | None = None  # per row, every clip (every modality), by index
+    drop_clips: list[list[Clip]] | None = None  # per row, the clips of the token-dropping press's scope
     offsets: torch.Tensor | None = None  # (B, S) position of each index within its unpadded row
     evidence: Evidence | None = None  # masks now; layer K-1's tensors once recorded
     unpruned: list[torch.Tensor] | None = None  # per row, on the device: positions no press may drop
     drop_pending: bool = False  # the token-dropping press has yet to choose (before layer K)
     drop_slots: SlotMap | None = None  # hidden-state slots of layers >= K during this prefill
-    kept_counts: list[list[int]] | None = None  # per row and clip, the audio tokens layers >= K hold
+    kept_counts: list[list[int]] | None = None  # per row and clip (every clip), the tokens layers >= K hold
     compression: PrefillCompression | None = None  # set when a cache press compresses this prefill
     hidden: torch.Tensor | None = None
     memo: dict = field(default_factory=dict)
@@ -225,29 +226,33 @@ class PressSession(PressPlan):
     def _start_prefill(self, input_ids, attention_mask, cache) -> _Call | None:
         drop_ratio = self.dropper.ratio if self.dropper else 0.0
         keep_rule = self.dropper.keep_rule if self.dropper else "round"
+        drop_scope = scope_modalities(self.dropper.scope if self.dropper else "audio")
         host_ids = input_ids.cpu()  # before the encoder runs: no stall
-        host_is_audio = host_ids == self.audio_token_id
-        clips = clips_of(host_is_audio, drop_ratio, keep_rule)
+        kinds = placeholder_kinds(host_ids, self.placeholder_ids)
+        clips = clips_of(kinds, drop_ratio, keep_rule, drop_scope)
+        drop_clips = [[c for c in row if c.modality in drop_scope] for row in clips]
         offsets = _left_offsets(attention_mask, input_ids)
-        drops = any(c.n_keep < c.length for row in clips for c in row)
+        drops = any(c.n_keep < c.length for row in drop_clips for c in row)
         self.outcome.start_prefill(tuple(input_ids.shape))
-        if not drops:  # no token-dropping press, ratio 0 or no audio: every audio token is kept
-            self.outcome.record_kept(clips, [[c.positions() for c in row] for row in clips], offsets)
-        has_audio = any(row for row in clips)
-        compresses = has_audio and any(p.ratio > 0 for p in self.compressors)
+        if not drops:  # no token-dropping press, ratio 0 or nothing in its scope: every token is kept
+            self.outcome.record_kept(drop_clips, [[c.positions() for c in row] for row in drop_clips], offsets)
+        scope = self.compressors[0].scope if self.compressors else "audio"  # composed cache presses share one
+        compresses = any(p.ratio > 0 for p in self.compressors) and has_candidates(clips, scope)
         if not drops and not compresses:  # the model runs exactly as without the presses
             return None
         self.check_window(input_ids.shape[1])
-        is_audio = input_ids == self.audio_token_id
-        valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(is_audio)
-        evidence = Evidence.for_prompt(is_audio, valid, host_is_audio, host_ids)
+        self.check_visual_layers(drops and any(c.modality != "audio" for row in clips for c in row))
+        candidates = scope_mask(placeholder_kinds(input_ids, self.placeholder_ids), drop_scope)
+        valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(candidates)
+        evidence = Evidence.for_prompt(candidates, valid, scope_mask(kinds, drop_scope), host_ids, host_placeholders=kinds != 0)
         for j, recorder in self.recorders.items():  # record only what this prefill's presses will read
             recorder.armed = (drops and j == self.k - 1) or (compresses and j in self.query_layers)
         return _Call(
             cache=cache, past_len=0, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)),
-            clips=clips, offsets=offsets, evidence=evidence, drop_pending=drops,
+            clips=clips, drop_clips=drop_clips, offsets=offsets, evidence=evidence, drop_pending=drops,
             unpruned=evidence.unpruned_positions() if drops else None,
-            compression=PrefillCompression(host_ids, evidence.host_valid, clips, offsets, valid) if compresses else None,
+            compression=PrefillCompression(host_ids, evidence.host_valid, clips, offsets, valid, kinds, scope)
+            if compresses else None,
         )
 
     def _capture_hidden(self, module, args, output):
@@ -288,10 +293,13 @@ class PressSession(PressPlan):
         if self.want_hidden:
             evidence.hidden = self.norm(call.hidden)
             call.hidden = None
-        call.drop_slots, kept = drop_slots(self.dropper, call.clips, evidence, call.unpruned, call.n_new)
-        self.outcome.record_kept(call.clips, kept, call.offsets)
+        call.drop_slots, kept = drop_slots(self.dropper, call.drop_clips, evidence, call.unpruned, call.n_new)
+        self.outcome.record_kept(call.drop_clips, kept, call.offsets)
         self.outcome.record_output_slots(call.drop_slots.index, call.drop_slots.valid)
-        call.kept_counts = [[len(k) for k in row] for row in kept]
+        call.kept_counts = [[clip.length for clip in row] for row in call.clips]
+        for row_clips, row_kept, counts in zip(call.drop_clips, kept, call.kept_counts):
+            for clip, positions in zip(row_clips, row_kept):
+                counts[clip.index] = len(positions)
         call.drop_pending = False
         call.evidence = evidence.masks_only()
         for j in range(self.k, len(self.layers)):

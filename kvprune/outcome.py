@@ -10,12 +10,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .clips import AudioClip
+from .clips import Clip
 
 
 @dataclass(frozen=True)
 class PruneStats:
-    """Audio tokens (or cached audio entries) of one batch row, and how many of them were kept."""
+    """Candidate tokens (or cached entries) of one batch row, and how many of them were kept: audio
+    tokens under the default scope, the scope's placeholders under another (``kvprune.clips``)."""
 
     audio_tokens: int
     kept_tokens: int
@@ -26,8 +27,8 @@ class PressOutcome:
     and later turns on the same cache do not).
 
     * ``press``: the press as configured for the block (with its ratio).
-    * ``stats[b]``: row b's audio tokens and how many the token-dropping press kept (all of them
-      when none drops tokens).
+    * ``stats[b]``: row b's audio tokens (the placeholders of the token-dropping press's scope) and
+      how many the token-dropping press kept (all of them when none drops tokens).
     * ``kept_positions[b]``: the sorted prompt positions (left padding not counted) of those tokens.
     * ``layer_stats[j][b]``: cache compression, the candidate entries layer j's cache held in row b
       (its audio entries under the default ``scope="audio"``) and how many it kept (only the layers
@@ -79,7 +80,7 @@ class PressOutcome:
         """The prompt index (B, L) and validity of each row of the prefill's output, once tokens were dropped."""
         self._output_slots = (index, valid)
 
-    def record_kept(self, clips: list[list[AudioClip]], kept: list[list[torch.Tensor]], offsets: torch.Tensor) -> None:
+    def record_kept(self, clips: list[list[Clip]], kept: list[list[torch.Tensor]], offsets: torch.Tensor) -> None:
         """A prefill's clips and the positions kept per clip. Counts come from shapes; positions are
         read back from the device only when asked for, after the prefill."""
         self.stats = [
@@ -96,10 +97,10 @@ class PressOutcome:
     def _positions(self, clips, kept, offsets) -> torch.Tensor:
         for clip, indices in zip(clips, kept):
             indices = indices.cpu()
-            if len(indices) and (indices.min() < clip.start or indices.max() >= clip.end or len(indices.unique()) != len(indices)):
+            if len(indices) and (not torch.isin(indices, clip.positions()).all() or len(indices.unique()) != len(indices)):
                 selector = next(type(p).__name__ for p in self.press.parts() if p.kind == "token")
                 raise RuntimeError(
-                    f"{selector}.select returned positions outside clip [{clip.start}, {clip.end}) or duplicates."
+                    f"{selector}.select returned positions outside its clip (spans {list(clip.spans)}) or duplicates."
                 )
         indices = torch.cat(kept).cpu() if kept else torch.zeros(0, dtype=torch.long)
         return offsets.gather(0, indices).sort().values

@@ -13,7 +13,7 @@ dataclass and register it by name, in this order::
     @dataclass(frozen=True)
     class FirstPress(TokenDropPress):
         def select(self, clip, evidence):
-            return clip.positions(evidence.is_audio.device)[: clip.n_keep]  # the first tokens of each clip
+            return clip.positions(evidence.device)[: clip.n_keep]  # the first tokens of each clip
 
 A package can register presses without being imported by hand, through the entry-point group
 ``kvprune.presses`` (``[project.entry-points."kvprune.presses"] first = "mypkg:FirstPress"``).
@@ -32,7 +32,7 @@ import torch.nn as nn
 
 from .cache_budgets import top_per_group
 from .cache_scoring import CacheEvidence
-from .clips import AudioClip
+from .clips import Clip, scope_modalities
 from .compression import SCOPES
 from .engine import PressSession
 from .ratios import keep_count, validate_keep_rule, validate_ratio
@@ -72,22 +72,27 @@ class TokenDropPress(Press):
     ``max(1, round(n * (1 - ratio)))``, or ``max(1, int(n * (1 - ratio)))`` with
     ``keep_rule="floor"`` (AudioMarathon's count; ``kvprune.ratios``). Layers 0..K-1 see the full
     prompt; layers K.. and their KV cache hold only the kept tokens, at their original positions.
+    ``scope`` says which placeholders are clips to prune: ``"audio"`` (default), ``"video"`` (video
+    frames' and images' tokens, on the Omni families) or ``"audio+video"`` (``kvprune.clips``).
     """
 
     ratio: float = 0.0
     layer: int = 2
     keep_rule: str = "round"
+    scope: str = "audio"
 
     kind: ClassVar[str] = "token"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ratio", validate_ratio(self.ratio))
         validate_keep_rule(self.keep_rule)
+        scope_modalities(self.scope)
 
-    def select(self, clip: AudioClip, evidence) -> torch.Tensor:
+    def select(self, clip: Clip, evidence) -> torch.Tensor:
         """Indices (into the prompt tensor) of the ``clip.n_keep`` tokens of ``clip`` to keep, on the
-        evidence's device, distinct and inside ``[clip.start, clip.end)``. Avoid reading values back
-        to the host: it would stall the GPU in the middle of the prefill (see ``Evidence``)."""
+        evidence's device (``evidence.device``), distinct and among ``clip.positions()`` (a clip may be
+        several runs: a sound track between video chunks). Avoid reading values back to the host: it
+        would stall the GPU in the middle of the prefill (see ``Evidence``)."""
         raise NotImplementedError
 
 
@@ -103,7 +108,8 @@ class CachePress(Press):
     * ``layer``: the first layer compressed (every later one is too); layer 0 stays full.
     * ``scope``: which entries are candidates. ``"audio"`` (default): the audio entries only, each clip
       keeping ``max(1, round(n * (1 - ratio)))`` of its ``n`` (after any token dropping); text and
-      audio markers are never evicted. ``"prompt"``: every prompt entry except the chat template's
+      audio markers are never evicted. ``"video"`` and ``"audio+video"``: the same for the visual
+      entries (video frames, images), or both, each clip its own budget. ``"prompt"``: every prompt entry except the chat template's
       header (all before the first clip) and the last ``window`` entries, as one budget per row
       (kvpress's whole-prompt compression, the setting of AudioMarathon's KV-cache numbers).
     * ``window``: the last prompt entries: never evicted under ``scope="prompt"``, and the

@@ -36,7 +36,9 @@ class PressPlan:
         self.entry = self.family.entry(model)
         self.layers = self.family.layers(model)
         self.norm = self.family.final_norm(model)
-        self.audio_token_id = self.family.audio_token_id(model)
+        self.placeholder_ids = self.family.placeholder_ids(model)  # modality -> placeholder token id
+        visual_layers = self.family.visual_feature_layers
+        self.visual_layers = visual_layers(self.entry.config) if visual_layers else 0
         self.decoder_config = self.family.decoder(model).config
         self.attn_implementation = self.decoder_config._attn_implementation
         self.io = self.family.layer_io
@@ -68,6 +70,16 @@ class PressPlan:
                 f"{self.family.display_name}: prompt and generated tokens reach {length}, but its sliding-window "
                 f"layers hold {self.window - 1} tokens; kvprune prunes them exactly only while everything fits one "
                 "window. Use a shorter prompt or fewer new tokens."
+            )
+
+    def check_visual_layers(self, has_visual: bool) -> None:
+        """Tokens of a prompt with images or video may drop only after the layers that add visual
+        features to their hidden states (Qwen3-Omni's deepstack), which expect every visual token."""
+        if has_visual and self.dropper is not None and self.k < self.visual_layers:
+            raise ValueError(
+                f"layer={self.k} is invalid for {self.family.display_name} with images or video in the prompt: its first "
+                f"{self.visual_layers} decoder layers add visual features to every visual token; prune at layer "
+                f"{self.visual_layers} or later."
             )
 
     def rope_frequencies(self, layer_idx: int) -> torch.Tensor | None:

@@ -1,8 +1,9 @@
 """Token evidence: what a token-dropping press chooses from, and how its choice becomes slots.
 
 Before decoder layer K, the engine hands the token-dropping press an ``Evidence`` of the prompt
-(which positions are audio, which are padding, and what layer K-1 computed, as the press ``needs``)
-and asks it, clip by clip, which audio tokens to keep (``drop_slots``). Cache presses get their
+(which positions are candidates of its scope, which are media placeholders at all, which are
+padding, and what layer K-1 computed, as the press ``needs``) and asks it, clip by clip, which
+tokens to keep (``drop_slots``). Cache presses get their
 own evidence, per layer, from ``kvprune.cache_scoring``.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .clips import AudioClip
+from .clips import Clip
 from .compression import sample_keys
 from .slots import SlotMap, to_device
 
@@ -25,10 +26,12 @@ class Evidence:
     (counts, positions) that would otherwise have to wait for the device in the middle of a prefill.
     """
 
-    is_audio: torch.Tensor  # (B, S) bool
+    candidates: torch.Tensor  # (B, S) bool: placeholders of the press's scope (audio by default)
     valid: torch.Tensor  # (B, S) bool, False on padding
-    host_is_audio: torch.Tensor  # (B, S) bool, on the CPU
+    host_candidates: torch.Tensor  # (B, S) bool, on the CPU
     host_valid: torch.Tensor  # (B, S) bool, on the CPU
+    #: (B, S) bool on the CPU: a placeholder of any modality (False: text, special tokens, markers)
+    host_placeholders: torch.Tensor | None = None
     attention: torch.Tensor | None = None  # (B, S) last prompt token's attention, mean over heads
     keys: torch.Tensor | None = None  # (B, kv_heads, S, head_dim) post-RoPE keys
     hidden: torch.Tensor | None = None  # (B, S, D) layer K-1 output after the final norm
@@ -38,26 +41,34 @@ class Evidence:
 
     @classmethod
     def for_prompt(
-        cls, is_audio: torch.Tensor, valid: torch.Tensor, host_is_audio: torch.Tensor | None = None,
-        host_ids: torch.Tensor | None = None,
+        cls, candidates: torch.Tensor, valid: torch.Tensor, host_candidates: torch.Tensor | None = None,
+        host_ids: torch.Tensor | None = None, host_placeholders: torch.Tensor | None = None,
     ) -> "Evidence":
-        host_is_audio = is_audio.cpu() if host_is_audio is None else host_is_audio
+        host_candidates = candidates.cpu() if host_candidates is None else host_candidates
         host_valid = valid.cpu()
         keys = sample_keys(host_ids, host_valid) if host_ids is not None else ()
-        return cls(is_audio=is_audio, valid=valid, host_is_audio=host_is_audio, host_valid=host_valid, sample_keys=keys)
+        placeholders = host_candidates if host_placeholders is None else host_placeholders
+        return cls(candidates=candidates, valid=valid, host_candidates=host_candidates, host_valid=host_valid,
+                   host_placeholders=placeholders, sample_keys=keys)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the press's choice goes: the device of the prompt's masks."""
+        return self.candidates.device
 
     def unpruned_positions(self) -> list[torch.Tensor]:
-        """Per row, on the device, the positions no token-dropping press may drop (all but audio)."""
-        return [to_device((~row).nonzero().flatten(), self.is_audio.device) for row in self.host_is_audio]
+        """Per row, on the device, the positions no token-dropping press may drop (all but its candidates)."""
+        return [to_device((~row).nonzero().flatten(), self.device) for row in self.host_candidates]
 
     def masks_only(self) -> "Evidence":
         """The same prompt without layer K-1's tensors (which can be large)."""
-        return Evidence(self.is_audio, self.valid, self.host_is_audio, self.host_valid, sample_keys=self.sample_keys)
+        return Evidence(self.candidates, self.valid, self.host_candidates, self.host_valid, self.host_placeholders,
+                        sample_keys=self.sample_keys)
 
 
-def drop_slots(press, clips: list[list[AudioClip]], evidence: Evidence, unpruned: list[torch.Tensor], prompt_len: int):
-    """A token-dropping press's decision for a prompt: the slots layers >= K keep, and per row and
-    clip the positions it chose. Nothing here waits for the device (shapes are known on the host):
+def drop_slots(press, clips: list[list[Clip]], evidence: Evidence, unpruned: list[torch.Tensor], prompt_len: int):
+    """A token-dropping press's decision for a prompt (``clips``: the clips of its scope): the slots
+    layers >= K keep, and per row and clip the positions it chose. Nothing here waits for the device (shapes are known on the host):
     a stall in the middle of the prefill would expose the host's launch cost of every later layer."""
     kept_per_row, rows = [], []
     for row_clips, row_unpruned in zip(clips, unpruned):

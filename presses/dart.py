@@ -45,7 +45,7 @@ class DARTPress(TokenDropPress):
             raise ValueError("pivot_audio must be >= 1 and pivot_text >= 0.")
 
     def select(self, clip, evidence) -> torch.Tensor:
-        row, start, n = clip.row, clip.start, clip.length
+        row, n = clip.row, clip.length
         hidden = evidence.hidden[row]
         # everything below lives where the hidden states are: on a model split over devices, layer
         # K-1's keys and the final norm's output (the hidden states) may sit on different devices
@@ -55,21 +55,22 @@ class DARTPress(TokenDropPress):
         # the text after the clip is found on the host: its size decides the shares, and reading it
         # back from the device would stall the prefill
         after = torch.arange(len(evidence.host_valid[row])) >= clip.end
-        text_after = (after & evidence.host_valid[row] & ~evidence.host_is_audio[row]).nonzero().flatten()
+        text_after = (after & evidence.host_valid[row] & ~evidence.host_placeholders[row]).nonzero().flatten()
 
         n_audio_pivots = min(self.pivot_audio, clip.n_keep if self.budget == "equal" else n)
-        audio_pivots = audio[key_norm[audio].topk(n_audio_pivots).indices]
+        audio_pivot_offsets = key_norm[audio].topk(n_audio_pivots).indices  # offsets within the clip
+        audio_pivots = audio[audio_pivot_offsets]
         n_text_pivots = min(self.pivot_text, len(text_after))
         text_after = to_device(text_after, device)
         text_pivots = text_after[key_norm[text_after].topk(n_text_pivots).indices]
         pivots = torch.cat([audio_pivots, text_pivots]).sort().values  # claims go in prompt order
         shares = self._shares(clip.n_keep, n, n_audio_pivots, n_audio_pivots + n_text_pivots)
 
-        clip_features = F.normalize(hidden[start : start + n].float(), dim=-1)
+        clip_features = F.normalize(hidden[audio].float(), dim=-1)
         pivot_features = F.normalize(hidden[pivots].float(), dim=-1)
         similarities = clip_features @ pivot_features.T  # (n, pivots): one matrix product for all pivots
         pool = torch.ones(n, dtype=torch.bool, device=device)
-        pool[audio_pivots - start] = False
+        pool[audio_pivot_offsets] = False
         kept = [audio_pivots]
         for column, share in enumerate(shares):
             if share == 0:
@@ -77,7 +78,7 @@ class DARTPress(TokenDropPress):
             similarity = similarities[:, column].masked_fill(~pool, float("inf"))
             chosen = similarity.topk(share, largest=False).indices
             pool[chosen] = False
-            kept.append(chosen + start)
+            kept.append(audio[chosen])
         return torch.cat(kept)
 
     def _shares(self, n_keep: int, n: int, n_audio_pivots: int, n_pivots: int) -> list[int]:

@@ -19,5 +19,6 @@ class FastVPress(TokenDropPress):
     needs: ClassVar[frozenset[str]] = frozenset({"attention"})
 
     def select(self, clip, evidence) -> torch.Tensor:
-        scores = evidence.attention[clip.row, clip.start : clip.end]
-        return scores.topk(clip.n_keep).indices + clip.start
+        positions = clip.positions(evidence.attention.device)  # where layer K-1 ran (a split model: not the prompt's device)
+        scores = evidence.attention[clip.row, positions]
+        return positions[scores.topk(clip.n_keep).indices]

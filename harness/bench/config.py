@@ -31,7 +31,7 @@ from kvprune.specs import MethodSpec
 
 from ..setup.config import CommandConfig, unique_methods
 from ..setup.options import add_shared_options, name_list
-from ..setup.ratios import parse_ratios
+from ..setup.ratio_lists import parse_ratios
 from .presets import PRESETS
 
 MODES = ("ratios", "batch", "compare")

@@ -12,6 +12,7 @@ import pandas as pd
 import torch
 
 from kvprune import fast_audio_encoder, resolve_family
+from kvprune.generation.graphs import RECOMPILE_LIMIT
 
 from ..setup.device import release_memory
 from ..setup.environment import environment
@@ -26,7 +27,6 @@ from .requests import describe, describe_request, failed, plan, run_request
 from .rounds import SKIPPED, Request, disturbed, run_rounds, summary
 from .state import BenchState
 
-RECOMPILE_LIMIT = 64  # compiled decode steps per code object: one per cache shape (lengths x ratios x batch sizes)
 
 
 def run_bench(config: BenchConfig) -> pd.DataFrame:
@@ -152,8 +152,9 @@ def _forget_compiled() -> None:
 
 @contextmanager
 def _recompile_room():
-    """Room for one compiled decode step per cache shape in a run (torch's default of 8 recompilations
-    per function would fall back to uncompiled code without a word after the 8th shape)."""
+    """Room for one compiled decode step per cache shape in a run of stock ``generate``'s static-cache
+    compile (torch's default of 8 recompilations per function would fall back to uncompiled code without
+    a word after the 8th shape); the engine gives its own step the same room."""
     import torch._dynamo
 
     config = torch._dynamo.config

@@ -17,7 +17,7 @@ import torch.nn as nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from kvprune.attention_probe import attention_backend, last_query_attention
-from kvprune.clips import AudioClip, find_clips
+from kvprune.clips import Clip, find_clips
 from kvprune.token_evidence import Evidence, drop_slots
 from kvprune.models import resolve_family
 from kvprune.press import TokenDropPress
@@ -97,7 +97,7 @@ class ScoringInputs:
     def is_audio(self) -> torch.Tensor:
         return self.input_ids == self.audio_token_id
 
-    def clip(self, ratio: float) -> AudioClip:
+    def clip(self, ratio: float) -> Clip:
         """The prompt's audio clip with its kept count at ``ratio`` (the bench's prompts have one)."""
         return find_clips(self.input_ids, self.audio_token_id, ratio)[0][0]
 
@@ -114,7 +114,7 @@ class ScoringInputs:
         return evidence
 
 
-def select_slots(press: TokenDropPress, inputs: ScoringInputs, clip: AudioClip) -> SlotMap:
+def select_slots(press: TokenDropPress, inputs: ScoringInputs, clip: Clip) -> SlotMap:
     """A press's whole decision for one prompt, as the engine makes it: scores, ``select``, slots."""
     evidence = inputs.evidence(press.needs)
     slots, _ = drop_slots(press, [[clip]], evidence, evidence.unpruned_positions(), inputs.input_ids.shape[1])

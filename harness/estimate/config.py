@@ -19,6 +19,7 @@ class EstimateConfig(SweepConfig):
     samples_per_task: int = 2  # prompts timed one at a time per task (batch 1, AudioMarathon's way)
     batches_per_task: int = 1  # batches of --batch-size prompts timed per task with the sweep's settings
     decode_tokens: int = 8  # tokens decoded in each timed call (the per-step time prices the task's answer length)
+    timed_ratios: int = 3  # ratios timed per method: its lowest, (middle,) highest; the others interpolated
 
     def check_inputs(self) -> None:
         """A model or a preset, tasks, and a data folder only if one is named (else published sizes)."""
@@ -38,6 +39,8 @@ class EstimateConfig(SweepConfig):
         if self.data_root is not None and not Path(self.data_root).is_dir():
             raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR, or leave it "
                                    "out to price the tasks by their published sizes.")
+        if self.timed_ratios not in (2, 3):
+            raise SweepConfigError(f"timed_ratios={self.timed_ratios!r} is invalid: 2 (lowest, highest) or 3 (and middle).")
         for name in ("samples_per_task", "batches_per_task", "decode_tokens"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (2 if name == "decode_tokens" else 1):
@@ -47,7 +50,7 @@ class EstimateConfig(SweepConfig):
     @classmethod
     def overrides(cls, args: argparse.Namespace) -> dict:
         return dict(super().overrides(args), preset=args.preset, samples_per_task=args.samples_per_task,
-                    batches_per_task=args.batches_per_task, decode_tokens=args.decode_tokens)
+                    batches_per_task=args.batches_per_task, decode_tokens=args.decode_tokens, timed_ratios=args.timed_ratios)
 
 
 def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,5 +65,7 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 2)")
     add("--batches-per-task", type=int, help="batches of --batch-size prompts timed per task with the sweep's "
         "batching and sharing (default: 1)")
+    add("--timed-ratios", type=int, choices=(2, 3), help="ratios timed per method: 2 (its lowest and highest) or 3 "
+        "(and its middle); the others are interpolated (default: 3)")
     add("--decode-tokens", type=int, help="tokens decoded in each timed call; the measured step time prices each "
         "task's own answer length (default: 8)")

@@ -42,14 +42,15 @@ class TaskPlan:
     answer_source: str
 
 
-def run_estimate(config: EstimateConfig, progress: bool = True) -> pd.DataFrame:
-    """Time and price every task of ``config``; one row per task and mode, then the totals."""
+def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None) -> pd.DataFrame:
+    """Time and price every task of ``config``; one row per task and mode, then the totals.
+    ``after_task(table)``, if given, receives the table so far after each task (to keep partial results)."""
     device = torch.device(config.device or default_device())
     dtype = getattr(torch, "bfloat16" if device.type == "cuda" else "float32") if config.dtype == "auto" else getattr(torch, config.dtype)
     preset = _preset(config)
     model = preset.build(device, dtype, config.attn_implementation)
     runs = runs_of(config)
-    timed = _timed_runs(runs)
+    timed = _timed_runs(runs, config.timed_ratios)
     timer = Timer(model, config.decode_tokens, config.batch_size, config.reuse_encoder)
     tasks = [task for task in load_tasks(config.tasks, config.protocol)]
     plans = [_plan(task, config) for task in tasks]
@@ -60,7 +61,13 @@ def run_estimate(config: EstimateConfig, progress: bool = True) -> pd.DataFrame:
         prompts = {s: preset.prompt(model, s, 0).inputs for s in _spread(plan.seconds, config)}
         costs = _measure(timer, preset, config, plan, prompts, timed, bar)
         rows += _priced(plan, runs, costs, config)
+        if after_task is not None:
+            after_task(_table(rows, timer, device))
     bar.close()
+    return _table(rows, timer, device)
+
+
+def _table(rows: list[dict], timer: Timer, device: torch.device) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     totals = table.groupby("mode", sort=False)[["gpu_hours", "samples", "sample_runs"]].sum().reset_index()
     totals["task"] = "total"
@@ -83,8 +90,8 @@ def _preset(config: EstimateConfig) -> Preset:
     return Preset(path, family, lambda: checkpoint)  # the checkpoint's architecture; weights do not change timing
 
 
-def _timed_runs(runs: list[PlannedRun]) -> list[PlannedRun]:
-    """The unpruned run, and each method at its lowest, middle and highest ratio."""
+def _timed_runs(runs: list[PlannedRun], count: int = 3) -> list[PlannedRun]:
+    """The unpruned run, and each method at its lowest, (middle,) and highest ratio."""
     timed = [run for run in runs if run.press is None]
     by_method: dict[str, list[PlannedRun]] = {}
     for run in runs:
@@ -92,7 +99,7 @@ def _timed_runs(runs: list[PlannedRun]) -> list[PlannedRun]:
             by_method.setdefault(run.method_id, []).append(run)
     for method_runs in by_method.values():
         ordered = sorted(method_runs, key=lambda run: run.ratio)
-        picks = {0, len(ordered) // 2, len(ordered) - 1}
+        picks = {0, len(ordered) // 2, len(ordered) - 1} if count == 3 else {0, len(ordered) - 1}
         timed += [ordered[i] for i in sorted(picks)]
     return timed
 

@@ -14,6 +14,7 @@ packages aac-metrics and sentence-transformers (``pip install aac-metrics``).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,25 +74,42 @@ def score_caption(entries: Sequence[Mapping], replies: Sequence[str | None], mod
     """``eval_caption_with_references``: ``{"fense", "sbert_sim", "fer", "n_samples", "average"}``
     (``average`` is FENSE, the headline), scores rounded to 5 decimals. No caption to score is a
     ValueError here, where the official function returns zeros."""
-    if models is None:
-        raise FenseUnavailable(f"AVC's FENSE needs local copies of {SBERT_MODEL} and {ECHECKER_ENCODER} "
-                               f"(and the detector weights {ECHECKER_WEIGHTS}); none were given")
-    models.check()
+    models = _checked(models)
     candidates, references = caption_pairs(entries, replies)
     if not candidates:
         raise ValueError("no AVC entry has a non-empty reply and a reference")
-    corpus = _fense(candidates, references, models, device, batch_size)
+    corpus, _ = _fense(candidates, references, _scorer(models, device), device, batch_size)
     scores = {name: round(float(corpus[name]), 5) for name in ("fense", "sbert_sim", "fer")}
     return {**scores, "n_samples": len(candidates), "average": scores["fense"]}
 
 
-def _fense(candidates: list[str], references: list[list[str]], models: FenseModels, device: str, batch_size: int):
-    """aac-metrics' ``fense`` on the local models: the echecker is rebuilt on the local encoder
-    folder and loaded from the checkpoint, as aac-metrics loads its downloaded copy."""
+def caption_fense(entry: Mapping, reply: str | None, models: FenseModels | None, device: str = "cpu") -> float | None:
+    """One caption's FENSE (unrounded; the corpus score is their mean), or None for a caption the
+    evaluator skips (no reply, an empty one, no reference). The scoring models load once."""
+    models = _checked(models)
+    candidates, references = caption_pairs([entry], [reply])
+    if not candidates:
+        return None
+    _, sentences = _fense(candidates, references, _scorer(models, device), device, 1)
+    return float(sentences["fense"][0])
+
+
+def _checked(models: FenseModels | None) -> FenseModels:
+    if models is None:
+        raise FenseUnavailable(f"AVC's FENSE needs local copies of {SBERT_MODEL} and {ECHECKER_ENCODER} "
+                               f"(and the detector weights {ECHECKER_WEIGHTS}); none were given")
+    models.check()
+    return models
+
+
+@functools.cache
+def _scorer(models: FenseModels, device: str) -> tuple:
+    """aac-metrics' FENSE parts on the local models, loaded once: the Sentence-BERT, and the echecker
+    rebuilt on the local encoder folder and loaded from the checkpoint, as aac-metrics loads its
+    downloaded copy."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         import torch
-        from aac_metrics.functional.fense import fense
         from aac_metrics.functional.fer import BERTFlatClassifier
         from sentence_transformers import SentenceTransformer
         from transformers import AutoTokenizer
@@ -104,7 +122,14 @@ def _fense(candidates: list[str], references: list[list[str]], models: FenseMode
     weights = dict(states["state_dict"])
     weights.pop("encoder.embeddings.position_ids", None)  # a buffer newer transformers no longer keep
     echecker.load_state_dict(weights)
-    corpus, _ = fense(candidates, references, sbert_model=SentenceTransformer(str(models.sbert), device=device),
-                      echecker=echecker.eval().to(device), echecker_tokenizer=AutoTokenizer.from_pretrained(models.bert),
-                      device=device, batch_size=batch_size)
-    return corpus
+    return (SentenceTransformer(str(models.sbert), device=device), echecker.eval().to(device),
+            AutoTokenizer.from_pretrained(models.bert))
+
+
+def _fense(candidates: list[str], references: list[list[str]], scorer: tuple, device: str, batch_size: int):
+    """aac-metrics' ``fense``: the corpus scores and the per-caption ones."""
+    from aac_metrics.functional.fense import fense
+
+    sbert, echecker, tokenizer = scorer
+    return fense(candidates, references, sbert_model=sbert, echecker=echecker, echecker_tokenizer=tokenizer,
+                 device=device, batch_size=batch_size)

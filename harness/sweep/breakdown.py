@@ -1,12 +1,15 @@
 """Scores per metadata value and per suite: ``breakdown.csv`` and the report's breakdown sections.
 
 A task's ``breakdown_by`` fields (category, sub-category, difficulty, modality...) split its rows by
-the item's value of that field; each part is scored with the task's own metrics, so a metric that
+the item's value of that field (``a+b``: by the pair of values, as a paper's table crosses two
+fields: ST-AudioQA's family and attribute); each part is scored with the task's own metrics, so a metric that
 works per item or per sub-category (STAR-Bench's perception parts average their sub-categories)
 does so within the part, as the official tables do. Rows whose item has no value for the field
 are left out of that field's table. A suite with an ``aggregate`` (``tasks.suites``) adds one row per
 model x method x ratio that ran all its tasks: the mean of each aggregated metric over them
-(STAR-Bench's Final MA).
+(STAR-Bench's Final MA). A suite with ``groups`` or ``levels`` adds one row per group (AudioMarathon's
+categories) or level (AVI-Bench's stages, Overall, L1) and model x method x ratio. Every task whose
+samples span two duration buckets is also scored per bucket (``analyses``: field ``audio duration``).
 """
 
 from __future__ import annotations
@@ -18,18 +21,24 @@ import pandas as pd
 
 from ..markdown import markdown_table
 from ..tasks.metrics import row_meta
-from ..tasks.suites import Suite, list_suites
+from ..tasks.suites import SUITE_LEVELS, Suite, list_suites
 from ..tasks.task import Task, get_task
+from .analyses import duration_breakdown
 from .config import BASELINE
-from .summary import GROUP, distinguish_labels
+from .summary import GROUP, distinguish_labels, scoring_passes
 
 SUITE_FIELD = "suite"
+LEVELS_FIELD = "levels"
+GROUPS_FIELD = "groups"
 
 
 def breakdown_table(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.DataFrame) -> pd.DataFrame:
     """The breakdown table of a sweep's results (as its summary read them, with ``summary`` for the
     suites): what ``breakdown.csv`` holds."""
-    return pd.concat([breakdown(results, tasks), suite_scores(summary, list_suites())], ignore_index=True)
+    suites = list_suites()
+    results, _ = scoring_passes(results)  # every sample once: not the timing subset's repeats
+    return pd.concat([breakdown(results, tasks), duration_breakdown(results, tasks), suite_scores(summary, suites),
+                      suite_groups(summary, suites), suite_levels(results, tasks, summary, suites)], ignore_index=True)
 
 
 def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> pd.DataFrame:
@@ -60,10 +69,10 @@ def _values(records: list[dict], field: str, whole: str | None = None) -> list:
     """Each record's value of ``field``; with ``whole``, the value of the first record (in sample
     order) of its ``whole`` group, so that the group counts whole under one value (STAR-Bench's
     perception table puts a sub-category under the category of its first row)."""
-    own = [row_meta(record).get(field) for record in records]
+    own = [_field_value(row_meta(record), field) for record in records]
     if whole is None:
         return own
-    groups = [row_meta(record).get(whole) for record in records]
+    groups = [_field_value(row_meta(record), whole) for record in records]
     first: dict[str, object] = {}
     for index in sorted(range(len(records)), key=lambda i: _position(records[i])):
         if groups[index] is not None:
@@ -96,6 +105,43 @@ def suite_scores(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def suite_groups(summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
+    """Per suite group, model, method and ratio that ran all the group's tasks: the mean of their
+    primary scores (``value``: the group's name)."""
+    rows = []
+    for suite in suites:
+        if not suite.groups or summary.empty:
+            continue
+        ran = summary.assign(base=summary["task"].str.split("@").str[0])
+        for (model, method, ratio), frame in ran.groupby(["model", "method", "ratio"], sort=True):
+            for group, members in suite.groups.items():
+                chosen = frame[frame["base"].isin(members)]
+                if set(chosen["base"]) == set(members):
+                    rows.append(dict(model=model, task=suite.name, method=method, ratio=ratio, field=GROUPS_FIELD, value=group,
+                                     samples=int(chosen["samples"].sum()), metric=GROUPS_FIELD, score=chosen["score"].mean()))
+    return pd.DataFrame(rows)
+
+
+def suite_levels(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.DataFrame, suites: list[Suite]) -> pd.DataFrame:
+    """Per suite with ``levels``, model, method and ratio: one row per level its tasks that ran
+    give (``value``: the level's name, ``score`` its value)."""
+    rows = []
+    for suite in suites:
+        if suite.levels is None or summary.empty:
+            continue
+        ran = summary[summary["task"].isin(suite.tasks)]
+        for (model, method, ratio), frame in ran.groupby(["model", "method", "ratio"], sort=True):
+            names = {name: (tasks[name] if name in tasks else get_task(name)).abbreviation for name in frame["task"]}
+            scores = {names[name]: score for name, score in zip(frame["task"], frame["score"])}
+            chosen = results[(results["model"] == model) & (results["method"] == method) & (results["ratio"] == ratio)]
+            by_task = {names[name]: group.sort_values("position").to_dict("records")
+                       for name, group in chosen[chosen["task"].isin(names)].groupby("task")}
+            for level, score in SUITE_LEVELS.get(suite.levels)(by_task, scores).items():
+                rows.append(dict(model=model, task=suite.name, method=method, ratio=ratio, field=LEVELS_FIELD, value=level,
+                                 samples=int(frame["samples"].sum()), metric=LEVELS_FIELD, score=score))
+    return pd.DataFrame(rows)
+
+
 def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) -> list[str]:
     """The report's sections for one model: each task's notes, then per task and field a table of
     the primary score per value (rows) and run (columns), then the suites' aggregates."""
@@ -106,9 +152,15 @@ def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) 
     if table.empty:
         return parts
     table = table[table["model"] == model]
-    for (task, field), rows in table[table["field"] != SUITE_FIELD].groupby(["task", "field"], sort=True):
+    named = [SUITE_FIELD, LEVELS_FIELD, GROUPS_FIELD]
+    for (task, field), rows in table[~table["field"].isin(named)].groupby(["task", "field"], sort=True):
         metric = rows["metric"].iloc[0]
         parts.append(f"#### {task} by {field} ({metric})\n\n" + _pivot(rows, "value"))
+    suite_notes = {suite.name: suite.notes for suite in list_suites()}
+    for (suite, field), rows in table[table["field"].isin([GROUPS_FIELD, LEVELS_FIELD])].groupby(["task", "field"], sort=True):
+        notes = suite_notes.get(suite, "").strip()
+        what = "categories (the mean of their tasks' primary scores)" if field == GROUPS_FIELD else "levels"
+        parts.append(f"#### {suite}: {what}\n\n" + (f"{notes}\n\n" if notes else "") + _pivot(rows, "value"))
     for suite, rows in table[table["field"] == SUITE_FIELD].groupby("task", sort=True):
         name = rows["value"].iloc[0]
         metrics = [c for c in rows.columns if c not in _NOT_METRICS and rows[c].notna().any()]
@@ -127,7 +179,8 @@ def _run_label(method: str, ratio: float) -> str:
 def _pivot(rows: pd.DataFrame, index: str) -> str:
     runs = rows.assign(run=[_run_label(m, r) for m, r in zip(rows["method"], rows["ratio"])])
     order = sorted(set(runs["run"]), key=lambda run: (run != "baseline", run))
-    table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(columns=order)
+    values = list(dict.fromkeys(runs[index]))  # in the order the rows came (sorted values; groups as the suite lists them)
+    table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(index=values, columns=order)
     samples = runs[runs["run"] == order[0]].set_index(index)["samples"]
     cells = ([str(value), str(samples.get(value, "—")), *map(_cell, values)] for value, values in zip(table.index, table.to_numpy()))
     return markdown_table([index, "samples", *order], cells) + "\n"
@@ -141,6 +194,14 @@ def _suite_table(rows: pd.DataFrame, metrics: list[str]) -> str:
 
 def _cell(value) -> str:
     return "—" if value is None or pd.isna(value) else f"{value:.2f}"
+
+
+def _field_value(meta: dict, field: str):
+    """The item's value of a breakdown field; of ``a+b``, its values joined (None if one is missing)."""
+    values = [meta.get(name) for name in field.split("+")]
+    if any(value is None for value in values):
+        return None
+    return values[0] if len(values) == 1 else " / ".join(_text(value) for value in values)
 
 
 def _text(value) -> str:

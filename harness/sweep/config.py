@@ -7,6 +7,8 @@ each press acts where it does by default. ``protocol`` (``--protocol``), when gi
 under that protocol (``tasks.protocols``; default: each task's own), its presses with its keep rule.
 ``long_audio`` is the policy for clips longer than a model takes (``harness.long_audio``): one for
 every task (``split``), or per task name with a ``default`` (``{default: split, librispeech: truncate}``).
+``judge`` (``--judge``) is an LLM judge spec (``harness.judge``) for the judged steps of grading: AVI-Bench's
+refine step and judged metrics such as MMAR-Rubrics (``tasks.judged``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from ..judge import parse_judge_spec
 from ..long_audio import DEFAULT_POLICY, POLICIES
 from ..setup.config import CommandConfig, unique_methods
 from ..setup.options import add_shared_options, name_list
-from ..setup.ratios import parse_ratios
+from ..setup.ratio_lists import parse_ratios
 from ..tasks.protocols import PROTOCOLS
 from ..tasks.suites import expand_suites
 from ..tasks.task import get_task
@@ -71,6 +74,8 @@ class SweepConfig(CommandConfig):
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
     rehash_audio: bool = False  # digest every audio file's content again instead of trusting the digest cache
+    judge: str | None = None  # an LLM judge spec for judged grading (harness.judge)
+    no_audio: bool = False  # prompts without their audio (captions where a task has them): ablations
 
     def normalise(self) -> None:
         """The settings written as text, but the methods: ``validate`` reads them after checking the
@@ -120,6 +125,11 @@ class SweepConfig(CommandConfig):
                 )
         if not isinstance(self.reuse_encoder, bool):
             raise SweepConfigError(f"reuse_encoder={self.reuse_encoder!r} is invalid: true or false (--no-reuse-encoder).")
+        if self.judge is not None:
+            try:
+                parse_judge_spec(self.judge)
+            except ValueError as error:
+                raise SweepConfigError(f"--judge: {error}") from None
         policies = self.long_audio.values() if isinstance(self.long_audio, dict) else [self.long_audio]
         for policy in policies:
             if policy not in POLICIES:
@@ -146,8 +156,8 @@ class SweepConfig(CommandConfig):
             device_map=args.device_map, attn_implementation=args.attn_implementation,
             trust_remote_code=args.trust_remote_code or None, max_new_tokens=args.max_new_tokens,
             retry_errors=args.retry_errors or None, encoder="stock" if args.stock_encoder else None, cache=args.cache,
-            protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None,
-            batch_size=args.batch_size, timing_samples=args.timing_samples,
+            protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None, judge=args.judge,
+            no_audio=args.no_audio or None, batch_size=args.batch_size, timing_samples=args.timing_samples,
             reuse_encoder=False if args.no_reuse_encoder else None, rehash_audio=args.rehash_audio or None,
         )
 
@@ -164,8 +174,9 @@ With no option at all, the embedded demo model runs on its synthetic suite (no d
 
 A results folder holds one configuration. Every run is identified by what determines its outputs
 (the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as
-resolved, --stock-encoder, --protocol, --long-audio, each task's config, the method's full spec with
-its layer and keep rule, the ratio, the prompt and the audio files' content): rerunning the same
+resolved, --stock-encoder, --protocol, --long-audio, --judge for judged tasks, --no-audio, each
+task's config, the method's full spec with its layer and keep rule, the ratio, the prompt and the
+media files' content): rerunning the same
 command resumes a folder; new methods, ratios, tasks or samples extend it; other settings are
 refused (use another --out, or --overwrite). One sweep writes to a folder at a time.
 
@@ -198,6 +209,12 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add("--protocol", choices=sorted(PROTOCOLS),
         help="run every task under this protocol (audiomarathon: AudioMarathon's scripts' conventions, see "
              "docs/protocols.md); default: each task's own")
+    add("--judge", help="an LLM judge for judged grading: openai:<base URL>@<model> (an OpenAI-compatible endpoint; "
+        "key from $KVPRUNE_JUDGE_API_KEY or ;key_env=NAME) or hf:<folder> (a local model); runs AVI-Bench's refine step "
+        "and judged metrics (mmar_rubrics); judgements cached in <out>/judge_cache (default: none, judge-free scoring)")
+    add("--no-audio", action="store_true", help="prompts without their audio, for ablations: audio segments left out "
+        "(a task's caption in their place where it has one: STAR-Bench's caption-only, MMAR's text-only and caption "
+        "inputs), videos without their sound; every press then has nothing to prune (default: off)")
     add("--retry-errors", action="store_true", help="rerun the runs recorded with an error (default: keep them)")
     add("--overwrite", action="store_true", help="discard the results already in --out instead of refusing a folder "
         "made with other settings (default: off)")

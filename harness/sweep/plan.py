@@ -53,13 +53,17 @@ def runs_of(config: SweepConfig) -> list[PlannedRun]:
     return runs
 
 
-def load_tasks(names: list[str], protocol: str | None = None) -> list[Task]:
+def load_tasks(names: list[str], protocol: str | None = None, judge: str | None = None) -> list[Task]:
     """The tasks of ``--tasks`` (names, suite names or YAML paths), under ``protocol`` when given;
-    two of one name would mix their results."""
+    two of one name would mix their results, and a task scored by a judge needs ``judge``."""
     names = expand_suites(names)
     tasks = [get_task(name) for name in names]
     tasks = [task.under(protocol) for task in tasks] if protocol else tasks
     seen: dict[str, str] = {}
+    judged = [task.name for task in tasks if task.needs_judge]
+    if judged and not judge:
+        raise ValueError(f"tasks {judged} are scored by an LLM judge: run the sweep with --judge "
+                         "(openai:<base URL>@<model> or hf:<folder>).")
     for name, task in zip(names, tasks):
         if task.name in seen:
             raise ValueError(
@@ -86,18 +90,20 @@ def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], c
         protocol=c.protocol, cache=cache, long_audio=c.long_audio,
         encoder=c.encoder,  # the same outputs either way, but not the same prefill times
         resampler=RESAMPLER,  # what a clip at another rate than 16 kHz becomes
+        **({"no_audio": True} if c.no_audio else {}),  # only when set: folders written before stay resumable
     )
     methods = {run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer) for run in runs if run.press is not None}
     settings_ids, hashes, grades, planned = {}, {}, {}, {}
     for task in tasks:
         task_settings = dict(
             settings, task=task.config, long_audio=c.long_audio_policy(task.name),
+            **({"judge": c.judge} if c.judge and (task.refine or task.needs_judge) else {}),  # what judged grading asked
             generation=dict(max_new_tokens=c.max_new_tokens or task.max_new_tokens, do_sample=False),
         )
         for name in c.models:
             settings_ids.setdefault(name, {})[task.name] = digest(dict(task_settings, model=fingerprints[name]))
         samples = task.load(c.data_root, limit=c.limit, strict=False)  # a bad item is its own error
-        planned[task.name] = [_planned(task, sample, digests) for sample in samples]
+        planned[task.name] = [_planned(task, sample, digests, c.no_audio) for sample in samples]
         hashes[task.name] = {p.sample.id: p.input_hash for p in planned[task.name]}
         grades[task.name] = {p.sample.id: p.grade_hash for p in planned[task.name]}
     plan = SweepPlan(
@@ -107,9 +113,9 @@ def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], c
     return plan, planned
 
 
-def _planned(task: Task, sample: Sample, digests: AudioDigests) -> PlannedSample:
+def _planned(task: Task, sample: Sample, digests: AudioDigests, no_audio: bool = False) -> PlannedSample:
     if sample.problem:  # recorded as that sample's error, identified by what is wrong with it
         return PlannedSample(sample, None, input_hash(sample.problem, []), grade_hash(sample))
-    prompt = task.render(sample)
+    prompt = task.render(sample, no_audio)
     hashed = input_hash(prompt.text, [digests(path) for path in prompt.files])
     return PlannedSample(sample, prompt, hashed, grade_hash(sample))

@@ -18,11 +18,13 @@ import pandas as pd
 
 from ..markdown import markdown_table
 from .batching_report import batching_section
+from .analyses import plot_duration, plot_radar
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .held import other_runs_banner
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .identity import SweepPlan, read_plan
+from .judging import judge_section
 from .plots import plot_summary, slug
 from .store import read_runs, recorded_tasks
 from .summary import direction, failures, folder_results, summarize, task_averages
@@ -43,7 +45,7 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
         breakdown.to_csv(out_dir / "breakdown.csv", index=False)
         written.append(out_dir / "breakdown.csv")
     if plots:
-        written += plot_summary(summary, out_dir)
+        written += plot_summary(summary, out_dir) + plot_duration(breakdown, out_dir) + plot_radar(summary, out_dir, tasks)
     plan = None if everything else read_plan(out_dir)
     written.append(write_report(summary, out_dir, results, breakdown, plan))
     return [p for p in written if p.exists()]
@@ -171,7 +173,7 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
         banners = (*planned, failure_banner(results), long_audio_banner(results))
         parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), batching_section(summary, results, out_dir),
-              _provenance(out_dir),
+              _provenance(out_dir), judge_section(out_dir),
               "## Details\n\nScores are each task's primary metric (0-100); the change is against the unpruned run of "
               "the same task; timings are medians over the runs that succeeded, the first run (a warm-up) and calls "
               "that compiled left out; the prefill speedup is the unpruned run's median prefill time over this run's; "
@@ -182,6 +184,8 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
         parts.append(f"### {model}\n")
         parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n"
                      f"![KV saved]({slug(model)}_kv_saved.png)\n")
+        parts += [f"![{path.stem}]({path.name})\n" for path in sorted(out_dir.glob(f"{slug(model)}_*radar.png"))
+                  + sorted(out_dir.glob(f"{slug(model)}_*_duration.png"))]
         if frame["task"].nunique() > 1:
             for title, rows in task_averages(frame):
                 parts.append(f"#### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))

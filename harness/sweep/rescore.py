@@ -17,28 +17,29 @@ from .plan import PlannedSample
 from .store import ResultStore, read_rows, run_key, unique_runs
 
 
-def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task],
-            samples: dict[str, list[PlannedSample]]) -> tuple[int, int]:
+def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dict[str, list[PlannedSample]],
+            judge=None) -> tuple[int, int]:
     """Grade again every stored run of ``samples`` (this process's share, per task) that ``plan``
     asks for and whose grade hash is out of date (the rows of both passes: a timing pass's rows are
-    summarised for their timings); returns (runs scored again, samples they cover)."""
+    summarised for their timings), with the sweep's ``judge`` for judged grading; returns (runs
+    scored again, samples they cover)."""
     by_task = {task.name: task for task in tasks}
     planned = {(name, p.sample.id): p for name, share in samples.items() for p in share}
     rows = [row for row in plan.select(read_rows(store.out_dir), graded=False) if (row["task"], row["sample_id"]) in planned]
     current = {run_key(row) for row in rows if plan.graded_now(row)}
     stale = unique_runs([row for row in rows if run_key(row) not in current])
     for row in stale:
-        store.append(regraded(row, by_task[row["task"]], planned[row["task"], row["sample_id"]]))
+        store.append(regraded(row, by_task[row["task"]], planned[row["task"], row["sample_id"]], judge))
     runs = {run_key({**row, "pass": None}) for row in stale}  # a run's timing-pass row is the same run
     return len(runs), len({(row["task"], row["sample_id"]) for row in stale})
 
 
-def regraded(row: dict, task: Task, planned: PlannedSample) -> dict:
+def regraded(row: dict, task: Task, planned: PlannedSample, judge=None) -> dict:
     """``row`` graded again against ``planned``'s sample: its reference, item and metadata, parsed
     answer, scores and (for a failure of grading) error as a sweep writes them now; the output,
     timings and everything else as they were, with the time it was scored again (``rescored``)."""
     sample, failure = planned.sample, _failure(row)
-    grade = task.grade(row.get("output"), sample, failure=failure)
+    grade = task.grade(row.get("output"), sample, judge, failure=failure)
     if failure is not None:  # the run failed: its error stays, whatever the grade
         error = row["error"]
     else:
@@ -60,6 +61,6 @@ def _unanswered(task: Task, sample) -> dict:
     """The scores of no answer: every per-sample number the task's metrics store, so that none of the
     old row's survives a grade that stores fewer (a grading error stores none)."""
     try:
-        return task.score(None, sample)
+        return task.score(None, sample, judge)
     except Exception:  # a metric that cannot score no answer (an empty reference transcript)
         return {}

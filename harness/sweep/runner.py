@@ -38,6 +38,7 @@ from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .execute import Executor
+from .judging import record_judge, sweep_judge
 from .plan import PlannedRun, PlannedSample, load_tasks, model_path, plan_sweep, runs_of
 from .rescore import rescore
 from .samples import TIMING_PASS, Pass, SampleRunner
@@ -71,7 +72,7 @@ class SweepRunner:
         self.started = datetime.now(timezone.utc).isoformat(timespec="microseconds")  # this start, in every row it writes
         self.rank, self.world_size, device = process_share()
         self.device = config.device or device
-        self.tasks = load_tasks(config.tasks, config.protocol)
+        self.tasks = load_tasks(config.tasks, config.protocol, config.judge)
         self.cache = resolve_cache(config.cache, self.device or default_device())
         self.runs = runs_of(config)
         self.presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
@@ -80,6 +81,7 @@ class SweepRunner:
         self._samples: dict[str, list[PlannedSample]] = {}  # per task, this process's share
         self._digests: AudioDigests | None = None
         self._folder: ResultsFolder | None = None
+        self.judge = None  # built when the folder is taken (its cache lives there)
 
     def run(self) -> SweepOutcome:
         """Take the folder, check the configuration against each model and against the folder, then
@@ -95,6 +97,7 @@ class SweepRunner:
                 folder.check(self.plan, self.config.overwrite)
                 barrier()
                 self.store = ResultStore(out, self.rank, self.world_size, stamp=dict(started=self.started))
+                self.judge = sweep_judge(self.config.judge, out)
                 self._tidy(folder)
                 todo = sum(self._run_model(model_name) for model_name in self.config.models)
                 if not todo:
@@ -107,6 +110,8 @@ class SweepRunner:
             finally:
                 if self.store is not None:
                     self.store.close()
+                if self.judge is not None:
+                    record_judge(out, self.config.judge, self.judge, self.rank)
         finish()  # every process has finished before the outputs are written
         return SweepOutcome(out, self.rank, self.world_size, self.store.written, folder.notes)
 
@@ -116,7 +121,7 @@ class SweepRunner:
         moved = self.store.set_aside_unreadable()
         if moved:
             folder.notes.append(moved)
-        rows, samples = rescore(self.store, self.plan, self.tasks, self._samples)
+        rows, samples = rescore(self.store, self.plan, self.tasks, self._samples, self.judge)
         if rows:
             folder.record(self.plan, self._digests)
             folder.notes.append(f"scored {rows} stored result(s) of {samples} sample(s) again from their stored outputs: "
@@ -143,7 +148,7 @@ class SweepRunner:
         check_presses(loaded.model, model_name, self.presses, static=self.cache == "static")
         self._folder.record(self.plan, self._digests)
         executor = Executor(loaded, self.cache)
-        samples = SampleRunner(self.config, self.store, executor)
+        samples = SampleRunner(self.config, self.store, executor, self.judge)
         passes = self._passes()
         with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"

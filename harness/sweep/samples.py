@@ -50,9 +50,10 @@ class SampleRunner:
     """Runs the planned runs of a batch of samples, one run after another, and appends one row per
     sample and run to ``store``."""
 
-    def __init__(self, config: SweepConfig, store: ResultStore, executor: Executor):
+    def __init__(self, config: SweepConfig, store: ResultStore, executor: Executor, judge=None):
         self.config, self.store, self.executor = config, store, executor
         self.reuse = EncoderReuse()
+        self.judge = judge  # for the judged steps of grading (refine, judged metrics): harness.judge
 
     def run(self, loaded: LoadedModel, task: Task, batch: list[tuple[PlannedSample, list[PlannedRun]]],
             settings_id: str, runs: list[PlannedRun], warmup: bool, bar, how: Pass) -> None:
@@ -117,7 +118,7 @@ class SampleRunner:
     def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, how: Pass, sample=None,
                 generation: BatchGeneration | None = None, batch: dict | None = None, error=None) -> None:
         output = sample.output if sample is not None else None
-        grade = task.grade(output, planned.sample, failure=None if error is None else str(error))
+        grade = task.grade(output, planned.sample, self.judge, failure=None if error is None else str(error))
         error = error or grade.error
         row = dict(
             base,

@@ -30,7 +30,8 @@ RUNS_FILE = "runs.jsonl"
 KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id", "pass")
 #: what ``--overwrite`` removes: the files a sweep writes (other files in the folder stay)
 OUTPUT_PATTERNS = ("results*.jsonl", "results*.jsonl.unreadable", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv",
-                   "breakdown.csv", "report.md", "*_score_vs_ratio.png", "*_score_vs_prefill.png", "*_kv_saved.png")
+                   "breakdown.csv", "report.md", "judge.jsonl", "*_score_vs_ratio.png", "*_score_vs_prefill.png",
+                   "*_kv_saved.png")
 
 
 def run_key(row: dict) -> tuple:

@@ -68,7 +68,7 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     rows = []
     for (model, task_name, method, layer, method_id, settings_id, ratio), group in results.groupby(GROUP, sort=True, dropna=False):
         task = tasks[task_name] if task_name in tasks else get_task(task_name)
-        scoring, timing = _passes(group)
+        scoring, timing = scoring_passes(group)
         metrics = task.summarize(scoring.to_dict("records"))
         timed = _timed(timing if len(timing) else scoring)
         per_token = timed["decode_s"] / (timed["new_tokens"] - 1).where(timed["new_tokens"] > 1)
@@ -104,7 +104,7 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     return distinguish_labels(summary)
 
 
-def _passes(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def scoring_passes(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The rows that score (every sample once) and the timing subset's rows (``pass: timing``)."""
     timing = group["pass"].eq(TIMING_PASS) if "pass" in group else pd.Series(False, index=group.index)
     return group.loc[~timing], group.loc[timing]
@@ -188,7 +188,7 @@ def timing_spread(results: pd.DataFrame) -> pd.DataFrame:
     columns = [*keys, "prefill_ms_q25", "prefill_ms_q75", "prefill_speedup_q25", "prefill_speedup_q75", "prefill_within_noise"]
     if "prefill_s" not in results:
         return pd.DataFrame(columns=columns)
-    _, timing = _passes(results)
+    _, timing = scoring_passes(results)
     timed = (timing if len(timing) else results).copy()
     timed = timed.loc[_timeable(timed)]
     timed["prefill_s"] = pd.to_numeric(timed["prefill_s"], errors="coerce")
@@ -234,7 +234,7 @@ def distinguish_labels(summary: pd.DataFrame) -> pd.DataFrame:
 def failures(results: pd.DataFrame) -> tuple[int, int, list[tuple[int, str]]]:
     """(failed runs, all runs, and per kind of error, most frequent first: how many and one message),
     counting the runs that score (a timing subset's rows repeat some of them)."""
-    results, _ = _passes(results)
+    results, _ = scoring_passes(results)
     errors = results["error"].dropna() if "error" in results else pd.Series(dtype=object)
     kinds = []
     # one kind per message once file paths and numbers are blanked out: the same failure on other samples

@@ -105,7 +105,8 @@ class Metric:
     the JSON-serialisable numbers stored with each result; ``compute(rows, **options)`` reduces result
     rows (``parsed``, ``reference``, ``item``, ``meta``, ``position`` and those numbers);
     ``higher_is_better`` is False for error rates; ``options`` names the task ``metric_options`` it needs,
-    each with its allowed values (None: any).
+    each with its allowed values (None: any); a ``judged`` metric's ``per_sample`` is also given the
+    sweep's judge (``judge=``; ``tasks.judged``).
     """
 
     name: str
@@ -113,6 +114,7 @@ class Metric:
     per_sample: Callable[..., dict[str, float]]
     higher_is_better: bool = True
     options: Mapping[str, tuple | None] = field(default_factory=dict)
+    judged: bool = False
 
 
 def parsed_of(row: dict) -> str | None:

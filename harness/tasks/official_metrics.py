@@ -4,10 +4,9 @@ into the metric registry. Each says which official number it is; all are percent
 
 - STAR-Bench: ``starbench_aa``, ``starbench_acr`` (option ``starbench_part``: perception parts
   ``pc*`` average over sub-categories of 2-decimal scores, reasoning parts pool their runs).
-- MMAU, MMAR: ``string_match`` (the whole reply against the gold option's text).
-- AVI-Bench: ``asqa_accuracy`` (earliest-mentioned option, numeric answers, double confirm over
-  ``pre_`` entries); ``amic_average``, ``amic_semantic``, ``amic_counting``. Judge-free: the official
-  pipeline's LLM refine step is not run.
+- MMAU, MMAR: ``string_match`` (the whole reply against the gold option's text); MMAR-Rubrics:
+  ``mmar_rubrics`` (judged: the rubric score, 0 for a wrong answer) and ``mmar_rubrics_accuracy``.
+- AVI-Bench: in ``avibench_metrics``.
 - AudioMarathon protocol: ``audiomarathon_*`` (option ``audiomarathon_task``: SED, MC, SCR, SER, ASC,
   ER, SD, SAR, SGR, ASR), unparsed answers dropped before F1 as their scripts drop them.
 - ST-AudioQA (provisional): ``st_answer_accuracy``, ``st_yes_no_accuracy``, ``st_event_map``,
@@ -16,10 +15,12 @@ into the metric registry. Each says which official number it is; all are percent
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
-from ..official import audiomarathon, avibench, mmau, staudioqa, starbench
+from ..official import audiomarathon, mmar_rubrics, mmau, staudioqa, starbench
+from .judged import require_judge
 from .metrics import Metric, correct, mean_correct, parsed_of, register_metric
 from .metrics import row_meta as meta
 
@@ -60,42 +61,35 @@ def _string_match(parsed: str | None, sample) -> dict[str, float]:
 register_metric(Metric("string_match", mean_correct, _string_match))
 
 
-# -- AVI-Bench --------------------------------------------------------------------------------------
+def _rubric_per_sample(parsed: str | None, sample, judge) -> dict[str, float]:
+    """MMAR-Rubrics on one reply: its reasoning rated against the item's rubric by the judge (5
+    ratings, the mean of the middle 3), 0 when the final answer is wrong."""
+    judge = require_judge(judge, "MMAR-Rubrics (mmar_rubrics)")
+    missing = [name for name in ("thinking", "rubric") if name not in sample.meta]
+    if missing:
+        raise ValueError(f"MMAR item {sample.id} has no {missing}: MMAR-Rubrics reads the thinking and rubric fields of "
+                         "MMAR-meta.jsonl (keep them with layout_options.meta_fields)")
+    item = dict(id=sample.id, question=sample.question, answer=sample.answer, choices=sample.choices,
+                thinking=sample.meta["thinking"], rubric=sample.meta["rubric"])
+    thinking, answer = mmar_rubrics.split_reply(parsed or "")
+    result = mmar_rubrics.rubric_score(judge, item, thinking, answer)
+    return {"rubric": 100.0 * result.score}
 
 
-def _entries(rows: list[dict]) -> tuple[list[dict], list[str | None]]:
-    return [meta(r)["entry"] for r in rows], [parsed_of(r) for r in rows]
+def _answer_span_match(parsed: str | None, sample) -> dict[str, float]:
+    """MMAR-Rubrics' accuracy: ``string_match`` on the final answer alone (what decides a 0 rubric score)."""
+    return {"correct": float(mmau.string_match(sample.answer, mmar_rubrics.split_reply(parsed or "")[1], sample.choices))}
 
 
-def _asqa_per_sample(parsed: str | None, sample) -> dict[str, float]:
-    return {"correct": float(parsed is not None and avibench.entry_full_match(sample.meta["entry"], parsed) == 1)}
+def _rubric_mean(rows: list[dict]) -> float:
+    """The mean rubric score over the rows; a row without one (its judgement failed: an error row)
+    counts 0, as every failed sample counts as wrong."""
+    values = [r.get("rubric") for r in rows]
+    return sum(float(v) for v in values if isinstance(v, (int, float)) and not math.isnan(v)) / len(rows)
 
 
-def _asqa(rows: list[dict]) -> float:
-    try:
-        return 100.0 * avibench.score_full_match(*_entries(rows), double_confirm=True)
-    except ValueError:  # no formal entry has a reply
-        return NAN
-
-
-def _amic(index: int) -> Callable[[list[dict]], float]:
-    def compute(rows: list[dict]) -> float:
-        try:
-            return 100.0 * avibench.score_amic(*_entries(rows))[index]
-        except ValueError:  # no entry has a reply
-            return NAN
-
-    return compute
-
-
-def _nothing(parsed: str | None, sample) -> dict[str, float]:
-    return {}
-
-
-register_metric(Metric("asqa_accuracy", _asqa, _asqa_per_sample))
-register_metric(Metric("amic_average", _amic(0), _nothing))
-register_metric(Metric("amic_semantic", _amic(1), _nothing))
-register_metric(Metric("amic_counting", _amic(2), _nothing))
+register_metric(Metric("mmar_rubrics", _rubric_mean, _rubric_per_sample, judged=True))
+register_metric(Metric("mmar_rubrics_accuracy", mean_correct, _answer_span_match))
 
 
 # -- AudioMarathon protocol ---------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""A task's prompt as ordered segments: text templates and audio clips interleaved, an optional system turn.
+"""A task's prompt as ordered segments: text templates, audio clips, images and video interleaved, an
+optional system turn.
 
 In a task file, ``prompt`` is either one text template (every clip first, then the text: the usual
 single-turn prompt) or a list of segments, in the order the model receives them::
@@ -7,6 +8,8 @@ single-turn prompt) or a list of segments, in the order the model receives them:
       - {audio: clips, label: "Audio {i}:", label_single: false}   # the item's clips, labelled when several
       - {text: "{question}\\n{options}\\n"}
       - {audio: uncut}                                              # an audio file the layout names
+      - {image: images}                                             # the item's images (the Omni families)
+      - {video: video, frames: 16}                                  # the item's video: 16 frames, its sound track
     system: You are a helpful assistant.                            # optional system turn
     option_format: "<{letter}>: {text}"                             # one option ({letter}, {text})
     option_separator: "\\n"                                          # between options in {options}
@@ -17,7 +20,16 @@ B, C, or D``) and any metadata field the layout keeps for the item (``{global_ca
 keeps under that name (``named_audio``). A ``label`` (``{i}``: the clip's 1-based number within the
 segment) goes before each clip, and before a lone clip only if ``label_single`` (default true). A file
 that the task's channel policy turns into several clips (``split``, ``foa_stereo``) contributes each
-of them, then the policy's legend text.
+of them, then the policy's legend text. ``{image: images}`` is every image of the item;
+``{video: video}`` its video, sampled as ``harness.video`` says (``frames: n``, or ``fps: r``, default
+2 per second), with its sound track interleaved as the Omni models take it (``sound: track``, the
+default, when the file has one; ``sound: none`` for the frames alone). A segment whose media the item
+lacks adds nothing.
+
+Prompts without audio (``render(..., no_audio=True)``, the sweep's ``--no-audio``), for ablations:
+the audio segments are left out, videos keep their frames without their sound, and a task with a
+``caption`` (``{field: <metadata field>, template: "...{caption}..."}``) puts the item's caption, when
+it has one, where its first audio segment stood (a caption-only baseline).
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from typing import TYPE_CHECKING
 
 from ..audio import load_clips
 from ..channels import MEAN, Channels
+from ..video import FPS, read_image, read_sound, read_video
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,10 +69,30 @@ class ClipRef:
 
 
 @dataclass(frozen=True)
-class RenderedPrompt:
-    """What one sample's prompt holds, before any audio is read: text and clip references in order."""
+class ImageRef:
+    """An image file of a rendered prompt."""
 
-    segments: tuple[str | ClipRef, ...]
+    path: Path
+
+
+@dataclass(frozen=True)
+class VideoRef:
+    """A video file of a rendered prompt: ``frames`` frames (or ``fps`` per second), with its sound track."""
+
+    path: Path
+    frames: int | None = None
+    fps: float = FPS
+    sound: bool = True
+
+
+MediaRef = ClipRef | ImageRef | VideoRef
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    """What one sample's prompt holds, before any media is read: text and media references in order."""
+
+    segments: tuple[str | MediaRef, ...]
     system: str | None = None
 
     @property
@@ -69,30 +102,47 @@ class RenderedPrompt:
         *clips, last = self.segments or ("",)
         if self.system is None and isinstance(last, str) and all(isinstance(c, ClipRef) for c in clips):
             return last
-        shown = [s if isinstance(s, str) else [s.path.name, s.clip] for s in self.segments]
+        shown = [s if isinstance(s, str) else _shown(s) for s in self.segments]
         return json.dumps({"system": self.system, "segments": shown}, ensure_ascii=False)
 
     @property
     def files(self) -> tuple[Path, ...]:
-        """The audio files the prompt reads, each once, in order of first use."""
-        return tuple(dict.fromkeys(s.path for s in self.segments if isinstance(s, ClipRef)))
+        """The media files the prompt reads, each once, in order of first use."""
+        return tuple(dict.fromkeys(s.path for s in self.segments if not isinstance(s, str)))
 
     def load(self, channels: Channels = MEAN) -> tuple[list[np.ndarray], Prompt]:
-        """Read the audio (each file once, by the channel policy) and return the waveforms with the
-        model-side ``Prompt`` whose clip segments index them."""
-        from kvprune.models.prompting import Prompt  # kvprune.models loads transformers: only when audio is read
+        """Read the media (each audio file once, by the channel policy) and return the waveforms with
+        the model-side ``Prompt`` whose clip segments (and videos' sound tracks) index them."""
+        from kvprune.models.prompting import Image, Prompt, Video  # loads transformers: only when media are read
 
         files: dict[Path, list] = {}
         waves, segments = [], []
         for segment in self.segments:
             if isinstance(segment, str):
                 segments.append(segment)
-                continue
-            if segment.path not in files:
-                files[segment.path] = load_clips(segment.path, channels)
-            segments.append(len(waves))
-            waves.append(files[segment.path][segment.clip])
+            elif isinstance(segment, ImageRef):
+                segments.append(Image(read_image(segment.path)))
+            elif isinstance(segment, VideoRef):
+                frames, fps = read_video(segment.path, segment.frames, segment.fps)
+                sound = read_sound(segment.path) if segment.sound else None
+                if sound is not None:
+                    waves.append(sound)
+                segments.append(Video(frames, fps, None if sound is None else len(waves) - 1))
+            else:
+                if segment.path not in files:
+                    files[segment.path] = load_clips(segment.path, channels)
+                segments.append(len(waves))
+                waves.append(files[segment.path][segment.clip])
         return waves, Prompt(tuple(segments), self.system)
+
+
+def _shown(ref: MediaRef) -> list:
+    """A media reference as the prompt's text shows it (and hashes it): the file name and its settings."""
+    if isinstance(ref, ClipRef):
+        return [ref.path.name, ref.clip]
+    if isinstance(ref, ImageRef):
+        return [ref.path.name, "image"]
+    return [ref.path.name, "video", ref.frames if ref.frames is not None else f"{ref.fps:g} fps", "sound" if ref.sound else "silent"]
 
 
 @dataclass(frozen=True)
@@ -103,21 +153,27 @@ class PromptSpec:
     system: str | None = None
     option_format: str = "{letter}. {text}"
     option_separator: str = "\n"
+    caption: dict | None = None  # {field, template}: what stands for the audio in a prompt without it
 
     @classmethod
-    def from_config(cls, prompt, system=None, option_format=None, option_separator=None) -> PromptSpec:
+    def from_config(cls, prompt, system=None, option_format=None, option_separator=None, caption=None) -> PromptSpec:
         if isinstance(prompt, str):
             segments = ({"audio": ALL_CLIPS}, {"text": prompt})
         elif isinstance(prompt, list) and prompt:
             segments = tuple(_segment(s, i) for i, s in enumerate(prompt))
         else:
             raise PromptConfigError("expected a text template or a list of segments ({text: ...} or {audio: ...})")
-        formats = {"option_format": option_format, "option_separator": option_separator}
+        formats = {"option_format": option_format, "option_separator": option_separator, "caption": caption}
         spec = cls(segments, system, **{key: value for key, value in formats.items() if value is not None})
         spec._check()
         return spec
 
     def _check(self) -> None:
+        if self.caption is not None:
+            if not isinstance(self.caption, dict) or set(self.caption) != {"field", "template"}:
+                raise PromptConfigError("caption: expected {field: <metadata field>, template: \"...{caption}...\"}")
+            if set(_placeholders(self.caption["template"], "caption template")) != {"caption"}:
+                raise PromptConfigError("caption: the template must name {caption} and nothing else")
         extra = sorted(set(_placeholders(self.option_format, "option_format")) - {"letter", "text"})
         if extra:
             raise PromptConfigError(f"option_format: bad placeholder {extra}; use {{letter}} and {{text}}")
@@ -126,8 +182,8 @@ class PromptSpec:
                 _placeholders(s["text"], "text")
             if "label" in s and set(_placeholders(s["label"], "label")) - {"i"}:
                 raise PromptConfigError(f"label {s['label']!r}: use {{i}}, the clip's number")
-        if not any("audio" in s for s in self.segments):
-            raise PromptConfigError("the prompt has no audio segment: add {audio: clips}")
+        if not any(MEDIA_KEYS & set(s) for s in self.segments):
+            raise PromptConfigError("the prompt has no audio, image or video segment: add {audio: clips}")
 
     @property
     def named_audio(self) -> set[str]:
@@ -136,19 +192,33 @@ class PromptSpec:
     def fields_used(self) -> set[str]:
         """The metadata fields the text templates name (beyond question, options, letters)."""
         names = {n for s in self.segments if "text" in s for n in _placeholders(s["text"], "text")}
-        return names - set(FIXED_FIELDS)
+        return (names | ({self.caption["field"]} if self.caption else set())) - set(FIXED_FIELDS)
 
-    def render(self, sample: Sample, channels: Channels = MEAN) -> RenderedPrompt:
-        """The sample's prompt; KeyError when a template or segment names something the item lacks."""
+    def render(self, sample: Sample, channels: Channels = MEAN, no_audio: bool = False) -> RenderedPrompt:
+        """The sample's prompt (``no_audio``: without its audio, module docstring); KeyError when a
+        template or segment names something the item lacks."""
         options = self.option_separator.join(
             self.option_format.format(letter=letter, text=text) for letter, text in zip(LETTERS, sample.choices)
         )
         fields = {**sample.meta, "question": sample.question, "options": options,
                   "letters": letters_phrase(len(sample.choices))}
-        segments: list[str | ClipRef] = []
+        segments: list[str | MediaRef] = []
+        caption = self._caption(sample) if no_audio else None
         for segment in self.segments:
             if "text" in segment:
                 segments.append(segment["text"].format_map(fields))
+                continue
+            if no_audio and "audio" in segment:
+                segments += [caption] if caption else []
+                caption = None  # once, where the first audio stood
+                continue
+            if "image" in segment:
+                segments += [ImageRef(path) for path in sample.images]
+                continue
+            if "video" in segment:
+                if sample.video is not None:
+                    segments.append(VideoRef(sample.video, segment.get("frames"), segment.get("fps", FPS),
+                                             segment.get("sound", "track") == "track" and not no_audio))
                 continue
             name = segment["audio"]
             if name == ALL_CLIPS:
@@ -168,6 +238,13 @@ class PromptSpec:
         return RenderedPrompt(tuple(segments), self.system)
 
 
+    def _caption(self, sample: Sample) -> str | None:
+        """The text that stands for the item's audio in a prompt without it: its caption, if any."""
+        if self.caption is None or sample.meta.get(self.caption["field"]) in (None, ""):
+            return None
+        return self.caption["template"].format(caption=sample.meta[self.caption["field"]])
+
+
 def letters_phrase(count: int) -> str:
     """'A, B, C, or D' for four options, 'A or B' for two, '' for none."""
     letters = list(LETTERS[:count])
@@ -176,16 +253,23 @@ def letters_phrase(count: int) -> str:
     return f"{', '.join(letters[:-1])}{',' if count > 2 else ''} or {letters[-1]}"
 
 
-_SEGMENT_KEYS = {"text": {"text"}, "audio": {"audio", "label", "label_single"}}
+_SEGMENT_KEYS = {"text": {"text"}, "audio": {"audio", "label", "label_single"}, "image": {"image"},
+                 "video": {"video", "frames", "fps", "sound"}}
+MEDIA_KEYS = {"audio", "image", "video"}
+#: what an image or video segment names: the item's images, its video
+_MEDIA_VALUES = {"image": "images", "video": "video"}
 
 
 def _segment(value, index: int) -> dict:
     where = f"segment {index + 1}"
     if isinstance(value, str):
         return {"text": value}
-    if not isinstance(value, dict) or len({"text", "audio"} & set(value)) != 1:
-        raise PromptConfigError(f"{where}: expected {{text: template}} or {{audio: clips | <name>}}, got {value!r}")
-    kind = "text" if "text" in value else "audio"
+    if not isinstance(value, dict) or len(set(_SEGMENT_KEYS) & set(value)) != 1:
+        raise PromptConfigError(f"{where}: expected {{text: template}}, {{audio: clips | <name>}}, {{image: images}} "
+                                f"or {{video: video}}, got {value!r}")
+    kind = next(k for k in _SEGMENT_KEYS if k in value)
+    if kind in _MEDIA_VALUES:
+        _check_media(value, kind, where)
     unknown = sorted(set(value) - _SEGMENT_KEYS[kind])
     if unknown:
         raise PromptConfigError(f"{where}: unknown key(s) {unknown}; a {kind} segment takes {sorted(_SEGMENT_KEYS[kind])}")
@@ -196,6 +280,20 @@ def _segment(value, index: int) -> dict:
     if "label" in value and not isinstance(value["label"], str):
         raise PromptConfigError(f"{where}: label must be text")
     return dict(value)
+
+
+def _check_media(value: dict, kind: str, where: str) -> None:
+    if value[kind] != _MEDIA_VALUES[kind]:
+        raise PromptConfigError(f"{where}: {kind} must be {_MEDIA_VALUES[kind]!r} (the item's), not {value[kind]!r}")
+    frames, fps = value.get("frames"), value.get("fps")
+    if frames is not None and fps is not None:
+        raise PromptConfigError(f"{where}: give frames or fps, not both")
+    if frames is not None and (isinstance(frames, bool) or not isinstance(frames, int) or frames < 2):
+        raise PromptConfigError(f"{where}: frames must be a whole number of at least 2")
+    if fps is not None and (isinstance(fps, bool) or not isinstance(fps, (int, float)) or fps <= 0):
+        raise PromptConfigError(f"{where}: fps must be a positive number")
+    if value.get("sound", "track") not in ("track", "none"):
+        raise PromptConfigError(f"{where}: sound must be track (the video's own sound track) or none")
 
 
 def _placeholders(template: str, what: str) -> list[str]:

@@ -13,7 +13,8 @@ class TaskDataError(ValueError):
 
 @dataclass(frozen=True)
 class Sample:
-    """One prompt to run: its audio clips (in prompt order), question, options and gold answer.
+    """One prompt to run: its audio clips (in prompt order), images and video (for the families that
+    see), question, options and gold answer.
 
     ``answer`` is what the task's metrics compare with: a choice letter for multiple choice, the gold
     option's text where the official scorer matches text (MMAU, MMAR), a transcript for ASR, the
@@ -33,6 +34,8 @@ class Sample:
     named_audio: dict[str, Path] = field(default_factory=dict, compare=False)  # audio a prompt segment names
     problem: str | None = None  # why the item cannot run (the message names the item and the fix)
     position: int = 0  # the sample's place in the task's order (scores that pair items by order use it)
+    images: tuple[Path, ...] = ()  # image files, in prompt order
+    video: Path | None = None  # a video file (its frames, and its sound track when it has one)
 
     def __post_init__(self):
         if not self.item:

@@ -11,12 +11,17 @@ A suite is a YAML file in ``configs/suites/``::
 ``aggregate`` names metrics every task of the suite reports; the suite's score for each is the plain
 mean over its tasks (STAR-Bench's "Final MA" averages the three parts' AA and ACR so). The summary
 writes it beside the per-task breakdowns (``breakdown.csv``, report.md) for every model x method x
-ratio that ran all the suite's tasks.
+ratio that ran all the suite's tasks. ``groups`` names groups of its tasks whose primary scores are
+averaged (AudioMarathon's categories and its leaderboard's average over the ten tasks), each for the
+runs that ran all of the group's tasks. ``levels`` names a benchmark's own aggregates beyond a mean
+(``SUITE_LEVELS``: AVI-Bench's stage scores, Overall and L1), computed from whichever of its tasks
+ran; ``notes`` is shown with them. A task run under a protocol (``gtzan@audiomarathon``) counts as
+the suite's task.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -36,9 +41,17 @@ class Suite:
     tasks: tuple[str, ...]
     aggregate: tuple[str, ...] = ()
     aggregate_name: str = "mean"
+    levels: str | None = None
+    notes: str = ""
+    groups: dict = field(default_factory=dict)  # group name -> its tasks
 
 
-_FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "aggregate_name": str}
+_FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "aggregate_name": str, "levels": str,
+           "notes": str, "groups": dict}
+#: a benchmark's own aggregates: name -> ``fn(rows_by_task, scores) -> {level: score}``, both keyed by the
+#: tasks' abbreviations (the rows of each task that ran, its primary score); registered by the benchmark's
+#: metrics module
+SUITE_LEVELS: Registry = Registry("suite levels")
 
 
 def read_suite(path: Path) -> Suite:
@@ -57,8 +70,12 @@ def read_suite(path: Path) -> Suite:
             raise TaskConfigError(f"{path}: field {key!r}: expected {kind.__name__}")
     if not raw.get("tasks") or not all(isinstance(t, str) for t in raw["tasks"]):
         raise TaskConfigError(f"{path}: field 'tasks': list the suite's task names")
+    for name, members in raw.get("groups", {}).items():
+        if not isinstance(members, list) or not members or not set(members) <= set(raw["tasks"]):
+            raise TaskConfigError(f"{path}: field 'groups': group {name!r} must list some of the suite's tasks")
     return Suite(path.stem, raw.get("title", path.stem), raw.get("benchmark", ""), tuple(raw["tasks"]),
-                 tuple(raw.get("aggregate", ())), raw.get("aggregate_name", "mean"))
+                 tuple(raw.get("aggregate", ())), raw.get("aggregate_name", "mean"), raw.get("levels"), raw.get("notes", ""),
+                 {name: tuple(members) for name, members in raw.get("groups", {}).items()})
 
 
 SUITES: Registry[Path] = Registry("suite")

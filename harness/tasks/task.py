@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import math
 import random
-import string
-from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kvprune.registry import Registry
 
 from ..channels import MEAN, Channels
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
-from .dataset_layouts import LAYOUTS, Layout
+from .dataset_layouts import Layout
+from .judged import REFINERS
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
-from .prompts import PromptConfigError, PromptSpec, RenderedPrompt
+from .prompts import PromptSpec, RenderedPrompt
 from .protocols import OFFICIAL, PROTOCOLS
 from .sample import Grade, Sample, TaskDataError  # noqa: F401 (re-exported)
-from .variants import VARIANTS, Variant
+from .task_fields import breakdown, build_channels, build_layout, build_prompt, build_variant, check_fields, metric_options
+from .variants import Variant
 
 DATA_LAYOUTS = ("official", "provisional", "synthetic")
 
@@ -57,12 +57,18 @@ class Task:
     protocol: str = OFFICIAL  # the protocol this config follows
     protocols: dict = field(default_factory=dict, repr=False)  # other protocols: name -> the fields they change
     notes: str = ""  # what a reader of the results must know (shown in report.md)
+    refine: str | None = None  # a judge's rewrite of each reply before it is parsed (REFINERS), when there is a judge
     failed_reply: str | None = None  # what a failed run is scored as ({error}: its message); None: no answer
     config: dict = field(default_factory=dict, compare=False, repr=False)  # the resolved YAML it was built from
 
     @property
     def primary_metric(self) -> str:
         return self.metrics[0]
+
+    @property
+    def needs_judge(self) -> bool:
+        """Whether a metric of the task is judged (the sweep then needs --judge)."""
+        return any(METRICS.get(name).judged for name in self.metrics)
 
     @property
     def higher_is_better(self) -> bool:
@@ -120,37 +126,42 @@ class Task:
             ))
         return sample
 
-    def render(self, sample: Sample) -> RenderedPrompt:
-        """The sample's prompt: ordered text and clip references, and the system turn."""
-        return self.prompt.render(sample, self.channels)
+    def render(self, sample: Sample, no_audio: bool = False) -> RenderedPrompt:
+        """The sample's prompt: ordered text and media references, and the system turn; ``no_audio``:
+        without its audio (its caption instead, if the task has one: ``prompts``)."""
+        return self.prompt.render(sample, self.channels, no_audio)
 
     def parse(self, output: str, sample: Sample) -> str | None:
         """The answer in a model's output (a letter, a transcript, the reply itself); None when there is none."""
         return PARSERS.get(self.parser)(output, sample.choices)
 
-    def score(self, parsed: str | None, sample: Sample) -> dict[str, float]:
-        """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts)."""
+    def score(self, parsed: str | None, sample: Sample, judge=None) -> dict[str, float]:
+        """Per-sample numbers that ``summarize`` reduces (e.g. ``correct``, or WER error counts);
+        judged metrics get ``judge``."""
         scores: dict[str, float] = {}
         for name in self.metrics:
             metric = METRICS.get(name)
-            scores.update(metric.per_sample(parsed, sample, **self._options(metric)))
+            judged = {"judge": judge} if metric.judged else {}
+            scores.update(metric.per_sample(parsed, sample, **judged, **self._options(metric)))
         return scores
 
-    def grade(self, output: str | None, sample: Sample, failure: str | None = None) -> Grade:
-        """Parse and score one output (None: the run failed, with ``failure`` its error's message). A
-        failed run scores as no answer, or, in a task with ``failed_reply``, as that reply with the
-        message in it (STAR-Bench's official loop scores ``"ERROR: <exception>"`` so). A parser or
-        metric that fails on this output is that sample's error (``Grade.error``), not the sweep's."""
+    def grade(self, output: str | None, sample: Sample, judge=None, failure: str | None = None) -> Grade:
+        """Parse and score one output (None: the run failed, with ``failure`` its error's message, which
+        scores as no answer, or as ``failed_reply`` with the message in it: STAR-Bench's official loop
+        scores ``"ERROR: <exception>"``); with a ``judge``, the task's refine step rewrites the output
+        first (``tasks.judged``). A parser, metric or judge that fails on this output is that sample's
+        error (``Grade.error``), not the sweep's."""
         if output is None and failure is not None and self.failed_reply is not None:
             output = self.failed_reply.format(error=failure)
         parsed, error = None, None
         if output is not None:
             try:
-                parsed = self.parse(output, sample)
+                reply = REFINERS.get(self.refine)(judge, sample, output) if judge and self.refine else output
+                parsed = None if reply is None else self.parse(reply, sample)
             except Exception as parse_error:
                 error = parse_error
         try:
-            scores = self.score(parsed, sample)
+            scores = self.score(parsed, sample, judge)
         except Exception as score_error:
             error, scores = error or score_error, {}
         return Grade(parsed, scores, error)
@@ -235,7 +246,8 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str, "failed_reply": str, "breakdown_whole": dict,
+    "protocol": str, "protocols": dict, "notes": str, "refine": str, "caption": dict, "failed_reply": str,
+    "breakdown_whole": dict,
 }
 
 
@@ -248,7 +260,8 @@ def load_task_file(path: Path | str) -> Task:
       ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
     - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``
-      (see ``prompts``); ``channels``: the channel policy (see ``kvprune.harness.channels``);
+      and ``caption`` (what stands for the audio in a prompt without it; see ``prompts``); ``channels``:
+      the channel policy (see ``kvprune.harness.channels``);
     - ``variants``: a name from ``variants.VARIANTS``, or ``{name: ..., <options>}``;
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
       ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
@@ -257,8 +270,8 @@ def load_task_file(path: Path | str) -> Task:
       perception: a sub-category under its first row's category, as the official table counts it);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
       ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
-    - ``failed_reply``: the reply a failed run is scored as (``{error}``: its message; STAR-Bench's
-      official loop scores ``"ERROR: {error}"``); without it a failed run is unanswered.
+    - ``refine``: a judge's rewrite of each reply before parsing, when the sweep has one (``judged.REFINERS``);
+      ``failed_reply``: the reply a failed run is scored as (``{error}``: its message; STAR-Bench's).
 
     Raises TaskConfigError naming the file and the field when anything is off.
     """
@@ -290,6 +303,8 @@ def task_from_config(config: dict, source: str) -> Task:
         raise fail(f"{raw['metrics']!r} must list metrics from {sorted(METRICS)}, primary first", "metrics")
     if raw["max_new_tokens"] < 1:
         raise fail("must be at least 1", "max_new_tokens")
+    if raw.get("refine") is not None and raw["refine"] not in REFINERS:
+        raise fail(f"unknown {raw['refine']!r}; choose from {sorted(REFINERS)}", "refine")
     if raw.get("data_layout", "official") not in DATA_LAYOUTS:
         raise fail(f"choose one of {DATA_LAYOUTS}", "data_layout")
     protocol = raw.get("protocol", OFFICIAL)
@@ -297,104 +312,17 @@ def task_from_config(config: dict, source: str) -> Task:
         if name not in PROTOCOLS:
             raise fail(f"unknown protocol {name!r}; the protocols are {sorted(PROTOCOLS)}", "protocols")
     metrics = tuple(raw["metrics"])
-    layout = _build_layout(raw["layout"], raw.get("layout_options") or {}, fail)
+    layout = build_layout(raw["layout"], raw.get("layout_options") or {}, fail)
     task = Task(
         name=raw["name"], title=raw["title"], abbreviation=raw["abbreviation"], data_dir=raw["data_dir"],
-        layout=layout, prompt=_build_prompt(raw, fail), parser=raw["parser"], metrics=metrics,
-        max_new_tokens=raw["max_new_tokens"], channels=_build_channels(raw.get("channels"), fail),
-        variant=_build_variant(raw.get("variants"), fail), metric_options=_metric_options(raw, metrics, fail),
-        breakdown_by=_breakdown(raw.get("breakdown_by") or [], fail),
+        layout=layout, prompt=build_prompt(raw, fail), parser=raw["parser"], metrics=metrics,
+        max_new_tokens=raw["max_new_tokens"], channels=build_channels(raw.get("channels"), fail),
+        variant=build_variant(raw.get("variants"), fail), metric_options=metric_options(raw, metrics, fail),
+        breakdown_by=breakdown(raw.get("breakdown_by") or [], fail),
         breakdown_whole=dict(raw.get("breakdown_whole") or {}),
         benchmark=raw.get("benchmark", ""),
         data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
-        notes=raw.get("notes", ""), failed_reply=raw.get("failed_reply"), config=raw,
+        notes=raw.get("notes", ""), refine=raw.get("refine"), failed_reply=raw.get("failed_reply"), config=raw,
     )
-    _check_fields(task, fail)
+    check_fields(task, fail)
     return task
-
-
-def _build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]) -> Layout:
-    if name not in LAYOUTS:
-        raise fail(f"unknown {name!r}; choose from {sorted(LAYOUTS)}", "layout")
-    allowed = [f.name for f in fields(LAYOUTS.get(name))]
-    try:
-        return LAYOUTS.get(name)(**options)
-    except (TypeError, ValueError) as error:
-        raise fail(f"{error} (layout {name!r} takes {allowed})", "layout_options") from None
-
-
-def _build_prompt(raw: dict, fail: Callable[..., TaskConfigError]) -> PromptSpec:
-    try:
-        return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"))
-    except PromptConfigError as error:
-        key = "option_format" if str(error).startswith("option_format") else "prompt"
-        raise fail(str(error), key) from None
-
-
-def _build_channels(value, fail: Callable[..., TaskConfigError]) -> Channels:
-    try:
-        return MEAN if value is None else Channels.from_config(value)
-    except (TypeError, ValueError) as error:
-        raise fail(str(error), "channels") from None
-
-
-def _build_variant(value, fail: Callable[..., TaskConfigError]) -> Variant | None:
-    if value is None:
-        return None
-    options = {"name": value} if isinstance(value, str) else dict(value)
-    name = options.pop("name", None)
-    if name not in VARIANTS:
-        raise fail(f"unknown {name!r}; choose from {sorted(VARIANTS)} (a name, or {{name: ..., <options>}})", "variants")
-    try:
-        return VARIANTS.get(name)(**options)
-    except (TypeError, ValueError) as error:
-        allowed = [f.name for f in fields(VARIANTS.get(name))]
-        raise fail(f"{error} (variant {name!r} takes {allowed})", "variants") from None
-
-
-def _metric_options(raw: dict, metrics: tuple[str, ...], fail: Callable[..., TaskConfigError]) -> dict:
-    options = raw.get("metric_options") or {}
-    taken = {key for name in metrics for key in METRICS.get(name).options}
-    unused = sorted(set(options) - taken)
-    if unused:
-        raise fail(f"no metric of this task takes {unused} (they take {sorted(taken) or 'none'})", "metric_options")
-    missing = sorted(taken - set(options))
-    if missing:
-        users = [name for name in metrics if set(METRICS.get(name).options) & set(missing)]
-        raise fail(f"metrics {users} need {missing}", "metric_options")
-    for name in metrics:
-        for key, allowed in METRICS.get(name).options.items():
-            if allowed is not None and options[key] not in allowed:
-                raise fail(f"{key}={options[key]!r} is not one of {list(allowed)}", "metric_options")
-    return dict(options)
-
-
-def _breakdown(value: list, fail: Callable[..., TaskConfigError]) -> tuple[str, ...]:
-    if not all(isinstance(v, str) and v for v in value):
-        raise fail("expected a list of metadata field names", "breakdown_by")
-    return tuple(value)
-
-
-def _check_fields(task: Task, fail: Callable[..., TaskConfigError]) -> None:
-    """What the fields name exists: breakdown_whole's fields in breakdown_by, failed_reply's only {error},
-    the prompt's and breakdowns' fields in what the layout keeps (when it says which)."""
-    strays = sorted(str(name) for pair in task.breakdown_whole.items() for name in pair if name not in task.breakdown_by)
-    if strays:
-        raise fail(f"names {strays}, which breakdown_by does not list: map a breakdown field to another", "breakdown_whole")
-    reply = task.failed_reply or ""
-    if {name for _, name, _, _ in string.Formatter().parse(reply) if name is not None} - {"error"}:
-        raise fail(f"{reply!r} may name only {{error}}, the failed run's error message", "failed_reply")
-    kept = task.layout.metadata_fields()
-    if kept is None:
-        return
-    kept |= {"run", "runs", "clip_order"} if task.variant is not None else set()
-    for key, wanted in (("prompt", task.prompt.fields_used()), ("breakdown_by", set(task.breakdown_by))):
-        missing = sorted(wanted - kept)
-        if missing:
-            raise fail(f"names {missing}, which the layout does not keep: add them to layout_options.meta_fields "
-                       f"(kept: {sorted(kept) or 'none'})", key)
-    named = task.prompt.named_audio - set(task.layout.audio_names())
-    if named:
-        raise fail(f"audio segment(s) {sorted(named)} name audio the layout does not keep: add them to "
-                   "layout_options.named_audio", "prompt")
-

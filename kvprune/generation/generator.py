@@ -202,7 +202,7 @@ class Generator:
         return grown
 
     def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping) -> torch.Tensor:
-        runner = self._runner(sampling, stopping)
+        runner = self._runner(sampling, stopping, state.shape.batch)
         with torch.no_grad(), decoding_attention(self.config):
             runner.prepare(state)
             for step in range(1, max_new_tokens):
@@ -221,14 +221,20 @@ class Generator:
             self._states.popitem(last=False)
         return state
 
-    def _runner(self, sampling: Sampling, stopping: Stopping) -> StepRunner:
-        """One runner (one compiled step) per way of choosing tokens; stop tokens are state, not code."""
-        key = (sampling, tuple(stopping.eos.tolist()), int(stopping.pad), stopping.suppressed.nonzero().flatten().tolist().__repr__())
+    def _runner(self, sampling: Sampling, stopping: Stopping, batch: int) -> StepRunner:
+        """One runner (one compiled step) per way of choosing tokens and batch size (cache lengths are
+        dynamic within it; a batch size that changes inside one compiled step trips torch 2.11's guards:
+        "sources must not be empty for symbol"); stop tokens are state, not code."""
+        key = (batch, sampling, tuple(stopping.eos.tolist()), int(stopping.pad), stopping.suppressed.nonzero().flatten().tolist().__repr__())
         if key not in self._runners:
             module, cache_name, fused = self.module, cache_argument(self.family.decoder(self.model)), self.fused_attention
 
             def step(state: DecodeState) -> None:
                 decode_step(module, state, sampling, stopping, cache_name, fused)
+
+            # torch.compile keys its compiled code and its dynamic-shape decisions by code object: one per
+            # batch size, so that only cache lengths become dynamic within it
+            step.__code__ = step.__code__.replace(co_name=f"decode_step_batch_{batch}")
 
             self._runners[key] = StepRunner(step, self.compile, self.cuda_graphs, self.compile_mode, self.fast_linear)
         return self._runners[key]

@@ -11,12 +11,30 @@ without a graph and why, and ``Generator`` reports it.
 from __future__ import annotations
 
 import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from .decode_state import DecodeState
+
+
+RECOMPILE_LIMIT = 64  # compilations per compiled step (torch's default, 8, falls back to eager without a word)
+
+
+def _reason(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[-1] if text else ''}"[:300]
+
+
+def _from_compiler(error: Exception) -> bool:
+    """Whether ``error`` was raised inside torch.compile's machinery (dynamo, inductor), not by the
+    step's own computation."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return False
+    frames = traceback.extract_tb(error.__traceback__)
+    return any("torch/_dynamo" in frame.filename or "torch/_inductor" in frame.filename for frame in frames)
 
 
 def compile_counters() -> tuple[int, int]:
@@ -38,7 +56,7 @@ class StepRunner:
     compile_mode: str | None = None
     group_linears: bool = False  # compile with ``gemv.GroupLinearsPass`` (decode GEMV kernels)
     captures: int = 0  # CUDA graphs captured so far
-    fallbacks: dict[str, str] = field(default_factory=dict)  # why a state decodes without a graph, by reason
+    fallbacks: dict[str, int] = field(default_factory=dict)  # why a state or the step fell back, by reason: how often
     _compiled: Callable | None = None
     _pool: object = None
 
@@ -47,17 +65,28 @@ class StepRunner:
             self._compiled = torch.compile(self.step, mode=self.compile_mode)
 
     def function(self, state: DecodeState) -> None:
-        """One step on ``state``, compiled if asked for (the compiler pass is in force while it compiles)."""
+        """One step on ``state``, compiled if asked for (the compiler pass is in force while it compiles,
+        with room for one compilation per cache shape). A step that cannot compile says so in
+        ``fallbacks`` and runs uncompiled from then on, never silently."""
         if self._compiled is None:
             return self.step(state)
-        if not self.group_linears:
-            return self._compiled(state)
+        import torch._dynamo.config as dynamo_config
         import torch._inductor.config as inductor_config
 
         from .gemv import GroupLinearsPass
 
-        with inductor_config.patch(pre_grad_custom_pass=GroupLinearsPass()):
-            return self._compiled(state)
+        limit = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+        patches = dict(pre_grad_custom_pass=GroupLinearsPass()) if self.group_linears else {}
+        try:
+            with dynamo_config.patch(**{limit: max(RECOMPILE_LIMIT, getattr(dynamo_config, limit))}), \
+                    inductor_config.patch(**patches):
+                return self._compiled(state)
+        except Exception as error:
+            if not _from_compiler(error):  # the model's own error (out of memory, bad inputs): the caller's
+                raise
+            self._note(f"compile failed, decoding uncompiled: {_reason(error)}")
+            self._compiled = None
+            return self.step(state)
 
     def prepare(self, state: DecodeState) -> None:
         """Capture ``state``'s step as a CUDA graph if that is asked for and not done yet: a warm-up
@@ -83,8 +112,10 @@ class StepRunner:
             torch.cuda.synchronize()
             state.restore(saved)
             state.graph = False
-            reason = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
-            self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
+            self._note(f"no CUDA graph: {_reason(error)}")
+
+    def _note(self, reason: str) -> None:
+        self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
 
     def run(self, state: DecodeState) -> None:
         """One step on ``state``: its graph replayed, or the step called."""

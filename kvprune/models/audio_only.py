@@ -3,8 +3,9 @@
 Omni-style processors (Qwen2.5-Omni, Qwen3-Omni, Gemma-3n) insist on image and video processors,
 which need torchvision, which kvprune does not depend on. Their audio-only forms keep the standard
 text and audio path (chat template, placeholder expansion, features) of the stock class and read the
-same saved files, ignoring the image and video parts. ``load_processor`` uses the stock processor
-wherever torchvision is installed.
+same saved files, ignoring the image and video parts; the Omni families' get images and video back
+through ``vision_frames`` (PIL, no torchvision). ``load_processor`` uses the stock processor wherever
+torchvision is installed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from types import SimpleNamespace
 
 from transformers import AutoProcessor, ProcessorMixin
 from transformers.utils import is_torchvision_available
+
+from .vision_frames import add_pil_vision
 
 
 class AudioOnlyProcessor:
@@ -31,12 +34,15 @@ class AudioOnlyProcessor:
     image_processor = video_processor = SimpleNamespace(merge_size=1)
 
 
-def processor_loader(audio_only: type):
-    """``load_processor`` for a family: the checkpoint's processor, or ``audio_only`` without torchvision."""
+def processor_loader(audio_only: type, vision: bool = False):
+    """``load_processor`` for a family: the checkpoint's processor, or ``audio_only`` without
+    torchvision, given images and video back through ``vision_frames`` where ``vision`` (the Omni
+    families)."""
 
     def load_processor(name_or_path, trust_remote_code: bool = False):
         if is_torchvision_available():
             return AutoProcessor.from_pretrained(name_or_path, trust_remote_code=trust_remote_code)
-        return audio_only.from_pretrained(name_or_path)
+        processor = audio_only.from_pretrained(name_or_path)
+        return add_pil_vision(processor, name_or_path) if vision else processor
 
     return load_processor

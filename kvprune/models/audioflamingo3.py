@@ -3,7 +3,7 @@ projector and a Qwen2.5-7B decoder.
 
 Its processor cuts each audio into 30 s windows (20 at most: longer audio is truncated at 600 s),
 runs them through the encoder as rows of one batch, and gives the whole audio ONE run of ``<sound>``
-placeholders, 750 per full window (25 tokens/s). It takes one audio per prompt.
+placeholders, 750 per full window (25 tokens/s). It takes one audio per prompt (or none: text only).
 """
 
 from . import tiny
@@ -19,7 +19,7 @@ _CHAT = ChatFormat(audio_padding="max_length")
 
 
 def build_inputs(processor, waves, prompt):
-    if len(waves) != 1:
+    if len(waves) > 1:
         raise ValueError(
             f"Audio Flamingo 3's processor takes one audio per prompt, not {len(waves)}; "
             "join the clips into one waveform or ask about them in separate prompts."

@@ -94,6 +94,12 @@ class ModelFamily:
     max_clip_seconds: float | None = None
     #: fixed audio tokens per clip, whatever its length (None: ``llm_tokens_per_second`` applies)
     tokens_per_clip: int | None = None
+    #: modality ("video", "image") -> config attribute(s) of its placeholder id, the first set wins: the
+    #: visual placeholders that presses with scope "video" or "audio+video" prune (the Omni families')
+    visual_token_attrs: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: ``config -> n``: the first n decoder layers add visual features to the visual tokens' hidden
+    #: states (Qwen3-Omni's deepstack), so tokens of a prompt with images or video drop after them
+    visual_feature_layers: Callable[[Any], int] | None = None
 
     def __post_init__(self) -> None:
         model_class = self.model_class if isinstance(self.model_class, str) else self.model_class.__name__
@@ -171,6 +177,16 @@ class ModelFamily:
 
     def final_norm(self, model: nn.Module) -> nn.Module:
         return self.decoder(model).norm
+
+    def placeholder_ids(self, model: nn.Module) -> dict[str, int]:
+        """Modality -> placeholder token id: audio always, the visual ones the config sets."""
+        config = self.entry(model).config
+        ids = {"audio": self.audio_token_id(model)}
+        for modality, attrs in self.visual_token_attrs.items():
+            value = next((v for v in (_follow(config, a, missing=None) for a in attrs) if v is not None), None)
+            if value is not None:
+                ids[modality] = int(value)
+        return ids
 
     def audio_token_id(self, model: nn.Module) -> int:
         config = self.entry(model).config

@@ -1,7 +1,9 @@
 """Qwen2.5-Omni (3B, 7B): the thinker alone or inside the full model with talker.
 
 Audio goes in whole (no chunking): the processor's feature extractor covers up to its
-``chunk_length`` (300 s on the released checkpoints) and the encoder windows it internally.
+``chunk_length`` (300 s on the released checkpoints) and the encoder windows it internally. Images
+and videos go in too; a video with its sound track is interleaved with it in 2 s chunks
+(``use_audio_in_video``), and presses with a visual scope prune the video and image tokens.
 """
 
 from dataclasses import dataclass
@@ -13,6 +15,7 @@ from . import tiny
 from .audio_format import AudioFormat, padding_mask, whisper_tokens
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
+from .prompting import ChatFormat
 
 OMNI_TOKENS = (
     "image_token", "audio_token", "video_token", "vision_bos_token", "vision_eos_token",
@@ -21,12 +24,15 @@ OMNI_TOKENS = (
 
 
 class AudioOnlyOmniProcessor(AudioOnlyProcessor, Qwen2_5OmniProcessor):
-    """``Qwen2_5OmniProcessor`` with only its feature extractor and tokenizer (see ``audio_only``)."""
+    """``Qwen2_5OmniProcessor`` built from its feature extractor and tokenizer (see ``audio_only``);
+    ``load_processor`` gives it images and video back without torchvision (``vision_frames``)."""
 
     token_attributes = OMNI_TOKENS
 
 
-load_processor = processor_loader(AudioOnlyOmniProcessor)
+load_processor = processor_loader(AudioOnlyOmniProcessor, vision=True)
+#: the Omni families' visual placeholders (a press with scope "video" or "audio+video" prunes them)
+OMNI_VISUAL_TOKENS = {"video": ("video_token_id", "video_token_index"), "image": ("image_token_id", "image_token_index")}
 
 
 @dataclass(frozen=True)
@@ -77,6 +83,8 @@ QWEN2_5_OMNI = register_family(
         encoder_end_paths=("model.audio_tower", "audio_tower"),
         audio_format=OmniAudio(),
         tiny_kwargs=TINY,
+        build_inputs=ChatFormat(vision=True),
+        visual_token_attrs=OMNI_VISUAL_TOKENS,
         load_processor=load_processor,
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},

@@ -14,7 +14,8 @@ from transformers import Qwen3OmniMoeProcessor
 from . import tiny
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
-from .qwen2_5_omni import OMNI_TOKENS, TINY_MARKERS, OmniAudio
+from .prompting import ChatFormat
+from .qwen2_5_omni import OMNI_TOKENS, OMNI_VISUAL_TOKENS, TINY_MARKERS, OmniAudio
 
 TOKENS_PER_CHUNK = 13  # transformers hard-codes it for its 100-frame chunks (n_window=50)
 
@@ -27,7 +28,8 @@ def _conv_tokens(frames: int) -> int:
 
 
 class AudioOnlyQwen3OmniProcessor(AudioOnlyProcessor, Qwen3OmniMoeProcessor):
-    """``Qwen3OmniMoeProcessor`` with only its feature extractor and tokenizer (see ``audio_only``)."""
+    """``Qwen3OmniMoeProcessor`` built from its feature extractor and tokenizer (see ``audio_only``);
+    ``load_processor`` gives it images and video back without torchvision (``vision_frames``)."""
 
     token_attributes = OMNI_TOKENS
 
@@ -59,6 +61,7 @@ TINY = dict(
     audio_token_id=tiny.AUDIO_TOKEN,
     image_token_id=tiny.IMAGE_TOKEN,
     video_token_id=tiny.VIDEO_TOKEN,
+    position_id_per_seconds=13,  # one position per audio token (13/s), as its processor interleaves (the bare config says 25)
     **TINY_MARKERS,
 )
 
@@ -73,7 +76,11 @@ QWEN3_OMNI = register_family(
         encoder_end_paths=("model.audio_tower", "audio_tower"),
         audio_format=Qwen3OmniAudio(),
         tiny_kwargs=TINY,
-        load_processor=processor_loader(AudioOnlyQwen3OmniProcessor),
+        build_inputs=ChatFormat(vision=True),
+        visual_token_attrs=OMNI_VISUAL_TOKENS,
+        # deepstack: its first layers add visual features to the visual tokens' hidden states
+        visual_feature_layers=lambda config: len(config.vision_config.deepstack_visual_indexes or ()),
+        load_processor=processor_loader(AudioOnlyQwen3OmniProcessor, vision=True),
         # text answers only: do not build the talker and its vocoder
         load_kwargs={"Qwen3OmniMoeForConditionalGeneration": {"enable_audio_output": False}},
         long_audio="whole (no truncation); the encoder convolves 1 s chunks and attends within 8 s windows",

@@ -28,7 +28,7 @@ from kvprune.press import TokenDropPress, register_press
 @dataclass(frozen=True)
 class KeepFirstPress(TokenDropPress):
     def select(self, clip, evidence):
-        return clip.positions(evidence.is_audio.device)[: clip.n_keep]
+        return clip.positions(evidence.device)[: clip.n_keep]
 '''
 
 FAMILY_MODULE = '''\

@@ -63,8 +63,9 @@ def recorded_drops():
 def test_token_presses_choose_the_same_tokens_with_their_inputs_on_two_devices(recorded_drops, name, split):
     press, clips, evidence, unpruned, prompt_len, slots, kept = recorded_drops[name]
     placed = Evidence(
-        is_audio=on(evidence.is_audio.clone(), 0), valid=on(evidence.valid.clone(), 0),
-        host_is_audio=evidence.host_is_audio, host_valid=evidence.host_valid, sample_keys=evidence.sample_keys,
+        candidates=on(evidence.candidates.clone(), 0), valid=on(evidence.valid.clone(), 0),
+        host_candidates=evidence.host_candidates, host_valid=evidence.host_valid,
+        host_placeholders=evidence.host_placeholders, sample_keys=evidence.sample_keys,
         attention=on(_clone(evidence.attention), device(K - 1, split)), keys=on(_clone(evidence.keys), device(K - 1, split)),
         hidden=on(_clone(evidence.hidden), 1),  # the final norm sits with the last layers
     )

@@ -219,12 +219,12 @@ class OutsidePress(TokenDropPress):
     """Wrongly keeps the token before each clip."""
 
     def select(self, clip, evidence):
-        return clip.positions(evidence.is_audio.device)[: clip.n_keep] - 1
+        return clip.positions(evidence.device)[: clip.n_keep] - 1
 
 
 def test_a_select_outside_its_clip_is_reported():
     m = model("voxtral", "sdpa")
     with torch.no_grad(), OutsidePress(layer=K)(m, ratio=0.5) as outcome:
         m(**FAMILIES["voxtral"].inputs(ROW))
-    with pytest.raises(RuntimeError, match="OutsidePress.select returned positions outside clip"):
+    with pytest.raises(RuntimeError, match="OutsidePress.select returned positions outside its clip"):
         outcome.kept_positions

@@ -96,7 +96,7 @@ def test_build_gives_the_ratio_and_layer_to_parts_without_their_own():
 @pytest.mark.parametrize("value,message", [
     ("fastv,h2o", "unknown press 'h2o'; available: fastv, random, frame, dart, knorm, random_kv, tova, snapkv"),
     ("dart:pivots=3", "method 'dart:pivots=3': press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, "
-                      "keep_rule, pivot_audio, pivot_text, budget"),
+                      "keep_rule, scope, pivot_audio, pivot_text, budget"),
     ("fastv:layer=abc", "method 'fastv:layer=abc': fastv.layer='abc' is not a valid int."),
     ("pyramidkv:press=pyramidkv", "PyramidKVPress(press=PyramidKVPress(...)) wraps a budget policy, which takes another "
                                   "press's scores; choose a press that scores: knorm, random_kv, tova, snapkv, streaming_llm, "

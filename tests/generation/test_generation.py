@@ -227,3 +227,23 @@ def test_grouped_linear_equals_linear_per_weight():
     outputs = torch.ops.kvprune.grouped_linear(x, weights, biases)
     for output, weight, bias in zip(outputs, weights, biases):
         assert torch.equal(output, F.linear(x, weight, bias))
+
+
+def test_a_step_that_cannot_compile_runs_uncompiled_and_says_so(monkeypatch):
+    """Never a silent fallback: a compiler failure is recorded, and the step decodes as written."""
+    from kvprune.generation import graphs
+
+    monkeypatch.setattr(graphs.torch, "compile", lambda function, **kwargs: _raise_from_dynamo)
+    m, inputs = model("qwen2_audio", "sdpa"), FAMILIES["qwen2_audio"].inputs(ROWS)
+    generator = Generator(m, compile=True)
+    out = generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)
+    assert torch.equal(out.new_tokens, stock_tokens("qwen2_audio", m, inputs, None))
+    assert any(reason.startswith("compile failed, decoding uncompiled") for reason in generator.fallbacks)
+
+
+def _raise_from_dynamo(state):
+    """A stand-in for a compiled step whose compilation fails inside torch._dynamo."""
+    import torch._dynamo.eval_frame as eval_frame
+
+    code = compile("raise RuntimeError('sources must not be empty for symbol s31')", eval_frame.__file__, "exec")
+    exec(code, {})

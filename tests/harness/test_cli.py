@@ -13,9 +13,11 @@ def test_listings(capsys):
     for name, kind in [("fastv", "token"), ("random", "token"), ("frame", "token"), ("dart", "token"), ("knorm", "cache")]:
         assert any(line.split()[:2] == [name, kind] for line in presses.splitlines())
     listed = {line.split()[0]: line.split()[1:] for line in presses.splitlines() if line[:1].strip()}
-    assert listed["dart"] == ["token", "audio", "layer=2", "keep_rule=round", "pivot_audio=4", "pivot_text=4", "budget=equal"]
-    assert listed["snapkv"] == ["cache", "audio|prompt", "layer=1", "scope=audio", "window=64", "keep_rule=round", "kernel=5", "pool=avg"]
-    assert listed["pyramidkv"][:2] == ["cache", "audio|prompt"] and "press=snapkv" in listed["pyramidkv"]
+    assert listed["dart"] == ["token", "audio|video", "layer=2", "keep_rule=round", "scope=audio", "pivot_audio=4", "pivot_text=4",
+                              "budget=equal"]
+    assert listed["snapkv"] == ["cache", "audio|video|prompt", "layer=1", "scope=audio", "window=64", "keep_rule=round", "kernel=5",
+                                "pool=avg"]
+    assert listed["pyramidkv"][:2] == ["cache", "audio|video|prompt"] and "press=snapkv" in listed["pyramidkv"]
     assert "use_covariance=true" in listed["expected_attention"], "booleans as a method spec writes them"
     scorers = presses.split("uses: one of ")[1].split(". ")[0].split(", ")
     assert "snapkv" in scorers and not {"pyramidkv", "adakv"} & set(scorers), "a budget policy scores with another press"

@@ -116,31 +116,6 @@ def test_ratio_zero_is_bit_identical(name, attn):
     assert outcome.layer_stats == {}
 
 
-def _recompute_with_eviction(family, m, attn, inputs, seq, kept, prompt_len):
-    """Logits of ``seq`` without a cache, where every position after the prompt sees, at layer j and
-    head h, only the prompt positions ``kept[j][h]`` (and every later position): the eviction as masks."""
-    length, heads = seq.shape[1], m.config.get_text_config().num_attention_heads
-
-    def mask_for(j):
-        allowed = torch.ones(length, length).tril().bool()[None].repeat(heads, 1, 1)
-        if j in kept:
-            for h in range(heads):
-                evicted = [q for q in range(prompt_len) if q not in kept[j][h * len(kept[j]) // heads]]
-                allowed[h, prompt_len:, evicted] = False
-        allowed = allowed[None]
-        return allowed if attn == "sdpa" else torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
-
-    hooks = [layer.register_forward_pre_hook(lambda module, args, kwargs, j=j: (args, {**kwargs, "attention_mask": mask_for(j)}),
-                                             with_kwargs=True)
-             for j, layer in enumerate(decoder_layers(m))]
-    try:
-        with torch.no_grad():
-            return m(**dict(inputs, input_ids=seq, attention_mask=torch.ones_like(seq)), use_cache=False).logits[:, -1]
-    finally:
-        for hook in hooks:
-            hook.remove()
-
-
 @pytest.mark.parametrize("attn", ATTENTION)
 @pytest.mark.parametrize("name", CACHE_PRESSES)
 def test_cached_decoding_equals_recompute_with_the_same_eviction(name, attn):
@@ -164,7 +139,7 @@ def test_cached_decoding_equals_recompute_with_the_same_eviction(name, attn):
     for sequences, logits, start in steps:  # the first turn, then a second turn on the same cache
         for step, step_logits in enumerate(logits):
             seq = sequences[:, : start + step]
-            recomputed = _recompute_with_eviction(family, m, attn, inputs, seq, kept, prompt_len)
+            recomputed = ref.recompute_with_eviction(m, attn, inputs, seq, kept, prompt_len)
             torch.testing.assert_close(recomputed, step_logits, rtol=1e-4, atol=1e-4)
 
 

@@ -209,3 +209,151 @@ def rows_of(task, samples, outputs) -> list[dict]:
             "output": output, "parsed": parsed, **task.score(parsed, sample),
         })
     return rows
+
+
+# -- AVI-Bench's audio-visual tasks: images, audio and video files written here -----------------------
+
+FRAME_SIZE = (56, 56)  # (height, width): 4 image tokens after the 2 x 2 merge
+
+
+def write_image(path: Path, seed: int) -> Path:
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = (np.random.default_rng(seed).random((*FRAME_SIZE, 3)) * 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def write_video(path: Path, seconds: float = 4.0, fps: int = 4, sound: bool = True, seed: int = 0) -> Path:
+    """An MPEG-4 video of random frames, with a 16 kHz AAC sound track (a tone) unless ``sound`` is False."""
+    import av
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    with av.open(str(path), "w") as container:
+        video = container.add_stream("mpeg4", rate=fps)
+        video.height, video.width, video.pix_fmt = *FRAME_SIZE, "yuv420p"
+        audio = container.add_stream("aac", rate=SAMPLE_RATE) if sound else None
+        if audio is not None:
+            audio.layout = "mono"
+        for _ in range(int(seconds * fps)):
+            frame = av.VideoFrame.from_ndarray((rng.random((*FRAME_SIZE, 3)) * 255).astype(np.uint8), format="rgb24")
+            container.mux(video.encode(frame))
+        container.mux(video.encode())
+        if audio is not None:
+            t = np.arange(int(SAMPLE_RATE * seconds)) / SAMPLE_RATE
+            samples = av.AudioFrame.from_ndarray((0.1 * np.sin(2 * np.pi * 220 * t)).astype(np.float32)[None], format="fltp",
+                                                 layout="mono")
+            samples.sample_rate = SAMPLE_RATE
+            container.mux(audio.encode(samples))
+            container.mux(audio.encode())
+    return path
+
+
+def _avi_media_entry(entry_id, task, prompt, text, options, answer, audio=(), images=(), video=None):
+    return {"id": entry_id, "task": task, "subtask": "fixture",
+            "input": {"question": {"prompt": prompt, "text": text, "options": options}, "audio_list": list(audio) or None,
+                      "image_list": list(images) or None, "video": video},
+            "output": {"question_answer": answer}}
+
+
+def avibench_visual(root: Path) -> dict[str, list[dict]]:
+    """``<root>/AVI-Bench/levels/<stage>/<TASK>`` for the twelve audio-visual tasks, two formal entries
+    each (VSQA_I, VSQA_V and AVQA with a ``pre_`` check too), their media written here: images,
+    4 s videos at 4 fps with a sound track (silent for VSQA_V), audio clips. Returns the entries per task."""
+    box = [8, 8, 20, 20]
+    frames = [f"./input/f{i}.png" for i in range(10)]
+    yes_no = dict(prompt=None, options="options_yes_no")
+    tasks = {
+        ("sensation", "VSQA_I"): [
+            _avi_media_entry("0", "VSQA_I", None, "Is there a face?", "get_yes_no", "yes", images=["./input/0.png"]),
+            _avi_media_entry("pre_0", "VSQA_I", None, "Can you see anything?", "options_yes_no", "yes", images=["./input/0.png"]),
+            _avi_media_entry("1", "VSQA_I", None, "Where is the ball?", "get_from_3d-task1", "left", images=["./input/1.png"]),
+        ],
+        ("sensation", "VSQA_V"): [
+            _avi_media_entry("0", "VSQA_V", None, "Which shape moves?", "what_shape", "Cube", video="./input/0.mp4"),
+            _avi_media_entry("pre_0", "VSQA_V", **yes_no, text="Can you see anything?", answer="yes", video="./input/0.mp4"),
+            _avi_media_entry("1", "VSQA_V", None, "How does it move?", "what_movement_2d", "vertical", video="./input/1.mp4"),
+        ],
+        ("sensation", "AVSQA"): [
+            _avi_media_entry("0", "AVSQA", "prompt_avsqa", "Which objects make sound?", "avsqa_options_list_object",
+                             "cube;cone", video="./input/0.mp4"),
+            _avi_media_entry("1", "AVSQA", "prompt_avsqa", "Which colour sounds?", "avsqa_options_list_color", "red",
+                             video="./input/1.mp4"),
+        ],
+        ("perception", "VMIC"): [
+            _avi_media_entry("0", "VMIC", "prompt_vmic", "What is in the image?", "vmic_cls_list", {"banana": 2, "cake": 1},
+                             images=["./input/0.png"]),
+            _avi_media_entry("1", "VMIC", "prompt_vmic", "What is in the image?", "vmic_cls_list", {"bird": 3},
+                             images=["./input/1.png"]),
+        ],
+        ("perception", "AVL"): [
+            _avi_media_entry("0", "AVL", "prompt_avl", "Locate the sounding objects.", "avl_cls_list",
+                             {"bbox": {"dog_1": box}, "original_wh": [56, 56]}, audio=["./input/0.wav"], images=["./input/0.png"]),
+            _avi_media_entry("1", "AVL", "prompt_avl", "Locate the sounding objects.", "avl_cls_list",
+                             {"bbox": {"cat_1": box, "dog_2": [30, 30, 10, 10]}, "original_wh": [56, 56]},
+                             audio=["./input/1.wav"], images=["./input/1.png"]),
+        ],
+        ("perception", "AVM"): [
+            _avi_media_entry("0", "AVM", "prompt_avm", "Do the sound and the video match?", "avm_options_list", "yes",
+                             video="./input/0.mp4"),
+            _avi_media_entry("1", "AVM", "prompt_avm", "Do the sound and the video match?", "avm_options_list", "no",
+                             video="./input/1.mp4"),
+        ],
+        ("understand", "AVR"): [
+            _avi_media_entry("0", "AVR", "prompt_avr", "Which images match the sound?", None, [0, 2], audio=["./input/0.wav"],
+                             images=["./input/0_00.png", "./input/0_01.png", "./input/0_02.png"]),
+            _avi_media_entry("1", "AVR", "prompt_avr", "Which images match the sound?", None, [1], audio=["./input/1.wav"],
+                             images=["./input/0_00.png", "./input/0_01.png"]),
+        ],
+        ("understand", "VAR"): [
+            _avi_media_entry("0", "VAR", "prompt_var", "Which sounds match the image?", None, [1],
+                             audio=["./input/0_00.wav", "./input/0_01.wav"], images=["./input/0.png"]),
+            _avi_media_entry("1", "VAR", "prompt_var", "Which sounds match the image?", None, [0],
+                             audio=["./input/0_00.wav", "./input/0_01.wav"], images=["./input/1.png"]),
+        ],
+        ("understand", "AVC"): [
+            _avi_media_entry("0", "AVC", None, "Describe the video and its sound.", None, ["a dog barks in a park"],
+                             video="./input/0.mp4"),
+            _avi_media_entry("1", "AVC", None, "Describe the video and its sound.", None, ["a man plays the piano"],
+                             video="./input/1.mp4"),
+        ],
+        ("reasoning", "AVH"): [
+            _avi_media_entry("0", "AVH", "prompt_avh", "Is the dog visible?", "avh_options_list", "no", video="./input/0.mp4"),
+            _avi_media_entry("1", "AVH", "prompt_avh", "Is the car visible?", "avh_options_list", "yes", video="./input/1.mp4"),
+        ],
+        ("reasoning", "VAH"): [
+            _avi_media_entry("0", "VAH", "prompt_vah", "Is the dog heard?", "vah_options_list", "yes", video="./input/0.mp4"),
+            _avi_media_entry("1", "VAH", "prompt_vah", "Is the car heard?", "vah_options_list", "no", video="./input/1.mp4"),
+        ],
+        ("reasoning", "AVQA"): [
+            _avi_media_entry("0", "AVQA", "prompt_avqa", "Is there a voiceover?", "avqa_options_list_is", "yes",
+                             video="./input/0.mp4"),
+            _avi_media_entry("pre_0", "AVQA", "prompt_avqa", "Can you hear anything?", "avqa_options_list_is", "yes",
+                             video="./input/0.mp4"),
+            _avi_media_entry("1", "AVQA", "prompt_avqa", "How many instruments sound?", None, "2", video="./input/1.mp4"),
+        ],
+        ("reasoning", "AVLG"): [
+            _avi_media_entry("0", "AVLG", "prompt_avlg", "Where is the sounding object in each frame?", None,
+                             {"bbox": {f"frame_{i}": box if i % 3 else None for i in range(10)}, "original_wh": [56, 56]},
+                             audio=["./input/0.wav"], images=frames),
+            _avi_media_entry("1", "AVLG", "prompt_avlg", "Where is the sounding object in each frame?", None,
+                             {"bbox": {f"frame_{i}": box for i in range(10)}, "original_wh": [56, 56]},
+                             audio=["./input/1.wav"], images=frames),
+        ],
+    }
+    for (stage, task), entries in tasks.items():
+        folder = root / "AVI-Bench" / "levels" / stage / task
+        media = {p for e in entries for p in [*(e["input"]["audio_list"] or []), *(e["input"]["image_list"] or []),
+                                              *([e["input"]["video"]] if e["input"]["video"] else [])]}
+        for seed, name in enumerate(sorted(media)):
+            path = folder / name.removeprefix("./")
+            if name.endswith(".png"):
+                write_image(path, seed)
+            elif name.endswith(".mp4"):
+                write_video(path, sound=task != "VSQA_V", seed=seed)
+            else:
+                write_channels(path)
+        write_json(folder / "data.json", entries)
+    return {task: entries for (_, task), entries in tasks.items()}

@@ -243,3 +243,28 @@ def tokens_of(input_ids: torch.Tensor) -> set[int]:
 
 
 freeze = _freeze
+
+
+def recompute_with_eviction(m, attn, inputs, seq, kept, prompt_len):
+    """Logits of ``seq`` without a cache, where every position after the prompt sees, at layer j and
+    head h, only the prompt positions ``kept[j][h]`` (and every later position): the eviction as masks."""
+    length, heads = seq.shape[1], m.config.get_text_config().num_attention_heads
+
+    def mask_for(j):
+        allowed = torch.ones(length, length).tril().bool()[None].repeat(heads, 1, 1)
+        if j in kept:
+            for h in range(heads):
+                evicted = [q for q in range(prompt_len) if q not in kept[j][h * len(kept[j]) // heads]]
+                allowed[h, prompt_len:, evicted] = False
+        allowed = allowed[None]
+        return allowed if attn == "sdpa" else torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+    hooks = [layer.register_forward_pre_hook(lambda module, args, kwargs, j=j: (args, {**kwargs, "attention_mask": mask_for(j)}),
+                                             with_kwargs=True)
+             for j, layer in enumerate(decoder_layers(m))]
+    try:
+        with torch.no_grad():
+            return m(**dict(inputs, input_ids=seq, attention_mask=torch.ones_like(seq)), use_cache=False).logits[:, -1]
+    finally:
+        for hook in hooks:
+            hook.remove()

@@ -104,7 +104,7 @@ class FixedPress(TokenDropPress):
 
     def select(self, clip, evidence):
         positions = self.keep[clip.row]
-        return positions[(positions >= clip.start) & (positions < clip.end)]
+        return positions[torch.isin(positions, clip.positions())]
 
 
 def single_row(fam, rows, b, seed):

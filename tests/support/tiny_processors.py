@@ -29,6 +29,7 @@ from kvprune.models.gemma3n import AudioOnlyGemma3nProcessor
 from kvprune.models.phi4_multimodal import AudioOnlyPhi4Processor
 from kvprune.models.qwen2_5_omni import AudioOnlyOmniProcessor
 from kvprune.models.qwen3_omni import AudioOnlyQwen3OmniProcessor
+from kvprune.models.vision_frames import add_pil_vision
 
 MELS = tiny.MELS
 WORDS = "system user assistant You are a helpful . Audio 1 2 3 : What is heard ? A B C D".split()
@@ -48,12 +49,15 @@ def word_tokenizer(specials: dict[int, str], roles: dict[str, str] | None = None
     )
 
 
-def chat_template(audio: str) -> str:
-    """A ChatML template that writes ``audio`` for every audio item of a message."""
+def chat_template(audio: str, image: str = "", video: str = "") -> str:
+    """A ChatML template that writes ``audio`` for every audio item of a message (and ``image``,
+    ``video`` for those items, as the Omni templates do); a system turn may be plain text."""
     return (
-        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
-        "{% if c['type'] in ('audio', 'audio_url') %}" + audio + "{% else %}{{ c['text'] }}{% endif %}"
-        "{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+        "{% else %}{% for c in m['content'] %}"
+        "{% if c['type'] in ('audio', 'audio_url') %}" + audio + "{% elif c['type'] == 'image' %}" + image +
+        "{% elif c['type'] == 'video' %}" + video + "{% else %}{{ c['text'] }}{% endif %}"
+        "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
     )
 
 
@@ -68,10 +72,22 @@ OMNI_ROLES = dict(
 )
 
 
-def _omni(processor_class, chunk_seconds: int):
+#: frame area bounds of the tiny Omni processors' videos (the checkpoints' are 128 to 768 patches of 28 x 28)
+TINY_VIDEO_SIZE = {"shortest_edge": 28 * 28, "longest_edge": 4 * 28 * 28}
+
+
+def _omni(processor_class, chunk_seconds: int, config):
+    """An Omni processor as ``load_model`` builds one without torchvision: the stock class on its
+    feature extractor and tokenizer, images and video through ``vision_frames`` (small frames, the
+    tiny vision tower's patch size)."""
     tokenizer = word_tokenizer(OMNI, OMNI_ROLES)
     extractor = WhisperFeatureExtractor(feature_size=MELS, chunk_length=chunk_seconds)
-    return processor_class(extractor, tokenizer, chat_template=chat_template("<|audio_bos|><|AUDIO|><|audio_eos|>"))
+    template = chat_template("<|audio_bos|><|AUDIO|><|audio_eos|>", "<|vision_bos|><|IMAGE|><|vision_eos|>",
+                             "<|vision_bos|><|VIDEO|><|vision_eos|>")
+    processor = add_pil_vision(processor_class(extractor, tokenizer, chat_template=template),
+                               patch_size=config.vision_config.patch_size, size=TINY_VIDEO_SIZE)
+    processor.videos_kwargs = {"size": TINY_VIDEO_SIZE}  # instead of the class's 128 to 768 patches
+    return processor
 
 
 class AeroLikeProcessor:
@@ -87,7 +103,9 @@ class AeroLikeProcessor:
     def apply_chat_template(self, conversation, **kwargs):
         return self.tokenizer.apply_chat_template(conversation, chat_template=chat_template(self.audio_token), **kwargs)
 
-    def __call__(self, text, audios, sampling_rate, **kwargs):
+    def __call__(self, text, audios=None, sampling_rate=16_000, **kwargs):
+        if not audios:  # text alone
+            return dict(self.tokenizer(text, return_tensors="pt"))
         features = self.feature_extractor(
             audios, sampling_rate=sampling_rate, return_attention_mask=True, padding="max_length", return_tensors="pt"
         )
@@ -177,9 +195,9 @@ def processor_and_config(name: str, folder: Path):
     """The family's real processor (or the substitute named above) and the tiny config that agrees with it."""
     family = FAMILIES.get(name)
     if name == "qwen2_5_omni":
-        return _omni(AudioOnlyOmniProcessor, 300), family.tiny_config()
+        return _omni(AudioOnlyOmniProcessor, 300, family.tiny_config()), family.tiny_config()
     if name == "qwen3_omni":
-        return _omni(AudioOnlyQwen3OmniProcessor, 30), family.tiny_config()
+        return _omni(AudioOnlyQwen3OmniProcessor, 30, family.tiny_config()), family.tiny_config()
     if name in ("qwen2_audio", "aero"):
         tokenizer = word_tokenizer(OMNI, OMNI_ROLES)
         extractor = WhisperFeatureExtractor(feature_size=MELS)

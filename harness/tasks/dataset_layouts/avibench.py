@@ -16,18 +16,19 @@ from .base import LAYOUTS, read_items
 @dataclass(frozen=True)
 class AviBenchEntries:
     """An AVI-Bench task folder (``levels/<stage>/<TASK>``): ``data.json``, a list of entries whose
-    media paths start ``./input``, and ``input/``. The question text is the official one
-    (``avibench.text_input``: the entry's ``prompt`` and ``options`` keys resolved through the
-    benchmark's constants); choices are the resolved options; the answer is ``question_answer`` as
-    text (AMIC's ``{class: count}`` as JSON). Each sample keeps ``task``, ``subtask`` and the raw
-    ``entry`` (the official scorers read it). ``pre_<id>`` entries (ASQA's double-confirm checks) are
-    samples like any other."""
+    media paths (``image_list``, ``audio_list``, ``video``) start ``./input``, and ``input/``. The
+    question text is the official one (``avibench.text_input``: the entry's ``prompt`` and
+    ``options`` keys resolved through the benchmark's constants); choices are the resolved options
+    (a list; a class list given as text stays in the question only); the answer is
+    ``question_answer`` as text (a dict or list as JSON). Each sample keeps ``task``, ``subtask`` and
+    the raw ``entry`` (the official scorers read it). ``pre_<id>`` entries (double-confirm checks) are
+    samples like any other. An entry needs at least one medium."""
 
     metadata: str = "data.json"
 
     def describe(self, task_dir: str) -> str:
         return (f"{task_dir}/{self.metadata}, a list of entries {{id, task, subtask, input: {{question: {{prompt, text, "
-                f"options}}, audio_list}}, output: {{question_answer}}}}, audio under {task_dir}/input")
+                f"options}}, image_list, audio_list, video}}, output: {{question_answer}}}}, media under {task_dir}/input")
 
     def metadata_fields(self) -> set[str]:
         return {"task", "subtask", "entry"}
@@ -57,16 +58,25 @@ class AviBenchEntries:
                                 "output.question_answer.") from None
         except ValueError as error:
             raise TaskDataError(f"{where}: {error}.") from None
-        audio = []
-        for clip in media.get("audio_list") or []:
-            found = Path(avibench.media_path(clip, str(task_dir)))
-            if not found.is_file():
-                raise TaskDataError(f"{where}: audio file not found: {found}.")
-            audio.append(found)
-        if not audio:
-            raise TaskDataError(f"{where}: no audio_list; the audio-only tasks need one clip at least.")
+        audio = _files(media.get("audio_list") or [], task_dir, "audio", where)
+        images = _files(media.get("image_list") or [], task_dir, "image", where)
+        video = _files([media["video"]] if media.get("video") is not None else [], task_dir, "video", where)
+        if not (audio or images or video):
+            raise TaskDataError(f"{where}: no image_list, audio_list or video; an entry needs one medium at least.")
         return Sample(
-            id=entry_id, audio=tuple(audio), question=text, choices=tuple(options) if isinstance(options, list) else (),
-            answer=json.dumps(answer) if isinstance(answer, dict) else str(answer),
+            id=entry_id, audio=audio, question=text, choices=tuple(options) if isinstance(options, list) else (),
+            answer=json.dumps(answer) if isinstance(answer, (dict, list)) else str(answer),
             meta={"task": entry.get("task"), "subtask": entry.get("subtask"), "entry": entry},
+            images=images, video=video[0] if video else None,
         )
+
+
+def _files(paths, task_dir: Path, what: str, where: str) -> tuple[Path, ...]:
+    """An entry's media paths in its task folder, each checked to exist."""
+    if not isinstance(paths, list):
+        raise TaskDataError(f"{where}: {what} paths must be a list, got {paths!r}.")
+    found = tuple(Path(avibench.media_path(str(path), str(task_dir))) for path in paths)
+    missing = [str(path) for path in found if not path.is_file()]
+    if missing:
+        raise TaskDataError(f"{where}: {what} file not found: {missing[0]}.")
+    return found

@@ -26,10 +26,11 @@ class JsonItems:
     ... (``choices_field``). ``gold`` says how the answer field is read (``GOLD_FORMS``). ``exclude``
     drops items whose fields all equal one rule's values. ``meta_fields`` are kept with each sample
     and written into each result row. Sample ids are the ``id_field`` value, or the first audio path
-    (``#2``, ``#3``... on repeats).
+    (``#2``, ``#3``... on repeats). ``metadata`` is the file's name, or several names tried in order
+    (a benchmark that released its metadata under two names: MMAR's ``.json``, then ``.jsonl``).
     """
 
-    metadata: str
+    metadata: str | Sequence[str]
     items_key: str | None = None
     audio_root: str | Sequence[str] = "."
     audio_field: str = "path"
@@ -44,8 +45,9 @@ class JsonItems:
     exclude: Sequence[dict] = ()
 
     def __post_init__(self):
-        if not isinstance(self.metadata, str) or not self.metadata:
-            raise ValueError("metadata must be the metadata file's name")
+        names = [self.metadata] if isinstance(self.metadata, str) else self.metadata
+        if not names or not all(isinstance(name, str) and name for name in names):
+            raise ValueError("metadata must be the metadata file's name, or a list of names tried in order")
         if isinstance(self.exclude, (str, dict)) or not all(isinstance(rule, dict) for rule in self.exclude):
             raise ValueError("exclude must be a list of {field: value} rules")
         if self.gold not in GOLD_FORMS:
@@ -56,13 +58,13 @@ class JsonItems:
             raise ValueError("named_audio must map names to audio fields, {name: field}")
 
     def describe(self, task_dir: str) -> str:
-        container = f'an object {{"{self.items_key}": [items]}}' if self.items_key else (
-            "JSON lines, one item each" if ".jsonl" in self.metadata else "a JSON list of items")
+        container = f'an object {{"{self.items_key}": [items]}}' if self.items_key else " or ".join(
+            "JSON lines, one item each" if ".jsonl" in name else "a JSON list of items" for name in self._names())
         fields = [self.audio_field, *self.named_audio.values(), self.question_field, self._choices_description(),
                   f"{self.answer_field} ({GOLD_FORMS[self.gold]})"]
         roots = " or ".join(f"{task_dir}/{root}".removesuffix("/.") for root in self._roots())
         return (
-            f"{task_dir}/{self.metadata} holding {container} with fields {{{', '.join(fields)}}}; "
+            f"{' or '.join(f'{task_dir}/{name}' for name in self._names())} holding {container} with fields {{{', '.join(fields)}}}; "
             f"audio paths relative to {roots}"
         )
 
@@ -72,8 +74,11 @@ class JsonItems:
     def audio_names(self) -> tuple[str, ...]:
         return tuple(self.named_audio)
 
+    def _names(self) -> list[str]:
+        return [self.metadata] if isinstance(self.metadata, str) else list(self.metadata)
+
     def load(self, task_dir: Path) -> list[Sample]:
-        path = task_dir / self.metadata
+        path = next((task_dir / name for name in self._names() if (task_dir / name).is_file()), task_dir / self._names()[0])
         samples, uses_of_clip = [], Counter()
         for index, item in enumerate(read_items(path, self.items_key)):
             where = f"{path.name} item {index}"
@@ -115,7 +120,7 @@ class JsonItems:
     def _id_of(self, item: Any, index: int) -> str:
         if self.id_field and isinstance(item, dict) and isinstance(item.get(self.id_field), (str, int)):
             return str(item[self.id_field])
-        return f"{self.metadata} item {index}"
+        return f"{self._names()[0]} item {index}"
 
     def _clips(self, item: dict, where: str) -> list[str]:
         clips = item_field(item, self.audio_field, where)

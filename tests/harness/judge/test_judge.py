@@ -19,11 +19,13 @@ QUESTION = [{"role": "system", "content": "Be brief."}, {"role": "user", "conten
 
 
 class ChatServer:
-    """A /v1/chat/completions endpoint: answers with the next scripted status (200 echoes the last user
-    message back, upper-cased), and records every request it sees."""
+    """A /v1/chat/completions endpoint: answers with the next scripted status (200: ``answer`` of the
+    request's messages, by default the last user message echoed back upper-cased), and records every
+    request it sees."""
 
-    def __init__(self, script=None):
+    def __init__(self, script=None, answer=None):
         self.script = list(script or [])
+        self.answer = answer or (lambda messages: messages[-1]["content"].upper())
         self.seen: list[dict] = []
         server = self
 
@@ -33,7 +35,7 @@ class ChatServer:
                 server.seen.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
                 status = server.script.pop(0) if server.script else 200
                 if status == 200:
-                    content = body["messages"][-1]["content"].upper()
+                    content = server.answer(body["messages"])
                     payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": content}}]})
                 else:
                     payload = json.dumps({"error": f"scripted {status}"})
@@ -61,8 +63,8 @@ class ChatServer:
 def server():
     started = []
 
-    def start(script=None):
-        started.append(ChatServer(script))
+    def start(script=None, answer=None):
+        started.append(ChatServer(script, answer))
         return started[-1]
 
     yield start

@@ -19,7 +19,7 @@ from kvprune.harness.tasks.task import get_task
 from tests.support import benchmark_fixtures, task_fixtures
 from tests.support.paths import REPO
 
-TASKS = ["starbench", "mmau", "mmar", "avibench", "staudioqa_a", "staudioqa_c"]
+TASKS = ["starbench", "mmau", "mmar", "avibench_asqa", "avibench_amic", "staudioqa_a", "staudioqa_c"]
 RUNS = 5  # the baseline, then 2 methods x 2 ratios
 
 

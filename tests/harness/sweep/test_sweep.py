@@ -292,7 +292,7 @@ class TailPress(TokenDropPress):
     """A third party's press: keeps the last tokens of each clip."""
 
     def select(self, clip, evidence):
-        return clip.positions(evidence.is_audio.device)[clip.length - clip.n_keep :]
+        return clip.positions(evidence.device)[clip.length - clip.n_keep :]
 
 
 SPEC_METHODS = "dart:budget=reference,frame+knorm,frame+knorm:ratio=0.3,tail"

@@ -324,7 +324,7 @@ def test_runs_jsonl_records_the_identity_of_each_start(data_root, tmp_path, caps
     assert run["settings"]["dtype"] == "auto" and run["settings"]["long_audio"] == "split"
     assert run["model_fingerprint"].startswith("local:")
     (method,) = run["methods"].values()
-    assert (method["label"], method["layer"], method["spec"]) == ("fastv", 3, "FastVPress(ratio=0.0, layer=3, keep_rule='round')")
+    assert (method["label"], method["layer"], method["spec"]) == ("fastv", 3, "FastVPress(ratio=0.0, layer=3, keep_rule='round', scope='audio')")
 
 
 def test_ratio_lists_are_sorted_without_repeats_and_ranges_may_run_down(data_root):

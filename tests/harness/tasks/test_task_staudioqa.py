@@ -5,11 +5,15 @@ by hand below."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 import soundfile as sf
 
 from kvprune.harness.audio import AudioLoadError, resample
+from kvprune.harness.sweep.breakdown import breakdown
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.task import get_task
 from tests.support import benchmark_fixtures
@@ -76,3 +80,20 @@ def test_type_c_averages_its_three_families(root):
     rows = benchmark_fixtures.rows_of(task, task.load(root), ["No.", "yes", "Yes"])
     assert task.summarize(rows) == pytest.approx({"st_family_average": 200 / 3, "st_answer_accuracy": 200 / 3})
     assert np.isnan(task.summarize(rows[:2])["st_family_average"])  # a family missing: no average
+
+
+def test_the_table_4_columns_cross_family_and_attribute(root):
+    """Items that carry the attribute (DoA or distance) are broken down by family and attribute, as
+    the paper's Table 4 columns are; items without it are left out of that table only."""
+    items = [json.loads(line) for line in (root / "ST-AudioQA" / "type_a.jsonl").read_text().splitlines()]
+    items[2]["attribute"] = "doa"
+    items.append(dict(items[2], id="a5", question="What is the distance of the sound at the end?", answer="2.0--2.5 m",
+                      attribute="distance"))
+    (root / "ST-AudioQA" / "type_a.jsonl").write_text("".join(json.dumps(item) + "\n" for item in items))
+    task = get_task("staudioqa_a")
+    rows = benchmark_fixtures.rows_of(task, task.load(root), ["dog bark", "yes", "Back-right.", "clapping", "3 m"])
+    identity = dict(model="m", task=task.name, method="none", ratio=0.0, layer=None, method_id="none", settings_id="s")
+    table = breakdown(pd.DataFrame([dict(row, **identity) for row in rows]), {task.name: task})
+    columns = table[table["field"] == "family+attribute"].set_index("value")
+    assert dict(columns["samples"]) == {"spatial location / distance": 1, "spatial location / doa": 1}
+    assert dict(columns["score"]) == {"spatial location / distance": 0.0, "spatial location / doa": 100.0}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.setup.ratios import parse_ratios
+from kvprune.harness.setup.ratio_lists import parse_ratios
 
 
 @pytest.mark.parametrize(

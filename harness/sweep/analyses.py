@@ -1,0 +1,141 @@
+"""Two analyses AudioMarathon reports, for any task: score against audio duration, and a radar chart of
+scores per task.
+
+Duration: samples are bucketed by the audio the model heard (``audio_seconds``), on the bucket edges
+of AudioMarathon's ``analyse_audio_duration`` scripts (0, 10, 20, 25, 28, 30, 32, 35, 40, 45, 60, 90,
+120, 180 s and beyond); each bucket is scored with the task's own metrics, as the breakdowns are
+(``duration_breakdown``: rows of breakdown.csv and report.md under the field ``audio duration``),
+and drawn per model and task, one line per run (``plot_duration``). A task whose samples all fall
+in one bucket has nothing to show and is left out.
+
+Radar (``plot_radar``): one figure per model, one panel per ratio, a polygon per method (the
+unpruned run in each), spokes the tasks' primary scores (error rates such as WER drawn as 100 minus
+the rate, so outward is better everywhere), as AudioMarathon's leaderboard figure draws its models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+import pandas as pd  # noqa: E402
+
+from ..tasks.task import Task, get_task  # noqa: E402
+from .config import BASELINE  # noqa: E402
+from .plots import slug  # noqa: E402
+from .summary import GROUP  # noqa: E402
+
+DURATION_EDGES = (0, 10, 20, 25, 28, 30, 32, 35, 40, 45, 60, 90, 120, 180, math.inf)
+DURATION_FIELD = "audio duration"
+
+
+def bucket(seconds: float) -> str | None:
+    """The duration bucket of ``seconds`` (``"90-120 s"``, ``"180+ s"``); None when unknown."""
+    if seconds is None or pd.isna(seconds):
+        return None
+    for low, high in zip(DURATION_EDGES, DURATION_EDGES[1:]):
+        if low <= seconds < high:
+            return f"{low}+ s" if math.isinf(high) else f"{low}-{high} s"
+    return None
+
+
+def duration_breakdown(results: pd.DataFrame, tasks: Mapping[str, Task]) -> pd.DataFrame:
+    """Per run identity and duration bucket (in increasing order): samples and the task's metrics
+    (``score``: the primary one), for the tasks whose samples span two buckets or more."""
+    if results.empty or "audio_seconds" not in results:
+        return pd.DataFrame()
+    frame = results.reindex(columns=list(dict.fromkeys([*results.columns, *GROUP]))).assign(
+        bucket=results["audio_seconds"].map(bucket))
+    order = {bucket(low): i for i, low in enumerate(DURATION_EDGES[:-1])}
+    rows = []
+    for (model, task_name, method, layer, method_id, settings_id, ratio), group in frame.groupby(GROUP, sort=True, dropna=False):
+        if group["bucket"].nunique() < 2:
+            continue
+        task = tasks[task_name] if task_name in tasks else get_task(task_name)
+        identity = dict(model=model, task=task_name, method=method, ratio=ratio, layer=None if pd.isna(layer) else int(layer),
+                        method_id=method_id, settings_id=settings_id)
+        for value, subset in sorted(group.dropna(subset=["bucket"]).groupby("bucket"), key=lambda item: order[item[0]]):
+            metrics = task.summarize(subset.drop(columns="bucket").to_dict("records"))
+            rows.append(dict(identity, field=DURATION_FIELD, value=value, samples=len(subset), metric=task.primary_metric,
+                             score=metrics[task.primary_metric], **metrics))
+    return pd.DataFrame(rows)
+
+
+def plot_duration(table: pd.DataFrame, out_dir: Path) -> list[Path]:
+    """Score against duration bucket, per model and task (``<model>_<task>_duration.png``)."""
+    if table.empty or DURATION_FIELD not in set(table["field"]):
+        return []
+    table = table[table["field"] == DURATION_FIELD]
+    paths = []
+    for (model, task), rows in table.groupby(["model", "task"], sort=True):
+        buckets = list(dict.fromkeys(rows["value"]))
+        figure, axes = plt.subplots(figsize=(max(6, 1.1 * len(buckets)), 4))
+        runs = sorted(rows.groupby(["method", "ratio"]), key=lambda item: (item[0][0] != BASELINE, item[0]))
+        for (method, ratio), run in runs:  # the unpruned line first and widest: a tied run shows inside it
+            label = "unpruned" if method == BASELINE else f"{method} {ratio:g}"
+            run = run.set_index("value").reindex(buckets)
+            axes.plot(range(len(buckets)), run["score"], marker="o", label=label,
+                      linewidth=2.5 if method == BASELINE else 1.2, color="black" if method == BASELINE else None)
+        axes.set_xticks(range(len(buckets)), [f"{b}\n(n={int(n)})" for b, n in zip(buckets, _samples(rows, buckets))])
+        axes.set_xlabel("audio duration")
+        axes.set_ylabel(rows["metric"].iloc[0])
+        axes.set_title(f"{task}: score against audio duration ({Path(str(model)).name})")
+        axes.legend(fontsize="small", ncol=2)
+        paths.append(_saved(figure, out_dir / f"{slug(model)}_{slug(task)}_duration.png"))
+    return paths
+
+
+def _samples(rows: pd.DataFrame, buckets: list[str]) -> list[int]:
+    baseline = rows[rows["method"] == BASELINE]
+    counts = (baseline if not baseline.empty else rows).groupby("value")["samples"].first()
+    return [int(counts.get(b, 0)) for b in buckets]
+
+
+def plot_radar(summary: pd.DataFrame, out_dir: Path, tasks: Mapping[str, Task] | None = None) -> list[Path]:
+    """A radar chart of every task's score per model (``<model>_radar.png``), for three tasks or more;
+    spokes are named by the tasks' abbreviations (``tasks``: as they ran)."""
+    tasks_by_name = tasks or {}
+    paths = []
+    for model, frame in summary.groupby("model"):
+        tasks = sorted(frame["task"].unique())
+        if len(tasks) < 3:
+            continue
+        frame = frame.assign(outward=[s if up else 100 - s for s, up in zip(frame["score"], frame["higher_is_better"])])
+        ratios = sorted(r for r in frame["ratio"].unique() if r > 0) or [0.0]
+        columns = min(3, len(ratios))
+        rows_of_panels = math.ceil(len(ratios) / columns)
+        figure = plt.figure(figsize=(5 * columns, 5 * rows_of_panels))
+        angles = [2 * math.pi * i / len(tasks) for i in range(len(tasks))]
+        baseline = frame[frame["method"] == BASELINE].set_index("task")["outward"]
+        for index, ratio in enumerate(ratios, start=1):
+            axes = figure.add_subplot(rows_of_panels, columns, index, projection="polar")
+            _polygon(axes, angles, [baseline.get(t) for t in tasks], "unpruned", linewidth=2.5, color="black")
+            at_ratio = frame[(frame["ratio"] == ratio) & (frame["method"] != BASELINE)]
+            for method, rows in at_ratio.groupby("method", sort=True):
+                scores = rows.set_index("task")["outward"]
+                _polygon(axes, angles, [scores.get(t) for t in tasks], method)
+            names = [tasks_by_name[t].abbreviation if t in tasks_by_name else t.split("@")[0] for t in tasks]
+            axes.set_xticks(angles, names, fontsize="small")
+            axes.set_ylim(0, 100)
+            axes.set_title(f"ratio {ratio:g}")
+            axes.legend(fontsize="x-small", loc="lower left", bbox_to_anchor=(0.9, 0.9))
+        figure.suptitle(f"{Path(str(model)).name}: score per task (error rates as 100 - rate)")
+        paths.append(_saved(figure, out_dir / f"{slug(model)}_radar.png"))
+    return paths
+
+
+def _saved(figure, path: Path) -> Path:
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _polygon(axes, angles: list[float], scores: list, label: str, **style) -> None:
+    values = [0.0 if s is None or pd.isna(s) else float(s) for s in scores]
+    axes.plot([*angles, angles[0]], [*values, values[0]], label=label, **style)
