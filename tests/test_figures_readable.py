@@ -54,12 +54,14 @@ def test_importing_the_plotting_modules_leaves_the_backend_to_the_user():
     import matplotlib
 
     from kvprune.harness.bench import report
+    from kvprune.harness.sweep import analyses
 
     before = matplotlib.get_backend()
     try:
         matplotlib.use("svg")  # a backend of the user's: the modules' top level, run again, keeps it
         importlib.reload(plots)
         importlib.reload(report)
+        importlib.reload(analyses)
         assert matplotlib.get_backend() == "svg"
     finally:
         matplotlib.use(before)

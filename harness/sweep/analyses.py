@@ -19,16 +19,13 @@ import math
 from collections.abc import Mapping
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import pandas as pd  # noqa: E402
-
-from ..tasks.task import Task, get_task  # noqa: E402
-from .config import BASELINE  # noqa: E402
-from .plots import slug  # noqa: E402
-from .summary import GROUP  # noqa: E402
+from ..tasks.task import Task, get_task
+from .config import BASELINE
+from .plots import slug
+from .summary import GROUP
 
 DURATION_EDGES = (0, 10, 20, 25, 28, 30, 32, 35, 40, 45, 60, 90, 120, 180, math.inf)
 DURATION_FIELD = "audio duration"
