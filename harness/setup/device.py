@@ -76,7 +76,7 @@ def cpu_threads(model: torch.nn.Module) -> Iterator[int]:
     thread count in force. A model this small (the demo's 1.2 M parameters) multiplies matrices too
     small for threads to pay, and its threads wait on each other whenever another process takes a
     core: on 2 cores beside one busy process, the demo's 40 generations took 14.9 s on one thread
-    and 161 s on two (docs/demo/README.md, ``scripts/cpu_threads.py``). Larger models, models on a
+    and 161 s on two (README, "CPU threads"; ``scripts/cpu_threads.py``). Larger models, models on a
     GPU, and a user who set ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` keep torch's threads."""
     before = torch.get_num_threads()
     first = next(model.parameters(), None)
