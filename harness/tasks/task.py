@@ -26,7 +26,7 @@ from .judged import REFINERS
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
 from .prompts import PromptSpec, RenderedPrompt
-from .protocols import OFFICIAL, PROTOCOLS
+from .protocols import OFFICIAL, PROTOCOLS, family_problem, resolved_config
 from .sample import Grade, Sample, TaskDataError  # noqa: F401 (re-exported)
 from .variants import Variant
 
@@ -173,21 +173,17 @@ class Task:
     def _options(self, metric: Metric) -> dict:
         return {key: self.metric_options[key] for key in metric.options}
 
-    def under(self, protocol: str) -> Task:
-        """This task under another protocol (``protocols``): the protocol's fields replace the task's
-        (``layout_options`` and ``metric_options`` key by key), and the name becomes ``<name>@<protocol>``."""
+    def under(self, protocol: str, family: str | None = None) -> Task:
+        """This task under another protocol (``protocols``), with the conventions the protocol has for
+        the model ``family``, if any (``protocols.resolved_config``: named ``<name>@<protocol>``, or
+        ``<name>@<protocol>:<family>``)."""
         if protocol == self.protocol:
             return self
         if protocol not in self.protocols:
             have = ", ".join([self.protocol, *self.protocols])
             raise TaskConfigError(f"task {self.name} has no {protocol!r} protocol (it has: {have})")
-        config = {k: v for k, v in self.config.items() if k != "protocols"}
-        changes = self.protocols[protocol]
-        for key, value in changes.items():
-            merge = key in ("layout_options", "metric_options") and isinstance(value, dict)
-            config[key] = {**config.get(key, {}), **value} if merge else value
-        config.update(name=f"{self.name}@{protocol}", protocol=protocol)
-        return task_from_config(config, source=f"task {self.name}, protocol {protocol}")
+        where = f"task {self.name}, protocol {protocol}" + (f", family {family}" if family else "")
+        return task_from_config(resolved_config(self.config, protocol, family), source=where)
 
 
 def _number(value) -> bool:
@@ -240,7 +236,8 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str, "refine": str, "caption": dict,
+    "protocol": str, "protocols": dict, "notes": str, "refine": str, "caption": dict, "family": str,
+    "transcription": str,
 }
 
 
@@ -252,15 +249,18 @@ def load_task_file(path: Path | str) -> Task:
       (the benchmark's published layout), ``provisional`` (ours, until one is published) or
       ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
-    - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``
-      and ``caption`` (what stands for the audio in a prompt without it; see ``prompts``); ``channels``:
+    - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``,
+      ``caption`` (what stands for the audio in a prompt without it) and ``transcription`` (the model's
+      transcription request instead of a chat turn; see ``prompts``); ``channels``:
       the channel policy (see ``kvprune.harness.channels``);
     - ``variants``: a name from ``variants.VARIANTS``, or ``{name: ..., <options>}``;
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
       ``metric_options``: options the metrics take (e.g. ``starbench_part``); ``breakdown_by``:
       metadata fields to score per value (``breakdown.csv``);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
-      ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
+      ``protocols``: other protocols by name, each the fields it changes, and per model family the
+      fields that family's conventions change on top (``families``; ``Task.under``); ``family``: in a
+      resolved config, the model family whose conventions it follows;
     - ``refine``: a judge's rewrite of each reply before parsing, when the sweep has one (``judged.REFINERS``).
 
     Raises TaskConfigError naming the file and the field when anything is off.
@@ -301,6 +301,8 @@ def task_from_config(config: dict, source: str) -> Task:
     for name in [protocol, *raw.get("protocols", {})]:
         if name not in PROTOCOLS:
             raise fail(f"unknown protocol {name!r}; the protocols are {sorted(PROTOCOLS)}", "protocols")
+    if problem := family_problem(raw.get("protocols", {})):
+        raise fail(problem, "protocols")
     metrics = tuple(raw["metrics"])
     layout = task_fields.build_layout(raw["layout"], raw.get("layout_options") or {}, fail)
     task = Task(

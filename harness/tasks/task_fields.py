@@ -32,9 +32,9 @@ def build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError])
 def build_prompt(raw: dict, fail: Callable[..., TaskConfigError]) -> PromptSpec:
     try:
         return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"),
-                                      raw.get("caption"))
+                                      raw.get("caption"), raw.get("transcription"))
     except PromptConfigError as error:
-        key = next((k for k in ("option_format", "caption") if str(error).startswith(k)), "prompt")
+        key = next((k for k in ("option_format", "caption", "transcription") if str(error).startswith(k)), "prompt")
         raise fail(str(error), key) from None
 
 
