@@ -56,6 +56,16 @@ def resolved_config(config: dict, protocol: str, family: str | None = None) -> d
     return resolved
 
 
+def identity_config(config: dict) -> dict:
+    """A task's config as its runs' identity holds it: without the conventions per model family that
+    its other protocols hold. A task under its own protocol never uses them (one resolved under a
+    protocol carries its family's fields instead), so adding them does not change what a folder
+    written before means, and its runs stay resumable."""
+    protocols = {name: {key: value for key, value in changes.items() if key != FAMILY_LAYERS} if isinstance(changes, dict)
+                 else changes for name, changes in config.get("protocols", {}).items()}
+    return {**config, "protocols": protocols} if "protocols" in config else config
+
+
 def family_problem(protocols: dict) -> str | None:
     """What is wrong with the family layers of a task's ``protocols``, if anything."""
     for name, changes in protocols.items():
