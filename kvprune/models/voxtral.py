@@ -18,11 +18,11 @@ from .prompting import SAMPLING_RATE, ChatFormat, wav_base64
 
 
 def transcription_request(processor, wave, language: str):
-    """The processor's transcription request for one resampled clip (written to it as a WAV file;
-    ``model_id`` only names the model in the request, which the tokens do not carry)."""
+    """The processor's transcription request for one resampled clip (which it writes to a 16-bit WAV
+    file and reads back, as it does with an audio file; ``model_id`` only names the model in the
+    request, which the tokens do not carry)."""
     return processor.apply_transcription_request(
-        audio=[wave], model_id="voxtral", language=language, sampling_rate=SAMPLING_RATE, format=["wav"],
-        return_tensors="pt", tokenize=True, return_dict=True,
+        audio=[wave], model_id="voxtral", language=language, sampling_rate=SAMPLING_RATE, format=["wav"], return_tensors="pt"
     )
 
 
