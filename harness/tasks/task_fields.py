@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING
 
 from ..channels import MEAN, Channels
 from .config_files import TaskConfigError
@@ -14,9 +13,6 @@ from .dataset_layouts import LAYOUTS, Layout
 from .metrics import METRICS
 from .prompts import PromptConfigError, PromptSpec
 from .variants import VARIANTS, Variant
-
-if TYPE_CHECKING:
-    from .task import Task
 
 
 def build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError]) -> Layout:
@@ -82,8 +78,9 @@ def breakdown(value: list, fail: Callable[..., TaskConfigError]) -> tuple[str, .
     return tuple(value)
 
 
-def check_fields(task: Task, fail: Callable[..., TaskConfigError]) -> None:
-    """Fields the prompt and the breakdowns name must be ones the layout keeps (when it says which)."""
+def check_fields(task, fail: Callable[..., TaskConfigError]) -> None:
+    """Fields the prompt and the breakdowns of ``task`` (the ``Task`` being built) name must be ones the
+    layout keeps (when it says which)."""
     kept = task.layout.metadata_fields()
     if kept is None:
         return
