@@ -161,6 +161,22 @@ def letter_vesus(reply: str, choices: Mapping[str, str]) -> str:
     (``choices`` keyed ``choice_a``...) that shares a synonym group with the reply, both by substring.
     The groups list synonyms, not the emotion names, so an option reading "Angry" never matches."""
     text = after_assistant(reply).strip().lower()
+    if letter := emotion_letter_forms(text):
+        return letter
+    for letter in LETTERS:
+        key = f"choice_{letter.lower()}"
+        if key in choices:
+            option = choices[key].lower()
+            for words in EMOTION_SYNONYMS.values():
+                if any(w in text for w in words) and any(w in option for w in words):
+                    return letter
+    return ""
+
+
+def emotion_letter_forms(text: str) -> str:
+    """The letter steps every model's ``extract_emotion_answer`` starts with, on the lower-cased reply:
+    the reply is ``x`` or starts ``x.``/``x)``; else it contains ``option x``, ``choice x``, ``x)`` or
+    ``(x)`` (a before b...); ``""`` when neither."""
     for letter in LETTERS:
         x = letter.lower()
         if text == x or text.startswith((f"{x}.", f"{x})")):
@@ -169,13 +185,6 @@ def letter_vesus(reply: str, choices: Mapping[str, str]) -> str:
         x = letter.lower()
         if any(p in text for p in (f"option {x}", f"choice {x}", f"{x})", f"({x})")):
             return letter
-    for letter in LETTERS:
-        key = f"choice_{letter.lower()}"
-        if key in choices:
-            option = choices[key].lower()
-            for words in EMOTION_SYNONYMS.values():
-                if any(w in text for w in words) and any(w in option for w in words):
-                    return letter
     return ""
 
 
@@ -250,7 +259,12 @@ def label_age(reply: str, choices: Mapping[str, str]) -> str:
         x = key[-1].lower()
         if f"option {x}" in text or f"choice {x}" in text or f"answer {x}" in text:
             return option
-    named = [option for option in choices.values() if option.lower() in text]
+    return one_option_named(text, choices.values())
+
+
+def one_option_named(text: str, options) -> str:
+    """The one option whose lower-cased text the (lower-cased) reply contains, else ``""``."""
+    named = [option for option in options if option.lower() in text]
     return named[0] if len(named) == 1 else ""
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from .audiomarathon import EMOTION_SYNONYMS, LETTERS, two_way_label
+from .audiomarathon import EMOTION_SYNONYMS, LETTERS, emotion_letter_forms, one_option_named, two_way_label
 from .audiomarathon_scores import NONEMPTY, Task, lower_stripped
 
 PHI4, AERO, VOXTRAL = "phi4_multimodal", "aero", "voxtral"
@@ -33,14 +33,8 @@ def emotion_choice(reply: str, choices: Mapping[str, str]) -> str:
     its synonyms that the reply names too (by substring). Unlike the Qwen script's, the emotion's own
     name counts ("Angry" matches "angry"); "sad" also matches inside "sadness"."""
     text = reply.lower().strip()
-    for letter in LETTERS:
-        x = letter.lower()
-        if text == x or text.startswith((f"{x}.", f"{x})")):
-            return letter
-    for letter in LETTERS:
-        x = letter.lower()
-        if any(p in text for p in (f"option {x}", f"choice {x}", f"{x})", f"({x})")):
-            return letter
+    if letter := emotion_letter_forms(text):
+        return letter
     for letter in LETTERS:
         option = choices.get(f"choice_{letter.lower()}")
         if option is None:
@@ -95,8 +89,7 @@ def age_choice(reply: str, choices: Mapping[str, str]) -> str:
         x = key[-1].lower()
         if f"option {x}" in text or f"choice {x}" in text or f"{x})" in text:
             return option
-    named = [option for option in choices.values() if option.lower() in text]
-    return named[0] if len(named) == 1 else ""
+    return one_option_named(text, choices.values())
 
 
 def genre_voxtral(reply: str, choices: Sequence[str]) -> str:

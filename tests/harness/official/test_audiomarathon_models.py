@@ -116,8 +116,10 @@ def extract_emotion_answer(text, choices):
     return ""
 
 
-def extract_authenticity_answer_phi4(text, choice_a="real", choice_b="fake"):
-    """src/Phi4MM/Others/HAD_test.py."""
+def two_option_answer(text, choice_a, choice_b, words):
+    """src/Phi4MM/Others/HAD_test.py: extract_authenticity_answer (real, fake) and src/Phi4MM/Others/
+    Vox_test.py, src/Aero-1/Others/Vox_test_aero.py: extract_gender_answer (male, female), the same
+    code but for the last step's word patterns (``words``)."""
     text_lower = text.lower().strip()
     a, b = choice_a.lower().strip(), choice_b.lower().strip()
     if text_lower == "a" or text_lower.startswith("a.") or text_lower.startswith("a)"):
@@ -132,14 +134,22 @@ def extract_authenticity_answer_phi4(text, choice_a="real", choice_b="fake"):
         return a
     if b in text_lower and a not in text_lower:
         return b
-    if a == "real" and b == "fake":
-        real_match = re.search(r"\breal\b|\bauthentic\b|\bgenuine\b", text_lower) is not None
-        fake_match = re.search(r"\bfake\b|\bartificial\b|\bsynthetic\b|\bsynthesized\b", text_lower) is not None
-        if real_match and not fake_match:
-            return "real"
-        if fake_match and not real_match:
-            return "fake"
+    a_match = re.search(words[0], text_lower) is not None
+    b_match = re.search(words[1], text_lower) is not None
+    if a_match and not b_match:
+        return a
+    if b_match and not a_match:
+        return b
     return ""
+
+
+def extract_authenticity_answer_phi4(text):
+    return two_option_answer(text, "real", "fake", (r"\breal\b|\bauthentic\b|\bgenuine\b",
+                                                     r"\bfake\b|\bartificial\b|\bsynthetic\b|\bsynthesized\b"))
+
+
+def extract_gender_answer(text):
+    return two_option_answer(text, "male", "female", (r"\bmale\b", r"\bfemale\b"))
 
 
 def extract_authenticity_answer_aero(text):
@@ -155,32 +165,6 @@ def extract_authenticity_answer_aero(text):
     elif any(w in text_lower for w in ["artificial", "synthetic", "generated"]) and \
             not any(w in text_lower for w in ["real", "authentic", "genuine"]):
         return "fake"
-    return ""
-
-
-def extract_gender_answer(text, choice_a="male", choice_b="female"):
-    """src/Phi4MM/Others/Vox_test.py, src/Aero-1/Others/Vox_test_aero.py (called with the defaults)."""
-    text_lower = text.lower().strip()
-    a, b = choice_a.lower().strip(), choice_b.lower().strip()
-    if text_lower == "a" or text_lower.startswith("a.") or text_lower.startswith("a)"):
-        return a
-    if text_lower == "b" or text_lower.startswith("b.") or text_lower.startswith("b)"):
-        return b
-    if "option a" in text_lower or "choice a" in text_lower or "a)" in text_lower:
-        return a
-    if "option b" in text_lower or "choice b" in text_lower or "b)" in text_lower:
-        return b
-    if a in text_lower and b not in text_lower:
-        return a
-    if b in text_lower and a not in text_lower:
-        return b
-    if a == "male" and b == "female":
-        male_match = re.search(r"\bmale\b", text_lower) is not None
-        female_match = re.search(r"\bfemale\b", text_lower) is not None
-        if male_match and not female_match:
-            return "male"
-        if female_match and not male_match:
-            return "female"
     return ""
 
 
