@@ -35,7 +35,8 @@ def load_audio(path: str | Path, sampling_rate: int = SAMPLING_RATE) -> np.ndarr
 
 
 def load_clips(path: str | Path, channels: Channels = MEAN, sampling_rate: int = SAMPLING_RATE) -> list[np.ndarray]:
-    """Read ``path`` and turn its channels into mono clips by ``channels``, each resampled to ``sampling_rate``."""
+    """Read ``path`` and turn its channels into mono clips by ``channels``, each resampled to
+    ``sampling_rate`` (and scaled, if the policy normalizes)."""
     path = Path(path)
     if not path.is_file():
         raise AudioLoadError(f"audio file not found: {path}")
@@ -56,7 +57,7 @@ def load_clips(path: str | Path, channels: Channels = MEAN, sampling_rate: int =
         clips = channels.apply(data, path)
     except ChannelError as error:
         raise AudioLoadError(str(error)) from None
-    return [resample(clip, rate, sampling_rate) for clip in clips]
+    return [channels.scaled(resample(clip, rate, sampling_rate)) for clip in clips]
 
 
 def check_samples(data: np.ndarray, path) -> None:

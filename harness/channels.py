@@ -11,6 +11,9 @@
 
 Ambisonic channel order and normalisation are stated in the task: ``acn`` (AmbiX: W, Y, Z, X,
 SN3D) or ``fuma`` (W, X, Y, Z, with W at -3 dB, so it is scaled by sqrt(2) to the SN3D W first).
+
+Any policy may also scale each clip to a peak of 1 once it is resampled (``normalize: peak``; a
+silent clip stays as it is), as AudioMarathon's Phi-4-MM scripts do before their processor.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 POLICIES = ("mean", "select", "split", "foa_omni", "foa_stereo")
+NORMALIZATIONS = ("peak",)
 FOA_ORDERS = {  # order -> (index of W, index of Y, gain that makes W the SN3D W)
     "acn": (0, 1, 1.0),
     "fuma": (0, 2, math.sqrt(2.0)),
@@ -45,11 +49,14 @@ class Channels:
     count: int | None = None  # split: the channels every file has
     order: str | None = None  # foa_*: "acn" or "fuma"
     legend: str | None = None  # split, foa_stereo: the text after the clips (default: TWO_CLIP_LEGEND for 2 clips)
+    normalize: str | None = None  # "peak": each clip scaled to a peak of 1 after resampling
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "select", tuple(self.select))
         if self.policy not in POLICIES:
             raise ValueError(f"unknown channel policy {self.policy!r}; choose one of {', '.join(POLICIES)}")
+        if self.normalize is not None and self.normalize not in NORMALIZATIONS:
+            raise ValueError(f"normalize={self.normalize!r}: choose {' or '.join(NORMALIZATIONS)}, or leave it out")
         unused = [k for k, policies in _TAKEN_BY.items() if self.policy not in policies and getattr(self, k) not in ((), None)]
         if unused:
             raise ValueError(f"channel policy {self.policy} takes no {', '.join(unused)}")
@@ -69,9 +76,9 @@ class Channels:
             return cls(value)
         if not isinstance(value, dict) or "policy" not in value:
             raise ValueError("expected a policy name or a mapping {policy: ..., ...}")
-        unknown = sorted(set(value) - {"policy", *_TAKEN_BY})
+        unknown = sorted(set(value) - {"policy", "normalize", *_TAKEN_BY})
         if unknown:
-            raise ValueError(f"unknown key(s) {unknown}; a channel policy takes policy, {', '.join(_TAKEN_BY)}")
+            raise ValueError(f"unknown key(s) {unknown}; a channel policy takes policy, normalize, {', '.join(_TAKEN_BY)}")
         return cls(**value)
 
     @property
@@ -111,6 +118,11 @@ class Channels:
         w_index, y_index, w_gain = FOA_ORDERS[self.order]
         w, y = data[:, w_index] * w_gain, data[:, y_index]
         return [w] if self.policy == "foa_omni" else [0.5 * (w + y), 0.5 * (w - y)]
+
+    def scaled(self, clip: np.ndarray) -> np.ndarray:
+        """A resampled clip as the model hears it: peak-normalized when the policy says so."""
+        peak = float(np.abs(clip).max()) if self.normalize == "peak" and clip.size else 0.0
+        return clip / np.float32(peak) if peak > 0 else clip
 
 
 MEAN = Channels()

@@ -70,7 +70,7 @@ class FittedAudio:
                 segments += range(starts[segment], starts[segment + 1])
             else:
                 segments.append(segment)
-        return Prompt(tuple(segments), prompt.system)
+        return replace(prompt, segments=tuple(segments))
 
 
 def fit_clips(waves: list[np.ndarray], max_seconds: float | None, policy: str, model: str = "the model") -> FittedAudio:

@@ -52,7 +52,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None)
     runs = runs_of(config)
     timed = _timed_runs(runs, config.timed_ratios)
     timer = Timer(model, config.decode_tokens, config.batch_size, config.reuse_encoder)
-    tasks = [task for task in load_tasks(config.tasks, config.protocol)]
+    tasks = load_tasks(config.tasks, config.protocol, family=preset.family.name)  # the model's form of each task
     plans = [_plan(task, config) for task in tasks]
     _warm_up(timer, preset, model, plans, timed)
     rows = []

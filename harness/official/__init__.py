@@ -7,8 +7,10 @@ benchmark's own metadata), each saying which official function it mirrors:
 - ``mmau``: MMAU's ``string_match`` (also MMAR's), their item files and accuracy tables.
 - ``avibench``: AVI-Bench's audio-only tasks ASQA (full match + double confirm) and AMIC
   (semantic F1 + counting score), without the official LLM "refine" step.
-- ``audiomarathon``: AudioMarathon's per-task answer extraction, F1 variants, ASR WER and its
-  pruning arithmetic (kept count, frame offsets).
+- ``audiomarathon``: AudioMarathon's per-task answer extraction (its Qwen2.5-Omni scripts) and its
+  pruning arithmetic (kept count, frame offsets); ``audiomarathon_scores``: its F1 variants and ASR
+  WER; ``audiomarathon_models``: the extractors and scoring rules of its Phi-4-MM, Aero-1 and
+  Voxtral scripts.
 - ``staudioqa``: provisional ST-AudioQA metrics from its paper (no official scorer is public).
 - ``classification``: the F1 and average-precision arithmetic the modules share.
 

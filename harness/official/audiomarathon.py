@@ -1,29 +1,23 @@
-"""AudioMarathon's scoring, reproduced from DabDans/AudioMarathon ``src/Qwen_2.5_Omni/Others/*_qwen2.5.py``
-(answer extraction and metrics, one script per task) and ``src/Modeling/modeling_qwen2_5_omni_fastv.py``
-(how many audio tokens a pruning ratio keeps, and which ones "frame" keeps).
+"""AudioMarathon's answer extraction, reproduced from DabDans/AudioMarathon ``src/Qwen_2.5_Omni/Others/*_qwen2.5.py``
+(one script per task), and ``src/Modeling/modeling_qwen2_5_omni_fastv.py`` (how many audio tokens a
+pruning ratio keeps, and which ones "frame" keeps). The scripts' scoring is ``audiomarathon_scores``;
+the other models' scripts (Phi-4-MM, Aero-1, Voxtral) are ``audiomarathon_models``.
 
 Each task's extractor turns the decoded reply into the label its script compares with the gold one:
 a letter (SED, MC, SCR, SER, ASC, ER), ``real``/``fake`` (SD), ``male``/``female`` (SGR), an age
-group's text (SAR) or a transcript (ASR); ``""`` when nothing is found. Metrics then follow the
-scripts: F1 is computed only over the samples whose prediction (and gold) is a valid label, so
-unparsed answers are dropped, not counted wrong; ``correct_rate`` is the share of all samples
-answered right, as their progress bars show it. ``TASKS`` says which number each leaderboard column
-is. All numbers are on a 0-1 scale except ASR's, which are percentages, as in the scripts.
+group's text (SAR) or a transcript (ASR); ``""`` when nothing is found. The Qwen scripts decode the
+prompt with the reply and cut the reply out after the last ``"assistant\\n"`` (``after_assistant``);
+the other models' scripts decode the reply alone, so their extractors start from the shared cores
+here without that cut (``choice_letter``, ``scene_letter``, ``clean_transcript``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-
-import numpy as np
 
 from kvprune import ratios
 from kvprune.ratios import keep_count
-
-from .classification import accuracy, f1
-from .edit_distance import edit_distance
 
 LETTERS = ("A", "B", "C", "D")
 ASSISTANT = "assistant\n"
@@ -66,11 +60,17 @@ def _bare_or_any_letter(text: str) -> str:
     return match[1] if match else ""
 
 
-def letter_desed(reply: str) -> str:
-    """SED, ``DESED_qwen2.5.py: extract_answer_choice``: upper-cased, the whole reply if it is a
-    letter, else a standalone letter, else ANY A-D character (``"BIRD"`` -> B)."""
-    text = after_assistant(reply).strip().upper()
+def choice_letter(reply: str) -> str:
+    """``extract_answer_choice`` as the scripts that decode the reply alone have it: upper-cased, the
+    whole reply if it is a letter, else a standalone letter, else ANY A-D character (``"BIRD"`` -> B)."""
+    text = reply.strip().upper()
     return text if text in LETTERS else _bare_or_any_letter(text)
+
+
+def letter_desed(reply: str) -> str:
+    """SED, ``DESED_qwen2.5.py: extract_answer_choice``: ``choice_letter`` of the reply after the
+    ``assistant`` cut."""
+    return choice_letter(after_assistant(reply))
 
 
 def letter_slue(reply: str) -> str:
@@ -113,12 +113,18 @@ def letter_race(reply: str) -> str:
 
 
 def letter_tau(reply: str, choices: Sequence[str]) -> str:
-    """ASC, ``TAU_qwen2.5.py: extract_acoustic_scene_answer``: lower-cased; the reply is a letter;
-    starts ``x.``, ``x)`` or ``x:`` (a before b...); contains ``option x``, ``choice x`` or ``x)``;
-    contains a whole option text (first option in order, an empty option always matches); else
-    the option sharing the most of its words (substring test, text before ``" - "``) with the
-    reply, if more than one and strictly the most so far."""
-    text = after_assistant(reply).strip().lower()
+    """ASC, ``TAU_qwen2.5.py: extract_acoustic_scene_answer``: ``scene_letter`` of the reply after the
+    ``assistant`` cut."""
+    return scene_letter(after_assistant(reply), choices)
+
+
+def scene_letter(reply: str, choices: Sequence[str]) -> str:
+    """``extract_acoustic_scene_answer`` (every model's TAU script has the same function): lower-cased;
+    the reply is a letter; starts ``x.``, ``x)`` or ``x:`` (a before b...); contains ``option x``,
+    ``choice x`` or ``x)``; contains a whole option text (first option in order, an empty option always
+    matches); else the option sharing the most of its words (substring test, text before ``" - "``)
+    with the reply, if more than one and strictly the most so far."""
+    text = reply.strip().lower()
     if text in ("a", "b", "c", "d"):
         return text.upper()
     for letter in LETTERS:
@@ -155,6 +161,22 @@ def letter_vesus(reply: str, choices: Mapping[str, str]) -> str:
     (``choices`` keyed ``choice_a``...) that shares a synonym group with the reply, both by substring.
     The groups list synonyms, not the emotion names, so an option reading "Angry" never matches."""
     text = after_assistant(reply).strip().lower()
+    if letter := emotion_letter_forms(text):
+        return letter
+    for letter in LETTERS:
+        key = f"choice_{letter.lower()}"
+        if key in choices:
+            option = choices[key].lower()
+            for words in EMOTION_SYNONYMS.values():
+                if any(w in text for w in words) and any(w in option for w in words):
+                    return letter
+    return ""
+
+
+def emotion_letter_forms(text: str) -> str:
+    """The letter steps every model's ``extract_emotion_answer`` starts with, on the lower-cased reply:
+    the reply is ``x`` or starts ``x.``/``x)``; else it contains ``option x``, ``choice x``, ``x)`` or
+    ``(x)`` (a before b...); ``""`` when neither."""
     for letter in LETTERS:
         x = letter.lower()
         if text == x or text.startswith((f"{x}.", f"{x})")):
@@ -163,13 +185,6 @@ def letter_vesus(reply: str, choices: Mapping[str, str]) -> str:
         x = letter.lower()
         if any(p in text for p in (f"option {x}", f"choice {x}", f"{x})", f"({x})")):
             return letter
-    for letter in LETTERS:
-        key = f"choice_{letter.lower()}"
-        if key in choices:
-            option = choices[key].lower()
-            for words in EMOTION_SYNONYMS.values():
-                if any(w in text for w in words) and any(w in option for w in words):
-                    return letter
     return ""
 
 
@@ -199,10 +214,18 @@ def label_had(reply: str, generated_tokens: int = 0) -> str:
 
 
 def label_gender(reply: str, choice_a: str = "male", choice_b: str = "female") -> str:
-    """SGR, ``Vox_qwen2.5.py: extract_gender_answer``: the lower-cased option text or ``""``: ``a``/``b``
+    """SGR, ``Vox_qwen2.5.py: extract_gender_answer`` (Phi-4's and Aero-1's VoxCeleb gender scripts have
+    the same): ``two_way_label`` with, for male/female, ``\\bmale\\b`` xor ``\\bfemale\\b`` last
+    ("female" contains "male", so a reply naming female falls through the substring step)."""
+    gendered = (choice_a.lower().strip(), choice_b.lower().strip()) == ("male", "female")
+    return two_way_label(reply, choice_a, choice_b, (r"\bmale\b", r"\bfemale\b") if gendered else None)
+
+
+def two_way_label(reply: str, choice_a: str, choice_b: str, words: tuple[str, str] | None) -> str:
+    """The lower-cased option text or ``""``, as the scripts' two-option extractors find it: ``a``/``b``
     forms (the reply is the letter or starts ``x.``/``x)``; contains ``option x``, ``choice x`` or
-    ``x)``), then one option text but not the other as substrings ("female" contains "male", so a
-    reply naming female falls through), then for male/female ``\\bmale\\b`` xor ``\\bfemale\\b``."""
+    ``x)``), then one option text but not the other as substrings, then (``words``: a pattern per
+    option) one option's pattern but not the other's."""
     text = reply.lower().strip()
     a, b = choice_a.lower().strip(), choice_b.lower().strip()
     for x, label in (("a", a), ("b", b)):
@@ -213,10 +236,10 @@ def label_gender(reply: str, choice_a: str = "male", choice_b: str = "female") -
             return label
     if (a in text) != (b in text):
         return a if a in text else b
-    if (a, b) == ("male", "female"):
-        male, female = re.search(r"\bmale\b", text) is not None, re.search(r"\bfemale\b", text) is not None
-        if male != female:
-            return "male" if male else "female"
+    if words is not None:
+        first, second = (re.search(pattern, text) is not None for pattern in words)
+        if first != second:
+            return a if first else b
     return ""
 
 
@@ -236,7 +259,12 @@ def label_age(reply: str, choices: Mapping[str, str]) -> str:
         x = key[-1].lower()
         if f"option {x}" in text or f"choice {x}" in text or f"answer {x}" in text:
             return option
-    named = [option for option in choices.values() if option.lower() in text]
+    return one_option_named(text, choices.values())
+
+
+def one_option_named(text: str, options) -> str:
+    """The one option whose lower-cased text the (lower-cased) reply contains, else ``""``."""
+    named = [option for option in options if option.lower() in text]
     return named[0] if len(named) == 1 else ""
 
 
@@ -244,10 +272,15 @@ _MARKERS = ("spoken content:", "content:", "transcription:", "transcript:")
 
 
 def transcript(reply: str) -> str:
-    """ASR, ``LibriSpeech_qwen2.5.py: clean_response`` (after the ``assistant`` cut): the text between
-    the first transcript marker (``spoken content:``, else ``content:``...) and its next occurrence,
-    without the ``<transcribed text here>`` placeholder, ``<sep>`` tails or a leading label."""
-    text = after_assistant(reply)
+    """ASR, ``LibriSpeech_qwen2.5.py: clean_response``: ``clean_transcript`` of the reply after the
+    ``assistant`` cut."""
+    return clean_transcript(after_assistant(reply))
+
+
+def clean_transcript(text: str) -> str:
+    """``clean_response`` (Aero-1's and Voxtral's LibriSpeech scripts have the same one): the text
+    between the first transcript marker (``spoken content:``, else ``content:``...) and its next
+    occurrence, without the ``<transcribed text here>`` placeholder, ``<sep>`` tails or a leading label."""
     if not text.strip():
         return ""
     for marker in _MARKERS:
@@ -260,109 +293,6 @@ def transcript(reply: str) -> str:
     text = re.sub(r"<sep>.*?($|<|$)", "", text)
     text = re.sub(r"(?i)^(spoken\s+(?:text|content)|content|transcript|transcription):\s*", "", text.strip())
     return text.strip()
-
-
-# -- metrics ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Task:
-    """How one script scores: which labels are valid (``None``: the gold labels seen), whether the F1
-    averages run over exactly those labels (absent ones scoring 0) or over the labels present in
-    the kept pairs, and which number is the task's leaderboard column."""
-
-    script: str
-    valid: tuple[str, ...] | None
-    over_valid_labels: bool
-    headline: str
-    gold: Callable[[str], str] = str  # how the script reads ``answer_gt`` (SD: the folder name)
-
-
-TASKS: dict[str, Task] = {
-    "SED": Task("DESED_qwen2.5.py", LETTERS, False, "f1_macro"),
-    "MC": Task("GTZAN_qwen2.5.py", LETTERS, True, "f1_macro"),
-    "SCR": Task("race_qwen2.5.py", LETTERS, True, "f1_weighted"),
-    "SER": Task("SLUE_qwen2.5.py", LETTERS, False, "f1_macro"),
-    "ASC": Task("TAU_qwen2.5.py", None, False, "f1_macro", str.upper),
-    "ER": Task("VESUS_qwen2.5.py", None, False, "f1_macro", str.upper),
-    "SD": Task("HAD_qwen2.5.py", ("real", "fake"), False, "f1_fake", lambda label: label.lower().strip()),
-    "SAR": Task("Vox_age_qwen2.5.py", None, True, "f1_macro", str.strip),
-    "SGR": Task("Vox_qwen2.5.py", ("male", "female"), False, "f1_weighted", lambda label: label.lower().strip()),
-}
-
-
-def classification_metrics(task: str, golds: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:
-    """The task's metrics over all its samples' gold labels (``TASKS[task].gold`` of ``answer_gt``)
-    and extracted labels (``EXTRACTORS[task]`` of the reply), on a 0-1 scale:
-    ``accuracy``, ``f1_macro`` and ``f1_weighted`` over the kept (valid) pairs, ``valid_samples``,
-    ``total_samples``, ``correct_rate`` over all samples, and for SD ``f1_fake`` (``had_fake_f1``).
-    With no valid pair the F1s and accuracy are 0, as the scripts return them."""
-    rule = TASKS[task]
-    if len(golds) != len(predictions) or not golds:
-        raise ValueError(f"{task}: need as many predictions as golds, at least one ({len(golds)}, {len(predictions)})")
-    valid = rule.valid if rule.valid is not None else tuple(sorted(set(golds)))
-    kept = [(g, p) for g, p in zip(golds, predictions) if g in valid and p in valid]
-    scores = {"accuracy": 0.0, "f1_macro": 0.0, "f1_weighted": 0.0}
-    if kept:
-        kept_golds, kept_predictions = [g for g, _ in kept], [p for _, p in kept]
-        labels = list(valid) if rule.over_valid_labels else None
-        scores = {
-            "accuracy": accuracy(kept_golds, kept_predictions),
-            "f1_macro": f1(kept_golds, kept_predictions, "macro", labels),
-            "f1_weighted": f1(kept_golds, kept_predictions, "weighted", labels),
-        }
-    scores |= {
-        "valid_samples": len(kept), "total_samples": len(golds),
-        "correct_rate": sum(g == p for g, p in zip(golds, predictions)) / len(golds),
-    }
-    if task == "SD":
-        scores["f1_fake"] = had_fake_f1(golds, predictions)
-    return scores
-
-
-def had_fake_f1(golds: Sequence[str], predictions: Sequence[str]) -> float:
-    """The ``f1_score`` of ``HAD_qwen2.5.py``'s summary: binary F1 with ``fake`` positive, from its
-    counters over ALL samples: TP = fake answered fake, FP = real not answered real, FN = fake not
-    answered fake. Unlike its other F1s, an unparsed answer counts here (as a miss)."""
-    tp = sum(g == "fake" and p == "fake" for g, p in zip(golds, predictions))
-    fp = sum(g == "real" and p != "real" for g, p in zip(golds, predictions))
-    fn = sum(g == "fake" and p != "fake" for g, p in zip(golds, predictions))
-    precision = tp / (tp + fp) if (tp + fp) > 0 else 0.0
-    recall = tp / (tp + fn) if (tp + fn) > 0 else 0.0
-    return 2 * (precision * recall) / (precision + recall) if (precision + recall) > 0 else 0.0
-
-
-def standardize(text: str) -> str:
-    """``standardize_text``: lower-case; ``.!?,;:"()[]{}`` become spaces; ``-`` and ``'`` are deleted
-    (``well-known`` -> ``wellknown``, ``don't`` -> ``dont``); whitespace runs become one space."""
-    text = re.sub(r"[.!?,;:\"()\[\]{}]", " ", text.lower())
-    text = re.sub(r"[\-\']", "", text)
-    return re.sub(r"\s+", " ", text).strip()
-
-
-def wer(reference: str, hypothesis: str) -> float:
-    """``calculate_wer``: word error rate in percent (word-level edit distance over the reference's
-    words, as jiwer computes it) after ``standardize``; 100 when either side standardizes to ""."""
-    ref, hyp = standardize(reference).split(), standardize(hypothesis).split()
-    if not ref or not hyp:
-        return 100.0
-    return edit_distance(ref, hyp) / len(ref) * 100
-
-
-def asr_metrics(references: Sequence[str], hypotheses: Sequence[str]) -> dict[str, float]:
-    """``calculate_librispeech_metrics``: over the samples whose reference and hypothesis (the
-    ``transcript``) are both non-empty, ``wer_mean`` (mean per-sample WER, %) and ``word_accuracy``
-    = 100 - wer_mean, the leaderboard's ASR column; an empty transcript is dropped, not charged.
-    ``wer_all`` is the mean over all samples (empty = 100), the running WER their script prints."""
-    if len(references) != len(hypotheses) or not references:
-        raise ValueError(f"need as many hypotheses as references, at least one ({len(references)}, {len(hypotheses)})")
-    scores = [wer(r, h) for r, h in zip(references, hypotheses) if r and h]
-    wer_mean = float(np.mean(scores)) if scores else 100.0
-    wer_all = sum(wer(r, h) for r, h in zip(references, hypotheses)) / len(references)
-    return {
-        "wer_mean": wer_mean, "word_accuracy": 100.0 - wer_mean if scores else 0.0, "valid_samples": len(scores),
-        "total_samples": len(references), "wer_all": wer_all,
-    }
 
 
 EXTRACTORS: dict[str, Callable[..., str]] = {

@@ -7,7 +7,8 @@ A run (one sample under one method at one ratio) is identified by
   files come from, or a digest of a local folder's files), the weights' dtype, the attention
   backend, the generation settings (new tokens, greedy), the decoding cache (``--cache`` as resolved:
   static or dynamic), the protocol, the long-audio policy and the task's resolved config (its channel
-  policy included);
+  policy included; under a protocol with conventions per model family, the model's family's form of
+  the task, a task of its own name);
 * ``method_id``: the method's full spec, every parameter of every press (its layer and keep rule
   included), not just the label it is shown under;
 * ``sample_id`` and ``input_hash``: the prompt's text and the content of each audio file it reads
@@ -208,7 +209,8 @@ class SweepPlan:
         done: dict[tuple[str, str], int] = {}
         for row in rows:
             done[row["model"], row["task"]] = done.get((row["model"], row["task"]), 0) + 1
-        planned = {(model, task): len(samples) * len(self.runs) for model in self.models for task, samples in self.samples.items()}
+        planned = {(model, task): len(self.samples.get(task, {})) * len(self.runs)
+                   for model in self.models for task in self.settings_ids.get(model, {})}  # the tasks each model runs
         return {pair: (done.get(pair, 0), n) for pair, n in planned.items() if done.get(pair, 0) < n}
 
     def changed_samples(self, recorded: "SweepPlan") -> int:

@@ -1,17 +1,20 @@
 """What a sweep runs: the unpruned baseline and every method at every ratio (``runs_of``), on the
-tasks it names (``load_tasks``), and the plan of it all (``plan_sweep``): every sample's prompt
-rendered once, with the identity of everything its results depend on (``identity.SweepPlan``)."""
+tasks it names (``load_tasks``; per model, ``tasks_by_model``: under a protocol with conventions per
+model family, each model's tasks are its family's), and the plan of it all (``plan_sweep``): every
+sample's prompt rendered once, with the identity of everything its results depend on
+(``identity.SweepPlan``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvprune.models.loading import family_of_checkpoint
 from kvprune.press import Press
 
 from ..audio import RESAMPLER
 from ..demo import DEMO, DEMO_MODEL_DIR
 from ..tasks.prompts import RenderedPrompt
-from ..tasks.protocols import keep_rule
+from ..tasks.protocols import identity_config, keep_rule
 from ..tasks.suites import expand_suites
 from ..tasks.task import Sample, Task, get_task
 from .config import BASELINE, SweepConfig
@@ -53,12 +56,14 @@ def runs_of(config: SweepConfig) -> list[PlannedRun]:
     return runs
 
 
-def load_tasks(names: list[str], protocol: str | None = None, judge: str | None = None) -> list[Task]:
-    """The tasks of ``--tasks`` (names, suite names or YAML paths), under ``protocol`` when given;
-    two of one name would mix their results, and a task scored by a judge needs ``judge``."""
+def load_tasks(names: list[str], protocol: str | None = None, judge: str | None = None,
+               family: str | None = None) -> list[Task]:
+    """The tasks of ``--tasks`` (names, suite names or YAML paths), under ``protocol`` when given, with
+    the conventions it has for the model ``family`` (``Task.under``); two of one name would mix their
+    results, and a task scored by a judge needs ``judge``."""
     names = expand_suites(names)
     tasks = [get_task(name) for name in names]
-    tasks = [task.under(protocol) for task in tasks] if protocol else tasks
+    tasks = [task.under(protocol, family) for task in tasks] if protocol else tasks
     seen: dict[str, str] = {}
     judged = [task.name for task in tasks if task.needs_judge]
     if judged and not judge:
@@ -74,15 +79,26 @@ def load_tasks(names: list[str], protocol: str | None = None, judge: str | None 
     return tasks
 
 
+def tasks_by_model(config: SweepConfig) -> dict[str, list[Task]]:
+    """Each model's tasks: under ``--protocol``, with the conventions the protocol has for the model's
+    family, read from its checkpoint's config (the family ``load_model`` will load it as)."""
+    tasks = {}
+    for name in config.models:
+        family = family_of_checkpoint(model_path(name), config.trust_remote_code)[0].name if config.protocol else None
+        tasks[name] = load_tasks(config.tasks, config.protocol, config.judge, family)
+    return tasks
+
+
 def model_path(model_name: str) -> str:
     """Where a model named on the command line is (``demo``: the embedded demo model's folder)."""
     return str(DEMO_MODEL_DIR) if model_name == DEMO else model_name
 
 
-def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], cache: str,
+def plan_sweep(config: SweepConfig, tasks: dict[str, list[Task]], runs: list[PlannedRun], cache: str,
                digests: AudioDigests) -> tuple[SweepPlan, dict[str, list[PlannedSample]]]:
     """Everything this configuration asks for, with what its results depend on, and every task's
-    samples with their prompts (a sample that cannot run is identified by what is wrong with it)."""
+    samples with their prompts (a sample that cannot run is identified by what is wrong with it).
+    ``tasks``: each model's (``tasks_by_model``); tasks of one name are one task."""
     c = config
     fingerprints = {name: model_fingerprint(model_path(name), c.trust_remote_code) for name in c.models}
     settings = dict(
@@ -93,21 +109,24 @@ def plan_sweep(config: SweepConfig, tasks: list[Task], runs: list[PlannedRun], c
         **({"no_audio": True} if c.no_audio else {}),  # only when set: folders written before stay resumable
     )
     methods = {run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer) for run in runs if run.press is not None}
+    unique = {task.name: task for model_tasks in tasks.values() for task in model_tasks}
     settings_ids, hashes, grades, planned = {}, {}, {}, {}
-    for task in tasks:
-        task_settings = dict(
-            settings, task=task.config, long_audio=c.long_audio_policy(task.name),
-            **({"judge": c.judge} if c.judge and (task.refine or task.needs_judge) else {}),  # what judged grading asked
-            generation=dict(max_new_tokens=c.max_new_tokens or task.max_new_tokens, do_sample=False),
-        )
-        for name in c.models:
+    for name, model_tasks in tasks.items():
+        for task in model_tasks:
+            task_settings = dict(
+                settings, task=identity_config(task.config), long_audio=c.long_audio_policy(task.name),
+                **({"judge": c.judge} if c.judge and (task.refine or task.needs_judge) else {}),  # what judged grading asked
+                generation=dict(max_new_tokens=c.max_new_tokens or task.max_new_tokens, do_sample=False),
+            )
             settings_ids.setdefault(name, {})[task.name] = digest(dict(task_settings, model=fingerprints[name]))
+    for task in unique.values():
         samples = task.load(c.data_root, limit=c.limit, strict=False)  # a bad item is its own error
         planned[task.name] = [_planned(task, sample, digests, c.no_audio) for sample in samples]
         hashes[task.name] = {p.sample.id: p.input_hash for p in planned[task.name]}
         grades[task.name] = {p.sample.id: p.grade_hash for p in planned[task.name]}
     plan = SweepPlan(
-        settings=settings, models=fingerprints, tasks={t.name: t.config for t in tasks}, methods=methods,
+        settings=settings, models=fingerprints, tasks={t.name: identity_config(t.config) for t in unique.values()},
+        methods=methods,
         runs=[(run.method_id, run.ratio) for run in runs], settings_ids=settings_ids, samples=hashes, grades=grades,
     )
     return plan, planned

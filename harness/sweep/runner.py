@@ -13,7 +13,9 @@ immediately. A run whose identity is already in the results folder is skipped, s
 interrupted command resumes it. Under ``accelerate launch`` each process takes every N-th sample
 (``distributed``). Models run with ``kvprune.fast_audio_encoder`` unless the config says ``encoder:
 stock``. Each model loaded appends a line to ``runs.jsonl``: where it ran, the versions, the encoder
-path and what it changed, and each task's resolved config.
+path and what it changed, and each task's resolved config. Under a protocol with conventions per
+model family, each model runs its family's form of every task (``plan.tasks_by_model``: the family
+read from the checkpoint's config before anything loads, as ``load_model`` reads it).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .execute import Executor
 from .judging import record_judge, sweep_judge
-from .plan import PlannedRun, PlannedSample, load_tasks, model_path, plan_sweep, runs_of
+from .plan import PlannedRun, PlannedSample, model_path, plan_sweep, runs_of, tasks_by_model
 from .rescore import rescore
 from .samples import TIMING_PASS, Pass, SampleRunner
 from .store import ENGINE_RECORD, ResultStore, append_run, run_key
@@ -72,7 +74,7 @@ class SweepRunner:
         self.started = datetime.now(timezone.utc).isoformat(timespec="microseconds")  # this start, in every row it writes
         self.rank, self.world_size, device = process_share()
         self.device = config.device or device
-        self.tasks = load_tasks(config.tasks, config.protocol, config.judge)
+        self.tasks = tasks_by_model(config)  # per model: under a protocol, its family's conventions
         self.cache = resolve_cache(config.cache, self.device or default_device())
         self.runs = runs_of(config)
         self.presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
@@ -121,7 +123,8 @@ class SweepRunner:
         moved = self.store.set_aside_unreadable()
         if moved:
             folder.notes.append(moved)
-        rows, samples = rescore(self.store, self.plan, self.tasks, self._samples, self.judge)
+        tasks = {task.name: task for model_tasks in self.tasks.values() for task in model_tasks}
+        rows, samples = rescore(self.store, self.plan, list(tasks.values()), self._samples, self.judge)
         if rows:
             folder.record(self.plan, self._digests)
             folder.notes.append(f"scored {rows} stored result(s) of {samples} sample(s) again from their stored outputs: "
@@ -140,7 +143,7 @@ class SweepRunner:
     def _run_model(self, model_name: str) -> int:
         """Run what is not done yet of ``model_name``'s share; returns how many runs that was."""
         done = self.store.done_keys(self.config.retry_errors)
-        plan = [(task, self._work(model_name, task, done)) for task in self.tasks]
+        plan = [(task, self._work(model_name, task, done)) for task in self.tasks[model_name]]
         plan = [(task, work) for task, work in plan if any(work.values())]
         if not plan:
             return 0
@@ -232,7 +235,7 @@ class SweepRunner:
             encoder_changes=list(encoder.changes) if encoder else [],
             encoder_unchanged=list(encoder.unchanged) if encoder else [],
             config=vars(self.config),
-            tasks={task.name: task.config for task in self.tasks},
+            tasks={task.name: task.config for task in self.tasks[loaded.name]},
             settings=self.plan.settings,
             model_fingerprint=self.plan.models[loaded.name],
             methods=self.plan.methods,

@@ -8,7 +8,8 @@ into the metric registry. Each says which official number it is; all are percent
   ``mmar_rubrics`` (judged: the rubric score, 0 for a wrong answer) and ``mmar_rubrics_accuracy``.
 - AVI-Bench: in ``avibench_metrics``.
 - AudioMarathon protocol: ``audiomarathon_*`` (option ``audiomarathon_task``: SED, MC, SCR, SER, ASC,
-  ER, SD, SAR, SGR, ASR), unparsed answers dropped before F1 as their scripts drop them.
+  ER, SD, SAR, SGR, ASR for the Qwen2.5-Omni scripts' rules, ``<task>:<family>`` for another model's
+  script where it scores otherwise), unparsed answers dropped before F1 as their scripts drop them.
 - ST-AudioQA (provisional): ``st_answer_accuracy``, ``st_yes_no_accuracy``, ``st_event_map``,
   ``st_family_average``, by the item's ``kind`` (``answer``, ``verification``, ``detection``).
 """
@@ -19,7 +20,7 @@ import math
 import re
 from collections.abc import Callable
 
-from ..official import audiomarathon, mmar_rubrics, mmau, staudioqa, starbench
+from ..official import audiomarathon_models, audiomarathon_scores, mmar_rubrics, mmau, staudioqa, starbench
 from .judged import require_judge
 from .metrics import Metric, correct, mean_correct, parsed_of, register_metric
 from .metrics import row_meta as meta
@@ -94,16 +95,17 @@ register_metric(Metric("mmar_rubrics_accuracy", mean_correct, _answer_span_match
 
 # -- AudioMarathon protocol ---------------------------------------------------------------------------
 
-AUDIOMARATHON_TASKS = (*audiomarathon.TASKS, "ASR")
+AUDIOMARATHON_RULES = {**audiomarathon_scores.TASKS, **audiomarathon_models.RULES}  # how each script scores
+AUDIOMARATHON_TASKS = (*AUDIOMARATHON_RULES, "ASR")
 
 
 def _am_gold(task: str, answer: str) -> str:
-    return audiomarathon.TASKS[task].gold(str(answer))
+    return AUDIOMARATHON_RULES[task].gold(str(answer))
 
 
 def _am_per_sample(parsed: str | None, sample, audiomarathon_task: str) -> dict[str, float]:
     if audiomarathon_task == "ASR":
-        return {"am_wer": audiomarathon.wer(sample.answer, parsed or "")}
+        return {"am_wer": audiomarathon_scores.wer(sample.answer, parsed or "")}
     return {"correct": float(_am_gold(audiomarathon_task, sample.answer) == (parsed or ""))}
 
 
@@ -112,9 +114,10 @@ def _am_classification(key: str) -> Callable[..., float]:
         if audiomarathon_task == "ASR":
             raise ValueError(f"audiomarathon_{key} is a classification metric; ASR's are audiomarathon_word_accuracy, _wer")
         golds = [_am_gold(audiomarathon_task, r["reference"]) for r in rows]
-        scores = audiomarathon.classification_metrics(audiomarathon_task, golds, [parsed_of(r) or "" for r in rows])
+        rule = AUDIOMARATHON_RULES[audiomarathon_task]
+        scores = audiomarathon_scores.classification_metrics(rule, golds, [parsed_of(r) or "" for r in rows])
         if key not in scores:
-            raise ValueError(f"audiomarathon_{key} exists for SD only")
+            raise ValueError(f"audiomarathon_{key} exists only where a script computes it ({audiomarathon_task}'s does not)")
         return 100.0 * scores[key]
 
     return compute
@@ -122,16 +125,18 @@ def _am_classification(key: str) -> Callable[..., float]:
 
 def _am_asr(key: str) -> Callable[..., float]:
     def compute(rows: list[dict], audiomarathon_task: str) -> float:
-        return audiomarathon.asr_metrics([r["reference"] for r in rows], [parsed_of(r) or "" for r in rows])[key]
+        return audiomarathon_scores.asr_metrics([r["reference"] for r in rows], [parsed_of(r) or "" for r in rows])[key]
 
     return compute
 
 
 _AM_OPTIONS = {"audiomarathon_task": AUDIOMARATHON_TASKS}
-for _key in ("accuracy", "f1_macro", "f1_weighted", "f1_fake", "correct_rate"):
+for _key in ("accuracy", "f1_macro", "f1_weighted", "f1_fake", "f1_positive", "correct_rate"):
     register_metric(Metric(f"audiomarathon_{_key}", _am_classification(_key), _am_per_sample, options=_AM_OPTIONS))
 register_metric(Metric("audiomarathon_word_accuracy", _am_asr("word_accuracy"), _am_per_sample, options=_AM_OPTIONS))
 register_metric(Metric("audiomarathon_wer", _am_asr("wer_mean"), _am_per_sample, higher_is_better=False, options=_AM_OPTIONS))
+register_metric(Metric("audiomarathon_word_accuracy_all", _am_asr("word_accuracy_all"), _am_per_sample, options=_AM_OPTIONS))
+register_metric(Metric("audiomarathon_wer_all", _am_asr("wer_all"), _am_per_sample, higher_is_better=False, options=_AM_OPTIONS))
 
 
 # -- ST-AudioQA (provisional) ------------------------------------------------------------------------

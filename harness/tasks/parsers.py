@@ -28,8 +28,9 @@ Only letters within the sample's choices count (``C`` means nothing on a two-cho
 
 The other parsers hand benchmarks' official scorers what they read: the reply itself (``raw``,
 ``answer_span``), STAR-Bench's letter (``starbench``), AudioMarathon's per-task label
-(``audiomarathon_<task>``, its extractors: a letter, ``real``/``fake``, an option's text, a
-transcript; ``""`` when they find nothing).
+(``audiomarathon_<task>``, its Qwen2.5-Omni scripts' extractors, and
+``audiomarathon_<family>_<task>``, its scripts for Phi-4-MM, Aero-1 and Voxtral: a letter,
+``real``/``fake``, an option's text, a transcript; ``""`` when they find nothing).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from collections.abc import Callable, Sequence
 
 from kvprune.registry import Registry
 
-from ..official import audiomarathon, mmau, starbench
+from ..official import audiomarathon, audiomarathon_models, mmau, starbench
 
 Parser = Callable[[str, Sequence[str]], str | None]
 PARSERS: Registry[Parser] = Registry("parser")
@@ -205,3 +206,42 @@ _AUDIOMARATHON = {
 }
 for _task, _extract in _AUDIOMARATHON.items():
     register_parser(f"audiomarathon_{_task}")(_extract)
+
+
+# The other models' scripts (``official.audiomarathon_models``), by the kvprune family they ran.
+
+
+def _reply(extract: Callable[[str], str]) -> Parser:
+    return lambda output, choices: extract(output)
+
+
+def _keyed(extract: Callable[[str, dict], str], count: int | None = None) -> Parser:
+    """An extractor reading options keyed ``choice_a``... (the first ``count`` of them)."""
+    return lambda output, choices: extract(output, _choice_fields(choices[:count]))
+
+
+_LETTER, _FIRST_LETTER = _reply(audiomarathon.choice_letter), _reply(audiomarathon.letter_race)
+_GENDER, _TRANSCRIPT = _reply(audiomarathon.label_gender), _reply(audiomarathon.clean_transcript)
+_EMOTION = _keyed(audiomarathon_models.emotion_choice)
+_AUDIOMARATHON_MODELS = {
+    "phi4_multimodal": {  # src/Phi4MM/Others/*_test.py
+        "sed": _LETTER, "ser": _LETTER, "mc": _FIRST_LETTER, "scr": _FIRST_LETTER, "asc": audiomarathon.scene_letter,
+        "er": _EMOTION, "sd": _reply(audiomarathon_models.authenticity_phi4),
+        "sar": _keyed(audiomarathon_models.age_choice), "sgr": _GENDER,
+    },
+    "aero": {  # src/Aero-1/Others/*_test_aero.py, desed_aero1_test_sing_event.py
+        "sed": _LETTER, "ser": _LETTER, "mc": _FIRST_LETTER, "scr": _FIRST_LETTER, "asc": audiomarathon.scene_letter,
+        "er": _EMOTION, "sd": _reply(audiomarathon_models.authenticity_aero),
+        "sar": _keyed(audiomarathon_models.age_choice, 4),  # its choice_e is commented out
+        "sgr": _GENDER, "asr": _TRANSCRIPT,
+    },
+    "voxtral": {  # src/Voxtral/eval_*.py
+        "sed": _LETTER, "ser": _LETTER, "er": _LETTER, "mc": audiomarathon_models.genre_voxtral,
+        "scr": _reply(audiomarathon_models.race_voxtral), "asc": audiomarathon.scene_letter,
+        "sd": _reply(audiomarathon_models.authenticity_voxtral), "sar": _keyed(audiomarathon_models.age_voxtral),
+        "asr": _TRANSCRIPT,
+    },
+}
+for _family, _extractors in _AUDIOMARATHON_MODELS.items():
+    for _task, _extract in _extractors.items():
+        register_parser(f"audiomarathon_{_family}_{_task}")(_extract)

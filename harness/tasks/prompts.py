@@ -11,8 +11,9 @@ single-turn prompt) or a list of segments, in the order the model receives them:
       - {image: images}                                             # the item's images (the Omni families)
       - {video: video, frames: 16}                                  # the item's video: 16 frames, its sound track
     system: You are a helpful assistant.                            # optional system turn
-    option_format: "<{letter}>: {text}"                             # one option ({letter}, {text})
+    option_format: "<{letter}>: {text}"                             # one option ({letter}, {lower_letter}, {text})
     option_separator: "\\n"                                          # between options in {options}
+    transcription: en                                               # instead: the family's transcription request
 
 A text template is a ``str.format`` template over ``{question}``, ``{options}``, ``{letters}`` (``A,
 B, C, or D``) and any metadata field the layout keeps for the item (``{global_caption}``).
@@ -24,7 +25,8 @@ of them, then the policy's legend text. ``{image: images}`` is every image of th
 ``{video: video}`` its video, sampled as ``harness.video`` says (``frames: n``, or ``fps: r``, default
 2 per second), with its sound track interleaved as the Omni models take it (``sound: track``, the
 default, when the file has one; ``sound: none`` for the frames alone). A segment whose media the item
-lacks adds nothing.
+lacks adds nothing. A prompt with ``transcription`` (a language code) is one ``{audio: clips}`` segment
+and nothing else: the model family's transcription request for the clip (Voxtral's), not a chat turn.
 
 Prompts without audio (``render(..., no_audio=True)``, the sweep's ``--no-audio``), for ablations:
 the audio segments are left out, videos keep their frames without their sound, and a task with a
@@ -94,16 +96,19 @@ class RenderedPrompt:
 
     segments: tuple[str | MediaRef, ...]
     system: str | None = None
+    transcription: str | None = None  # a language: the family's transcription request for the one clip
 
     @property
     def text(self) -> str:
         """The prompt as text for hashing and display: the text alone when the prompt is the usual
         shape (every clip, then one text, no system turn), else JSON of the segments."""
         *clips, last = self.segments or ("",)
-        if self.system is None and isinstance(last, str) and all(isinstance(c, ClipRef) for c in clips):
+        usual = self.system is None and self.transcription is None
+        if usual and isinstance(last, str) and all(isinstance(c, ClipRef) for c in clips):
             return last
         shown = [s if isinstance(s, str) else _shown(s) for s in self.segments]
-        return json.dumps({"system": self.system, "segments": shown}, ensure_ascii=False)
+        request = {"transcription": self.transcription} if self.transcription else {}
+        return json.dumps({"system": self.system, "segments": shown, **request}, ensure_ascii=False)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -133,7 +138,7 @@ class RenderedPrompt:
                     files[segment.path] = load_clips(segment.path, channels)
                 segments.append(len(waves))
                 waves.append(files[segment.path][segment.clip])
-        return waves, Prompt(tuple(segments), self.system)
+        return waves, Prompt(tuple(segments), self.system, self.transcription)
 
 
 def _shown(ref: MediaRef) -> list:
@@ -154,16 +159,19 @@ class PromptSpec:
     option_format: str = "{letter}. {text}"
     option_separator: str = "\n"
     caption: dict | None = None  # {field, template}: what stands for the audio in a prompt without it
+    transcription: str | None = None  # a language: the family's transcription request, not a chat turn
 
     @classmethod
-    def from_config(cls, prompt, system=None, option_format=None, option_separator=None, caption=None) -> PromptSpec:
+    def from_config(cls, prompt, system=None, option_format=None, option_separator=None, caption=None,
+                    transcription=None) -> PromptSpec:
         if isinstance(prompt, str):
             segments = ({"audio": ALL_CLIPS}, {"text": prompt})
         elif isinstance(prompt, list) and prompt:
             segments = tuple(_segment(s, i) for i, s in enumerate(prompt))
         else:
             raise PromptConfigError("expected a text template or a list of segments ({text: ...} or {audio: ...})")
-        formats = {"option_format": option_format, "option_separator": option_separator, "caption": caption}
+        formats = {"option_format": option_format, "option_separator": option_separator, "caption": caption,
+                   "transcription": transcription}
         spec = cls(segments, system, **{key: value for key, value in formats.items() if value is not None})
         spec._check()
         return spec
@@ -174,9 +182,11 @@ class PromptSpec:
                 raise PromptConfigError("caption: expected {field: <metadata field>, template: \"...{caption}...\"}")
             if set(_placeholders(self.caption["template"], "caption template")) != {"caption"}:
                 raise PromptConfigError("caption: the template must name {caption} and nothing else")
-        extra = sorted(set(_placeholders(self.option_format, "option_format")) - {"letter", "text"})
+        extra = sorted(set(_placeholders(self.option_format, "option_format")) - {"letter", "lower_letter", "text"})
         if extra:
-            raise PromptConfigError(f"option_format: bad placeholder {extra}; use {{letter}} and {{text}}")
+            raise PromptConfigError(f"option_format: bad placeholder {extra}; use {{letter}} (or {{lower_letter}}) and {{text}}")
+        if self.transcription is not None and (self.system is not None or self.segments != ({"audio": ALL_CLIPS},)):
+            raise PromptConfigError("transcription: the prompt must be [{audio: clips}] alone, with no system turn")
         for s in self.segments:
             if "text" in s:
                 _placeholders(s["text"], "text")
@@ -198,7 +208,8 @@ class PromptSpec:
         """The sample's prompt (``no_audio``: without its audio, module docstring); KeyError when a
         template or segment names something the item lacks."""
         options = self.option_separator.join(
-            self.option_format.format(letter=letter, text=text) for letter, text in zip(LETTERS, sample.choices)
+            self.option_format.format(letter=letter, lower_letter=letter.lower(), text=text)
+            for letter, text in zip(LETTERS, sample.choices)
         )
         fields = {**sample.meta, "question": sample.question, "options": options,
                   "letters": letters_phrase(len(sample.choices))}
@@ -235,7 +246,7 @@ class PromptSpec:
                 segments.append(clip)
             if channels.clips_per_file > 1 and channels.legend:
                 segments.append(channels.legend)
-        return RenderedPrompt(tuple(segments), self.system)
+        return RenderedPrompt(tuple(segments), self.system, self.transcription)
 
 
     def _caption(self, sample: Sample) -> str | None:

@@ -19,15 +19,15 @@ from pathlib import Path
 from kvprune.registry import Registry
 
 from ..channels import MEAN, Channels
+from . import task_fields
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
 from .dataset_layouts import Layout
 from .judged import REFINERS
 from .metrics import METRICS, Metric
 from .parsers import PARSERS
 from .prompts import PromptSpec, RenderedPrompt
-from .protocols import OFFICIAL, PROTOCOLS
+from .protocols import OFFICIAL, PROTOCOLS, family_problem, resolved_config
 from .sample import Grade, Sample, TaskDataError  # noqa: F401 (re-exported)
-from .task_fields import breakdown, build_channels, build_layout, build_prompt, build_variant, check_fields, metric_options
 from .variants import Variant
 
 DATA_LAYOUTS = ("official", "provisional", "synthetic")
@@ -179,21 +179,17 @@ class Task:
     def _options(self, metric: Metric) -> dict:
         return {key: self.metric_options[key] for key in metric.options}
 
-    def under(self, protocol: str) -> Task:
-        """This task under another protocol (``protocols``): the protocol's fields replace the task's
-        (``layout_options`` and ``metric_options`` key by key), and the name becomes ``<name>@<protocol>``."""
+    def under(self, protocol: str, family: str | None = None) -> Task:
+        """This task under another protocol (``protocols``), with the conventions the protocol has for
+        the model ``family``, if any (``protocols.resolved_config``: named ``<name>@<protocol>``, or
+        ``<name>@<protocol>:<family>``)."""
         if protocol == self.protocol:
             return self
         if protocol not in self.protocols:
             have = ", ".join([self.protocol, *self.protocols])
             raise TaskConfigError(f"task {self.name} has no {protocol!r} protocol (it has: {have})")
-        config = {k: v for k, v in self.config.items() if k != "protocols"}
-        changes = self.protocols[protocol]
-        for key, value in changes.items():
-            merge = key in ("layout_options", "metric_options") and isinstance(value, dict)
-            config[key] = {**config.get(key, {}), **value} if merge else value
-        config.update(name=f"{self.name}@{protocol}", protocol=protocol)
-        return task_from_config(config, source=f"task {self.name}, protocol {protocol}")
+        where = f"task {self.name}, protocol {protocol}" + (f", family {family}" if family else "")
+        return task_from_config(resolved_config(self.config, protocol, family), source=where)
 
 
 def _number(value) -> bool:
@@ -246,8 +242,8 @@ _REQUIRED = {
 _OPTIONAL = {
     "layout_options": dict, "option_format": str, "option_separator": str, "system": str, "channels": (str, dict),
     "variants": (str, dict), "metric_options": dict, "breakdown_by": list, "benchmark": str, "data_layout": str,
-    "protocol": str, "protocols": dict, "notes": str, "refine": str, "caption": dict, "failed_reply": str,
-    "breakdown_whole": dict,
+    "protocol": str, "protocols": dict, "notes": str, "refine": str, "caption": dict, "family": str,
+    "transcription": str, "failed_reply": str, "breakdown_whole": dict,
 }
 
 
@@ -259,8 +255,9 @@ def load_task_file(path: Path | str) -> Task:
       (the benchmark's published layout), ``provisional`` (ours, until one is published) or
       ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
-    - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``
-      and ``caption`` (what stands for the audio in a prompt without it; see ``prompts``); ``channels``:
+    - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``,
+      ``caption`` (what stands for the audio in a prompt without it) and ``transcription`` (the model's
+      transcription request instead of a chat turn; see ``prompts``); ``channels``:
       the channel policy (see ``kvprune.harness.channels``);
     - ``variants``: a name from ``variants.VARIANTS``, or ``{name: ..., <options>}``;
     - ``parser`` (from ``parsers.PARSERS``); ``metrics`` (from ``metrics.METRICS``, primary first);
@@ -269,7 +266,9 @@ def load_task_file(path: Path | str) -> Task:
       a ``group`` value's rows all count under the ``field`` value of its first row (STAR-Bench
       perception: a sub-category under its first row's category, as the official table counts it);
     - ``max_new_tokens``; ``protocol``: the protocol it follows (default ``official``) and
-      ``protocols``: other protocols by name, each the fields it changes (``Task.under``);
+      ``protocols``: other protocols by name, each the fields it changes, and per model family the
+      fields that family's conventions change on top (``families``; ``Task.under``); ``family``: in a
+      resolved config, the model family whose conventions it follows;
     - ``refine``: a judge's rewrite of each reply before parsing, when the sweep has one (``judged.REFINERS``);
       ``failed_reply``: the reply a failed run is scored as (``{error}``: its message; STAR-Bench's).
 
@@ -311,18 +310,19 @@ def task_from_config(config: dict, source: str) -> Task:
     for name in [protocol, *raw.get("protocols", {})]:
         if name not in PROTOCOLS:
             raise fail(f"unknown protocol {name!r}; the protocols are {sorted(PROTOCOLS)}", "protocols")
+    if problem := family_problem(raw.get("protocols", {})):
+        raise fail(problem, "protocols")
     metrics = tuple(raw["metrics"])
-    layout = build_layout(raw["layout"], raw.get("layout_options") or {}, fail)
+    layout = task_fields.build_layout(raw["layout"], raw.get("layout_options") or {}, fail)
     task = Task(
         name=raw["name"], title=raw["title"], abbreviation=raw["abbreviation"], data_dir=raw["data_dir"],
-        layout=layout, prompt=build_prompt(raw, fail), parser=raw["parser"], metrics=metrics,
-        max_new_tokens=raw["max_new_tokens"], channels=build_channels(raw.get("channels"), fail),
-        variant=build_variant(raw.get("variants"), fail), metric_options=metric_options(raw, metrics, fail),
-        breakdown_by=breakdown(raw.get("breakdown_by") or [], fail),
-        breakdown_whole=dict(raw.get("breakdown_whole") or {}),
-        benchmark=raw.get("benchmark", ""),
+        layout=layout, prompt=task_fields.build_prompt(raw, fail), parser=raw["parser"], metrics=metrics,
+        max_new_tokens=raw["max_new_tokens"], channels=task_fields.build_channels(raw.get("channels"), fail),
+        variant=task_fields.build_variant(raw.get("variants"), fail), metric_options=task_fields.metric_options(raw, metrics, fail),
+        breakdown_by=task_fields.breakdown(raw.get("breakdown_by") or [], fail),
+        breakdown_whole=dict(raw.get("breakdown_whole") or {}), benchmark=raw.get("benchmark", ""),
         data_layout=raw.get("data_layout", "official"), protocol=protocol, protocols=raw.get("protocols", {}),
         notes=raw.get("notes", ""), refine=raw.get("refine"), failed_reply=raw.get("failed_reply"), config=raw,
     )
-    check_fields(task, fail)
+    task_fields.check_fields(task, fail)
     return task

@@ -1,5 +1,6 @@
-"""A task file's fields built and checked: the layout, prompt, channel policy, variant, metric options
-and breakdowns of ``task.task_from_config``, each error naming the field (``fail(problem, key)``)."""
+"""Building a task's parts from the fields of its resolved config (``task.task_from_config``): the
+layout, the prompt, the channel policy, the variant, the metric options and the breakdowns, each
+failing with a ``TaskConfigError`` that names the field and the fix."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def build_layout(name: str, options: dict, fail: Callable[..., TaskConfigError])
 def build_prompt(raw: dict, fail: Callable[..., TaskConfigError]) -> PromptSpec:
     try:
         return PromptSpec.from_config(raw["prompt"], raw.get("system"), raw.get("option_format"), raw.get("option_separator"),
-                                      raw.get("caption"))
+                                      raw.get("caption"), raw.get("transcription"))
     except PromptConfigError as error:
-        key = next((k for k in ("option_format", "caption") if str(error).startswith(k)), "prompt")
+        key = next((k for k in ("option_format", "caption", "transcription") if str(error).startswith(k)), "prompt")
         raise fail(str(error), key) from None
 
 
@@ -78,9 +79,10 @@ def breakdown(value: list, fail: Callable[..., TaskConfigError]) -> tuple[str, .
     return tuple(value)
 
 
-def check_fields(task, fail: Callable[..., TaskConfigError]) -> None:  # task: the Task just built
-    """What the fields name exists: breakdown_whole's fields in breakdown_by, failed_reply's only {error},
-    the prompt's and breakdowns' fields in what the layout keeps (when it says which)."""
+def check_fields(task, fail: Callable[..., TaskConfigError]) -> None:
+    """What the fields of ``task`` (the ``Task`` being built) name exists: breakdown_whole's fields in
+    breakdown_by, failed_reply's only {error}, the prompt's and breakdowns' fields in what the layout
+    keeps (when it says which)."""
     strays = sorted(str(name) for pair in task.breakdown_whole.items() for name in pair if name not in task.breakdown_by)
     if strays:
         raise fail(f"names {strays}, which breakdown_by does not list: map a breakdown field to another", "breakdown_whole")

@@ -19,6 +19,7 @@ import base64
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -49,18 +50,24 @@ Segment = str | int | Image | Video
 class Prompt:
     """One user turn as ordered segments: ``str`` for text, ``int`` for an audio clip (its index in
     the waveforms passed alongside), ``Image`` and ``Video`` for what a family that sees takes, with
-    an optional system turn before it.
+    an optional system turn before it. With ``transcription`` (a language code), the prompt is instead
+    the family's transcription request for its one clip (Voxtral's ``apply_transcription_request``): no
+    text, no system turn.
 
     ``Prompt(("Audio 1:", 0, "Audio 2:", 1, "Which is louder?"))`` interleaves two clips with text."""
 
     segments: tuple[Segment, ...]
     system: str | None = None
+    transcription: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "segments", tuple(self.segments))
         for segment in self.segments:
             if isinstance(segment, bool) or not isinstance(segment, (str, int, Image, Video)):
                 raise TypeError(f"a prompt segment is text (str), a clip index (int), an Image or a Video, not {segment!r}")
+        if self.transcription is not None and (self.system is not None or len(self.segments) != 1
+                                               or not isinstance(self.segments[0], int)):
+            raise ValueError("a transcription request holds one audio clip and nothing else (no text, no system turn)")
 
     @classmethod
     def of(cls, prompt: str | Prompt, n_clips: int) -> Prompt:
@@ -109,7 +116,9 @@ class ChatFormat:
     Calling it is the family's ``build_inputs(processor, waves, prompt)``. ``audio_item(wave)`` is the
     content item of one audio piece; ``audio_kwarg`` the processor keyword taking the pieces' waveforms,
     or None when the items carry them and the template tokenizes (Voxtral). ``vision``: the family
-    takes ``Image`` and ``Video`` segments (an Omni processor, with ``load_audio_from_video``)."""
+    takes ``Image`` and ``Video`` segments (an Omni processor, with ``load_audio_from_video``).
+    ``transcribe(processor, wave, language)``: the model inputs of a transcription request, for a
+    family whose processor has one (None: it has none)."""
 
     audio_item: Callable[[np.ndarray], dict] = lambda wave: {"type": "audio"}
     text_item: Callable[[str], dict] = text_item
@@ -118,6 +127,7 @@ class ChatFormat:
     #: how the processor pads the audio features, when not as the text (``padding=True`` pads both)
     audio_padding: str | None = None
     vision: bool = False
+    transcribe: Callable[[Any, np.ndarray, str], Any] | None = None
 
     def messages(self, waves: Sequence[np.ndarray], prompt: str | Prompt) -> tuple[list[dict], _Media]:
         """The chat messages (system turn if any, then the user turn in segment order) and the media
@@ -147,6 +157,11 @@ class ChatFormat:
         return [*system, {"role": "user", "content": content}], media
 
     def __call__(self, processor, waves: Sequence[np.ndarray], prompt: str | Prompt):
+        if isinstance(prompt, Prompt) and prompt.transcription is not None:
+            prompt.check(len(waves))
+            if self.transcribe is None:
+                raise ValueError("this family has no transcription request: give the prompt as a chat turn")
+            return self.transcribe(processor, waves[0], prompt.transcription)
         conversation, media = self.messages(waves, prompt)
         if self.audio_kwarg is None:  # the template reads the audio from the items (mistral-common: no generation prompt to add)
             return processor.apply_chat_template(conversation, tokenize=True, return_dict=True, return_tensors="pt")

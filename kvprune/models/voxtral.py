@@ -2,7 +2,8 @@
 
 Its processor loads audio from the message itself and pads it to 30 s chunks stacked on the
 batch axis; clips are handed over as base64 WAV of the already resampled waveform, each an audio
-chunk of the message in prompt order.
+chunk of the message in prompt order. A prompt may also be its transcription request (one clip and a
+language: ``[INST][BEGIN_AUDIO][AUDIO]...[/INST]lang:xx[TRANSCRIBE]``), as its model card transcribes.
 """
 
 import math
@@ -13,9 +14,21 @@ import torch
 from . import tiny
 from .audio_format import AudioFormat
 from .base import ModelFamily, register_family
-from .prompting import ChatFormat, wav_base64
+from .prompting import SAMPLING_RATE, ChatFormat, wav_base64
 
-build_inputs = ChatFormat(audio_item=lambda wave: {"type": "audio", "base64": wav_base64(wave)}, audio_kwarg=None)
+
+def transcription_request(processor, wave, language: str):
+    """The processor's transcription request for one resampled clip (which it writes to a 16-bit WAV
+    file and reads back, as it does with an audio file; ``model_id`` only names the model in the
+    request, which the tokens do not carry)."""
+    return processor.apply_transcription_request(
+        audio=[wave], model_id="voxtral", language=language, sampling_rate=SAMPLING_RATE, format=["wav"], return_tensors="pt"
+    )
+
+
+build_inputs = ChatFormat(
+    audio_item=lambda wave: {"type": "audio", "base64": wav_base64(wave)}, audio_kwarg=None, transcribe=transcription_request
+)
 
 
 @dataclass(frozen=True)

@@ -103,6 +103,10 @@ class AeroLikeProcessor:
     def apply_chat_template(self, conversation, **kwargs):
         return self.tokenizer.apply_chat_template(conversation, chat_template=chat_template(self.audio_token), **kwargs)
 
+    def batch_decode(self, ids, **kwargs):
+        """Its tokenizer's, as every ``ProcessorMixin`` has it (the remote class is one)."""
+        return self.tokenizer.batch_decode(ids, **kwargs)
+
     def __call__(self, text, audios=None, sampling_rate=16_000, **kwargs):
         if not audios:  # text alone
             return dict(self.tokenizer(text, return_tensors="pt"))

@@ -7,9 +7,6 @@ import pytest
 
 from kvprune.harness.official.audiomarathon import (
     EXTRACTORS,
-    TASKS,
-    asr_metrics,
-    classification_metrics,
     frame_offsets,
     kept_count,
     label_age,
@@ -21,10 +18,9 @@ from kvprune.harness.official.audiomarathon import (
     letter_slue,
     letter_tau,
     letter_vesus,
-    standardize,
     transcript,
-    wer,
 )
+from kvprune.harness.official.audiomarathon_scores import TASKS, asr_metrics, classification_metrics, standardize, wer
 
 
 def test_pruning_arithmetic_truncates():
@@ -120,7 +116,8 @@ def test_transcript_and_wer():
     assert wer("a b", "...") == 100.0  # the hypothesis standardizes to nothing
     # sample 2's transcript is empty: dropped from the mean (word accuracy 100 - 50), charged 100 in wer_all
     scores = asr_metrics(["hello world", "a b"], ["hello word", ""])
-    assert scores == {"wer_mean": 50.0, "word_accuracy": 50.0, "valid_samples": 1, "total_samples": 2, "wer_all": 75.0}
+    assert scores == {"wer_mean": 50.0, "word_accuracy": 50.0, "valid_samples": 1, "total_samples": 2, "wer_all": 75.0,
+                      "word_accuracy_all": 25.0}
 
 
 def test_unparsed_answers_are_dropped_and_label_sets_differ_by_script():
