@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import av
 import numpy as np
 
 from .audio import SAMPLING_RATE, AudioLoadError, check_samples, resample
@@ -45,9 +44,17 @@ def frame_indices(total: int, video_fps: float, frames: int | None = None, fps: 
     return indices, count / total * video_fps
 
 
+def _pyav():
+    """PyAV, imported when a video is read (tasks without video never load FFmpeg's libraries)."""
+    import av
+
+    return av
+
+
 def read_video(path: str | Path, frames: int | None = None, fps: float = FPS) -> tuple[np.ndarray, float]:
     """The sampled frames of ``path`` as (T, H, W, 3) uint8, and their rate (module docstring)."""
     path = _existing(path, "video")
+    av = _pyav()
     try:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
@@ -64,6 +71,7 @@ def read_video(path: str | Path, frames: int | None = None, fps: float = FPS) ->
 def read_sound(path: str | Path) -> np.ndarray | None:
     """The sound track of a video file, its channels averaged, at 16 kHz; None when it has none."""
     path = _existing(path, "video")
+    av = _pyav()
     try:
         with av.open(str(path)) as container:
             if not container.streams.audio:
