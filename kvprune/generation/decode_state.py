@@ -13,6 +13,7 @@ thousands of prompt lengths reuses a bounded number of shapes, and so of capture
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -95,10 +96,11 @@ def layer_groups(prefill: Prefill) -> tuple[tuple[int, ...], list[int], list[int
     return tuple(layer_group), widths, heads
 
 
-def state_shape(prefill: Prefill, batch: int, new_tokens: int, per_octave: int) -> StateShape:
-    """The bucketed shape that decodes ``batch`` rows laid out like ``prefill`` for ``new_tokens`` tokens."""
+def state_shape(prefill: Prefill, batch: int, new_tokens: int, per_octave: int, stretch: float = 1.0) -> StateShape:
+    """The bucketed shape that decodes ``batch`` rows laid out like ``prefill`` for ``new_tokens`` tokens;
+    ``stretch``: room for prompts that much longer than this prefill's (kept entries in proportion)."""
     layer_group, widths, heads = layer_groups(prefill)
-    capacities = tuple(bucket_length(w + new_tokens, per_octave) for w in widths)
+    capacities = tuple(bucket_length(math.ceil(w * stretch) + new_tokens, per_octave) for w in widths)
     return StateShape(batch, capacities, tuple(heads), layer_group, bucket_length(new_tokens, per_octave, 8))
 
 
@@ -137,6 +139,12 @@ class DecodeState:
         """Device memory the state's buffers hold (the cache's keys and values, masks, outputs)."""
         tensors = [t for layer in self.cache.layers for t in (layer.keys, layer.values)] + self.masks + [self.out]
         return sum(t.numel() * t.element_size() for t in tensors)
+
+    def length_dims(self) -> list[tuple[torch.Tensor, int]]:
+        """The tensors and dimensions that are bucket lengths (caches, masks, the output's room): the ones
+        a compiled step takes as dynamic from its first compilation, so that new lengths reuse it."""
+        caches = [(t, 2) for layer in self.cache.layers for t in (layer.keys, layer.values)]
+        return [*caches, *((mask, 3) for mask in self.masks), (self.out, 1)]
 
     def layer_masks(self) -> tuple[torch.Tensor, ...]:
         return tuple(self.masks[g] for g in self.shape.layer_group)

@@ -130,6 +130,7 @@ class Generator:
         graphs_before, (compiled_before, _) = self._captures(), compile_counters()
         clock = _Clock(self.device)
         rows = sum(batch["input_ids"].shape[0] for batch in batches)
+        longest = max(batch["input_ids"].shape[1] for batch in batches)
         state, stopping, firsts, outcomes, offset, held, first_end = None, None, [], [], 0, 0, None
         previous = None
         for batch in batches:
@@ -141,7 +142,7 @@ class Generator:
             first = choose(prefill.logits, sampling, stopping)
             first, done = finish(first, torch.zeros_like(first, dtype=torch.bool), stopping)
             if max_new_tokens > 1:
-                state = self._state_for(state, prefill, rows, max_new_tokens, offset)
+                state = self._state_for(state, prefill, rows, max_new_tokens, offset, longest / batch["input_ids"].shape[1])
                 state.load(prefill, offset, first, done)
             firsts.append(first)
             outcomes.append(prefill.outcome)
@@ -185,20 +186,24 @@ class Generator:
         return len(self._states)
 
     # -- decoding -------------------------------------------------------------------------------------
-    def _state_for(self, state: DecodeState | None, prefill: Prefill, rows: int, max_new_tokens: int, offset: int) -> DecodeState:
+    def _state_for(self, state: DecodeState | None, prefill: Prefill, rows: int, max_new_tokens: int, offset: int,
+                   stretch: float) -> DecodeState:
         """The decode state for ``rows`` rows that this prefill's rows fit: the one in use if it has room
         (a later prefilled batch may hold more entries), else a kept or new one of a larger bucket, with
-        the rows loaded so far copied over."""
+        the rows loaded so far copied over. The first is sized for the longest prompt of the call
+        (``stretch``: its length over this prefill's, the kept entries scaled alike), so that a call
+        rarely grows through states (each a new allocation and graph capture)."""
+        if state is None:
+            first = self._state(state_shape(prefill, rows, max_new_tokens, self.per_octave, stretch), prefill)
+            first.reset()  # a kept state holds an earlier call's rows and step
+            return first
         needed = state_shape(prefill, rows, max_new_tokens, self.per_octave)
-        if state is not None and state.shape.fits(needed):
+        if state.shape.fits(needed):
             return state
-        if state is not None:  # grow to the larger of both, per group
-            needed = replace(needed, capacities=tuple(map(max, needed.capacities, state.shape.capacities)))
+        needed = replace(needed, capacities=tuple(map(max, needed.capacities, state.shape.capacities)))  # per group
         grown = self._state(needed, prefill)
-        if state is not None:
-            grown.copy_rows_from(state, offset)
-        else:
-            grown.reset()
+        grown.reset()
+        grown.copy_rows_from(state, offset)
         return grown
 
     def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping) -> torch.Tensor:

@@ -37,6 +37,24 @@ def _from_compiler(error: Exception) -> bool:
     return any("torch/_dynamo" in frame.filename or "torch/_inductor" in frame.filename for frame in frames)
 
 
+def _pool_keeper(pool) -> torch.cuda.CUDAGraph:
+    """A graph kept as long as its runner, so that the shared pool outlives the graphs of the decode states
+    (which come and go within ``max_state_bytes``): once the last graph of a pool is gone, capturing into
+    its handle again fails inside the allocator ("use_count > 0 INTERNAL ASSERT FAILED")."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        torch.ones(1, device="cuda").add_(1)
+    return graph
+
+
+def _distinct_lengths():
+    """Each dynamic length its own symbol, even where two happen to be equal at the first compilation
+    (torch's "duck sizing" would tie them, and recompile once they differ: layers < K and >= K)."""
+    from torch.fx.experimental import _config as shape_config
+
+    return shape_config.patch(use_duck_shape=False)
+
+
 def compile_counters() -> tuple[int, int]:
     """(graphs torch.compile has made, recompilations) in this process so far."""
     utils = sys.modules.get("torch._dynamo.utils")  # not imported unless something compiled
@@ -59,6 +77,7 @@ class StepRunner:
     fallbacks: dict[str, int] = field(default_factory=dict)  # why a state or the step fell back, by reason: how often
     _compiled: Callable | None = None
     _pool: object = None
+    _keeper: object = None  # see _pool_keeper
 
     def __post_init__(self) -> None:
         if self.compile:
@@ -77,9 +96,16 @@ class StepRunner:
 
         limit = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
         patches = dict(pre_grad_custom_pass=GroupLinearsPass()) if self.group_linears else {}
+        if hasattr(inductor_config, "assume_32bit_indexing"):
+            # every buffer of a decode step is far below 2**31 elements; without this, Inductor guards on it
+            # with symbols that have no source, and torch 2.11 fails building the guard ("IndexError: list
+            # index out of range" in issue_guard) on the recompilation for a new length
+            patches["assume_32bit_indexing"] = True
+        for tensor, dim in state.length_dims():
+            torch._dynamo.maybe_mark_dynamic(tensor, dim)
         try:
             with dynamo_config.patch(**{limit: max(RECOMPILE_LIMIT, getattr(dynamo_config, limit))}), \
-                    inductor_config.patch(**patches):
+                    inductor_config.patch(**patches), _distinct_lengths():
                 return self._compiled(state)
         except Exception as error:
             if not _from_compiler(error):  # the model's own error (out of memory, bad inputs): the caller's
@@ -103,6 +129,7 @@ class StepRunner:
             state.restore(saved)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
+                self._keeper = _pool_keeper(self._pool)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
                 self.function(state)

@@ -3,6 +3,8 @@ on every family's tiny model (CPU, float32), for token, cache, composed and head
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -78,6 +80,37 @@ def test_prefilled_apart_decoded_together_equals_each_alone(press_name, order):
     alone = torch.cat([generator.generate(b, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens for b in batches])
     assert torch.equal(together.new_tokens, alone)
     assert len(together.outcome) == 2
+
+
+def test_a_call_sizes_its_state_for_its_longest_prompt():
+    """Prompts prefilled apart in ascending length decode in one state sized for the longest (not grown
+    through a state per bucket, each a new allocation and graph capture), as each would alone."""
+    family = "qwen2_5_omni"
+    m = model(family, "sdpa")
+    prompts = [FAMILIES[family].inputs([[("text", 3), ("audio", n), ("text", 2)]]) for n in (8, 60, 150)]
+    for press in (None, PRESSES["fastv"]):
+        generator = Generator(m)
+        together = generator.generate(prompts, max_new_tokens=NEW, press=press, **NO_STOP)
+        assert generator.states == 1
+        alone = torch.cat([Generator(m).generate(p, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens for p in prompts])
+        assert torch.equal(together.new_tokens, alone)
+
+
+def test_a_kept_state_a_batch_grows_into_starts_clean():
+    """When a later batch keeps more entries than the first one's proportion foresaw, its rows move into a
+    larger state; a larger state kept from an earlier call (its step and rows advanced) is cleared first,
+    so a repeated call decodes alike."""
+    family = "qwen2_5_omni"
+    m, press = model(family, "sdpa"), PRESSES["fastv"]
+    # mostly audio, then mostly text: pruning halves the first's audio, the second keeps its text
+    first, second = (FAMILIES[family].inputs([[("text", t), ("audio", a), ("text", 2)]]) for t, a in ((3, 160), (160, 4)))
+    generator = Generator(m)
+    alone = torch.cat([generator.generate(b, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens for b in (first, second)])
+    states = generator.states
+    for _ in range(2):  # the second call grows into the state the first one left behind
+        together = generator.generate([first, second], max_new_tokens=NEW, press=press, **NO_STOP)
+        assert torch.equal(together.new_tokens, alone)
+    assert generator.states == states + 2  # two rows: the first's state, and the one it grew into
 
 
 def test_end_of_sequence_stops_rows_as_generate_does():
@@ -227,6 +260,26 @@ def test_grouped_linear_equals_linear_per_weight():
     outputs = torch.ops.kvprune.grouped_linear(x, weights, biases)
     for output, weight, bias in zip(outputs, weights, biases):
         assert torch.equal(output, F.linear(x, weight, bias))
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="Inductor on a CPU needs a C compiler")
+def test_a_compiled_step_compiles_once_per_layout_over_many_lengths():
+    """Bounded compilation: cache lengths are dynamic from the first compilation (never once static, then
+    again dynamic), and lengths that differ between groups of layers stay apart; the tokens are eager's."""
+    from kvprune.generation.graphs import compile_counters
+
+    family = "qwen2_5_omni"
+    m = model(family, "sdpa")
+    prompts = [FAMILIES[family].inputs([[("text", 3), ("audio", n), ("text", 2)]]) for n in (8, 70, 150)]
+    compiled, eager = Generator(m, compile=True), Generator(m, compile=False)
+    graphs_before, recompiles_before = compile_counters()
+    for press in (None, PRESSES["fastv"]):  # two layouts: one group of layers, then layers < K and >= K
+        for inputs in prompts:
+            out = compiled.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP)
+            assert torch.equal(out.new_tokens, eager.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens)
+    graphs, recompiles = compile_counters()
+    assert compiled.fallbacks == {}
+    assert (graphs - graphs_before, recompiles - recompiles_before) == (2, 0)
 
 
 def test_a_step_that_cannot_compile_runs_uncompiled_and_says_so(monkeypatch):
