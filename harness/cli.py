@@ -196,8 +196,8 @@ def _estimate(args) -> int:
     """0 once every task is priced."""
 
     from .estimate.config import EstimateConfig
-    from .estimate.estimate import run_estimate
-    from .estimate.report import write_estimate
+    from .estimate.estimate import run_estimate, settings_key
+    from .estimate.report import earlier_rows, write_estimate
 
     settings = EstimateConfig.settings(args.config, **EstimateConfig.overrides(args))
     settings.setdefault("out", Path("kvprune-results") / "estimate")
@@ -205,7 +205,13 @@ def _estimate(args) -> int:
         settings["out"] = Path("kvprune-results") / "estimate"
     config = EstimateConfig(**settings)
     command = "kvprune " + shlex.join(args.argv)
-    table = run_estimate(config, progress=not args.quiet, after_task=lambda partial: write_estimate(partial, config.out, command))
+    try:
+        earlier = earlier_rows(Path(config.out), settings_key(config))
+    except ValueError as error:
+        print(f"kvprune estimate: {error}", file=sys.stderr)
+        return 2
+    table = run_estimate(config, progress=not args.quiet, earlier=earlier,
+                         after_task=lambda partial: write_estimate(partial, config.out, command))
     written = write_estimate(table, config.out, command)
     print(written[1].read_text())
     return 0

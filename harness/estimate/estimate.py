@@ -13,6 +13,7 @@ random weights never stop, and which length was used is said per task.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,9 +43,11 @@ class TaskPlan:
     answer_source: str
 
 
-def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None) -> pd.DataFrame:
+def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None) -> pd.DataFrame:
     """Time and price every task of ``config``; one row per task and mode, then the totals.
-    ``after_task(table)``, if given, receives the table so far after each task (to keep partial results)."""
+    ``after_task(table)``, if given, receives the table so far after each task (to keep partial results);
+    ``earlier``: the rows of an interrupted estimate of the same settings, whose tasks are not timed again
+    (each row's ``call`` says which call measured it, ``compile_record`` what that call had compiled)."""
     device = torch.device(config.device or default_device())
     dtype = getattr(torch, "bfloat16" if device.type == "cuda" else "float32") if config.dtype == "auto" else getattr(torch, config.dtype)
     preset = _preset(config)
@@ -53,26 +56,38 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None)
     timed = _timed_runs(runs, config.timed_ratios)
     timer = Timer(model, config.decode_tokens, config.batch_size, config.reuse_encoder)
     tasks = load_tasks(config.tasks, config.protocol, family=preset.family.name)  # the model's form of each task
-    plans = [_plan(task, config) for task in tasks]
-    _warm_up(timer, preset, model, plans, timed)
-    rows = []
+    rows = [] if earlier is None else earlier[earlier["task"] != "total"].to_dict("records")
+    done = {row["task"] for row in rows}
+    call = 1 + max((int(row["call"]) for row in rows), default=0)
+    plans = [_plan(task, config) for task in tasks if task.name not in done]
+    if plans:
+        _warm_up(timer, preset, model, plans, timed)
     bar = tqdm(total=len(plans) * len(timed) * 3, disable=not progress, unit="run", desc="estimate")
     for plan in plans:
         prompts = {s: preset.prompt(model, s, 0).inputs for s in _spread(plan.seconds, config)}
         costs = _measure(timer, preset, config, plan, prompts, timed, bar)
-        rows += _priced(plan, runs, costs, config)
+        record = json.dumps(timer.compile_record())  # what this call had compiled by the end of this task
+        rows += [dict(row, call=call, compile_record=record, settings=settings_key(config))
+                 for row in _priced(plan, runs, costs, config)]
         if after_task is not None:
             after_task(_table(rows, timer, device))
     bar.close()
     return _table(rows, timer, device)
 
 
+def settings_key(config: EstimateConfig) -> str:
+    """What an estimate's numbers depend on (every setting but where it is written): an interrupted
+    estimate resumes only under the same."""
+    fields = {k: str(v) for k, v in sorted(vars(config).items()) if k not in ("out",)}
+    return json.dumps(fields, sort_keys=True)
+
+
 def _table(rows: list[dict], timer: Timer, device: torch.device) -> pd.DataFrame:
     table = pd.DataFrame(rows)
-    totals = table.groupby("mode", sort=False)[["gpu_hours", "samples", "sample_runs"]].sum().reset_index()
+    summed = ["gpu_hours", "prefill_hours", "decode_hours", "timing_subset_hours", "samples", "sample_runs"]
+    totals = table.groupby("mode", sort=False)[summed].sum().reset_index()
     totals["task"] = "total"
     table = pd.concat([table, totals], ignore_index=True)
-    table.attrs["compile"] = timer.compile_record()
     table.attrs["device"] = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return table
 
@@ -151,54 +166,61 @@ def _warm_up(timer: Timer, preset: Preset, model, plans: list[TaskPlan], timed: 
 
 def _measure(timer: Timer, preset: Preset, config: EstimateConfig, plan: TaskPlan, prompts: dict,
              timed: list[PlannedRun], bar) -> dict:
-    """Per mode and timed run, the cost of one sample-run for this task's answer length."""
+    """Per mode and timed run, what one sample-run costs for this task's answer length: (prefill s, decode s)."""
     alone = list(prompts.values())
     batched_seconds = _spread(plan.seconds, config, config.batch_size * config.batches_per_task)
-    costs: dict[str, dict[PlannedRun, float]] = {mode: {} for mode in MODES}
+    costs: dict[str, dict[PlannedRun, tuple[float, float]]] = {mode: {} for mode in MODES}
     for run in timed:
-        costs["batch1"][run] = float(np.mean([timer.batch1(p, run.press).seconds(plan.answer_tokens) for p in alone]))
+        costs["batch1"][run] = _mean_parts([timer.batch1(p, run.press) for p in alone], plan.answer_tokens)
         bar.update()
-        costs["audiomarathon"][run] = float(np.mean([timer.audiomarathon(p, run.press).seconds(plan.answer_tokens) for p in alone]))
+        costs["audiomarathon"][run] = _mean_parts([timer.audiomarathon(p, run.press) for p in alone], plan.answer_tokens)
         bar.update()
     batches = [batched_seconds[i : i + config.batch_size] for i in range(0, len(batched_seconds), config.batch_size)]
     per_batch = []
     for lengths in batches:
         batch = [prompts.get(s) or preset.prompt(timer.model, s, 0).inputs for s in lengths]
-        per_run = {}
-        for index, run in enumerate(timed):  # the sweep's order: each batch under every run, the unpruned first
-            per_run[run] = timer.sweep(batch, run.press, first_of_batch=index == 0).seconds(plan.answer_tokens)
-        per_batch.append(per_run)
+        # the sweep's order: each batch under every run, the unpruned first
+        per_batch.append({run: timer.sweep(batch, run.press, first_of_batch=index == 0) for index, run in enumerate(timed)})
     for run in timed:
-        costs["sweep"][run] = float(np.mean([b[run] for b in per_batch]))
+        costs["sweep"][run] = _mean_parts([b[run] for b in per_batch], plan.answer_tokens)
         bar.update()
     costs["sampled_lengths"] = len(alone) + len(batched_seconds)
     return costs
 
 
+def _mean_parts(measured: list[Cost], answer_tokens: int) -> tuple[float, float]:
+    parts = np.array([cost.parts(answer_tokens) for cost in measured])
+    return float(parts[:, 0].mean()), float(parts[:, 1].mean())
+
+
 def _priced(plan: TaskPlan, runs: list[PlannedRun], costs: dict, config: EstimateConfig) -> list[dict]:
-    """One row per mode: the task's sample-runs, seconds per sample-run (mean over runs) and GPU-hours."""
+    """One row per mode: the task's sample-runs, seconds one costs (mean over runs), and GPU-hours in all,
+    in prefill (audio encoder included), in decoding, and in the timing subset (sweep mode)."""
     rows = []
     for mode in MODES:
-        per_run = [_interpolated(costs[mode], run, runs) for run in runs]
-        seconds = plan.samples * sum(per_run)
-        timing = ""
+        per_run = np.array([_interpolated(costs[mode], run, runs) for run in runs])  # (runs, [prefill, decode])
+        prefill, decode = plan.samples * per_run.sum(axis=0)
+        subset, timing = 0.0, ""
         if mode == "sweep" and (config.batch_size > 1 or config.reuse_encoder) and config.timing_samples:
-            subset = min(config.timing_samples, plan.samples) * sum(_interpolated(costs["batch1"], run, runs) for run in runs)
-            seconds += subset
-            timing = f"timing subset included: {min(config.timing_samples, plan.samples)} samples x {len(runs)} runs, one at a time"
+            alone = min(config.timing_samples, plan.samples)
+            subset = alone * sum(sum(_interpolated(costs["batch1"], run, runs)) for run in runs)
+            timing = f"timing subset included: {alone} samples x {len(runs)} runs, one at a time"
         rows.append(dict(
             task=plan.name, mode=mode, samples=plan.samples, samples_source=plan.samples_source,
             runs=len(runs), sample_runs=plan.samples * len(runs), audio_seconds=f"{min(plan.seconds):g}-{max(plan.seconds):g}",
             answer_tokens=plan.answer_tokens, answer_source=plan.answer_source,
-            seconds_per_sample_run=float(np.mean(per_run)), gpu_hours=seconds / HOUR, note=timing,
+            seconds_per_sample_run=float(per_run.sum(axis=1).mean()), gpu_hours=(prefill + decode + subset) / HOUR,
+            prefill_hours=prefill / HOUR, decode_hours=decode / HOUR, timing_subset_hours=subset / HOUR, note=timing,
             timed_lengths=costs["sampled_lengths"],
         ))
     return rows
 
 
-def _interpolated(costs: dict[PlannedRun, float], run: PlannedRun, runs: list[PlannedRun]) -> float:
-    """A run's cost: measured, or interpolated linearly in the ratio between its method's timed ratios."""
+def _interpolated(costs: dict[PlannedRun, tuple[float, float]], run: PlannedRun, runs: list[PlannedRun]) -> tuple[float, float]:
+    """A run's (prefill, decode) cost: measured, or interpolated linearly in the ratio between its method's
+    timed ratios."""
     if run in costs:
         return costs[run]
     timed = sorted((r.ratio, cost) for r, cost in costs.items() if r.method_id == run.method_id)
-    return float(np.interp(run.ratio, [r for r, _ in timed], [c for _, c in timed]))
+    ratios = [r for r, _ in timed]
+    return tuple(float(np.interp(run.ratio, ratios, [cost[part] for _, cost in timed])) for part in (0, 1))

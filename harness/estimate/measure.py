@@ -39,7 +39,11 @@ class Cost:
     rows: int = 1
 
     def seconds(self, answer_tokens: int) -> float:
-        return (self.prefill_s + max(0, answer_tokens - 1) * self.step_s) / self.rows
+        return sum(self.parts(answer_tokens))
+
+    def parts(self, answer_tokens: int) -> tuple[float, float]:
+        """Per sample: the prefill's seconds and the decoding's (``answer_tokens - 1`` steps)."""
+        return self.prefill_s / self.rows, max(0, answer_tokens - 1) * self.step_s / self.rows
 
 
 class Timer:
