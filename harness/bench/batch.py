@@ -5,9 +5,10 @@ A batch holds the same prompt in every row. Throughput follows from one timed re
 size (prefill, then the forced tokens): requests/s = batch / request time, prefill tokens/s = batch
 x prompt length / prefill time, decoded tokens/s = batch x forced tokens / decoding time.
 
-The largest batch is first predicted from the measured requests: each row costs at most
-``(peak - memory before the request + the row's inputs) / batch`` over the batch sizes timed, and
-the device can give the allocator what is free plus what it already reserved. The prediction is then
+The largest batch is first predicted from the measured requests: a request costs ``peak - memory
+before it + its inputs``; a row costs the slope of that between the two largest batch sizes timed (the
+rest is the request's own, such as one prefill's activations), and the device can give the allocator
+what is free plus what it already reserved. The prediction is then
 run (its prefill and one decoding step); if that runs out of memory, 10% fewer rows are tried, up to
 ``TRIES`` times. Only on CUDA, where memory is measured.
 """
@@ -25,11 +26,21 @@ TRIES = 4
 LIMIT = 4096  # no batch beyond this is tried
 
 
-def row_bytes(samples: dict[int, RequestTiming], input_bytes: dict[int, int]) -> float:
-    """The most device memory one row needed, over the batch sizes measured (NaN if unmeasured)."""
-    costs = [(s.peak_bytes - s.base_bytes + input_bytes[b]) / b for b, s in samples.items()]
-    costs = [c for c in costs if not math.isnan(c)]
-    return max(costs) if costs else math.nan
+def row_bytes(samples: dict[int, RequestTiming], input_bytes: dict[int, int]) -> tuple[float, float]:
+    """(device memory one more row needs, memory a request needs besides its rows), from the batch sizes
+    measured (NaN, 0 if none). With two or more: the slope between the two largest (what the engine's
+    prefill of one micro-batch holds does not grow with the rows, so dividing it by few rows would
+    overstate a row); with one, or a slope that is not positive: the largest cost per row, nothing besides."""
+    costs = {b: s.peak_bytes - s.base_bytes + input_bytes[b] for b, s in samples.items()}
+    costs = {b: c for b, c in costs.items() if not math.isnan(c)}
+    if not costs:
+        return math.nan, 0.0
+    if len(costs) >= 2:
+        small, large = sorted(costs)[-2:]
+        slope = (costs[large] - costs[small]) / (large - small)
+        if slope > 0:
+            return slope, max(0.0, costs[large] - large * slope)
+    return max(c / b for b, c in costs.items()), 0.0
 
 
 def predicted_batch(per_row: float, fixed_bytes: float, capacity_bytes: float) -> int:

@@ -86,8 +86,8 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
         request = next(r for r in requests if (r.method, r.ratio) == (method, ratio))
         engine = request.cache == ENGINE_CACHE  # one prompt for every row: its inputs count once
         inputs = {b: prompts[1 if engine else b].input_bytes for b in samples}
-        per_row = batching.row_bytes(samples, inputs)
-        fixed = min(s.base_bytes - inputs[b] for b, s in samples.items())
+        per_row, per_request = batching.row_bytes(samples, inputs)
+        fixed = min(s.base_bytes - inputs[b] for b, s in samples.items()) + per_request
         predicted = batching.predicted_batch(per_row, fixed, batching.allocatable_bytes(state.device))
         timed = {}
 

@@ -286,12 +286,17 @@ def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
 
 def test_the_largest_batch_is_predicted_from_the_peaks_then_run():
     samples = {1: _timing(1.0, 0.5, peak_bytes=18e9, base_bytes=16e9), 4: _timing(1.0, 0.5, peak_bytes=23e9, base_bytes=16.1e9)}
-    per_row = batching.row_bytes(samples, {1: 0.0, 4: 0.4e9})  # the batch of 4 costs (23 - 16.1 + 0.4) / 4 GB a row
-    assert per_row == pytest.approx(2.0e9)
-    assert batching.predicted_batch(per_row, 16e9, 80e9) == 32
+    # a request of 1 row costs 18 - 16 = 2 GB, of 4 rows 23 - 16.1 + 0.4 = 7.3 GB: 5.3 GB for 3 more rows
+    per_row, per_request = batching.row_bytes(samples, {1: 0.0, 4: 0.4e9})
+    assert per_row == pytest.approx(5.3e9 / 3) and per_request == pytest.approx(7.3e9 - 4 * 5.3e9 / 3)
+    assert batching.predicted_batch(per_row, 16e9 + per_request, 80e9) == int((80e9 - 16e9 - per_request) // per_row) == 36
+    alone = {4: samples[4]}  # one batch size: its cost per row, nothing besides
+    assert batching.row_bytes(alone, {4: 0.4e9}) == (pytest.approx(7.3e9 / 4), 0.0)
+    assert batching.predicted_batch(7.3e9 / 4, 16e9, 80e9) == 35
     tried = []
     assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 26) == 25 and tried == [32, 28, 25]
     assert batching.largest_fitting(32, lambda b: False) == 0 and batching.predicted_batch(float("nan"), 0, 1) == 0
+    assert batching.row_bytes({}, {}) == (pytest.approx(float("nan"), nan_ok=True), 0.0)
 
 
 @pytest.fixture
