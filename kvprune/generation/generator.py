@@ -43,6 +43,8 @@ class GenerationTiming:
     new_tokens: int  # generated per row (the longest row; ended rows are padded)
     batch: int
     first_prefill_s: float = 0.0  # the first batch's prefill alone (within ``prefill_s``)
+    capture_s: float = 0.0  # between prefill and decoding: capturing the decode step's CUDA graph (and compiling
+    # it) when this call met a new state; the token loop's time, ``decode_s``, is after it
 
     @property
     def decode_tokens_per_s(self) -> float | None:
@@ -150,11 +152,15 @@ class Generator:
             offset += prefill.batch
             del prefill  # its cache is in the decode state now: one batch's cache at a time (or the repeated one's)
         prefill_end = clock.mark()
-        new = self._decode(state, rows, max_new_tokens, sampling, stopping) if state is not None else torch.cat(firsts)[:, None]
+        loop_start = prefill_end
+        if state is not None:
+            new, loop_start = self._decode(state, rows, max_new_tokens, sampling, stopping, clock)
+        else:
+            new = torch.cat(firsts)[:, None]
         end = clock.mark()
         new = _trim(new, eos)
-        timing = GenerationTiming(clock.seconds(clock.start, prefill_end), clock.seconds(prefill_end, end), new.shape[1], rows,
-                                  clock.seconds(clock.start, first_end))
+        timing = GenerationTiming(clock.seconds(clock.start, prefill_end), clock.seconds(loop_start, end), new.shape[1], rows,
+                                  clock.seconds(clock.start, first_end), clock.seconds(prefill_end, loop_start))
         return GenerationOutput(
             sequences=_joined([batch["input_ids"] for batch in batches], new, pad), new_tokens=new, timing=timing,
             outcome=outcomes[0] if len(outcomes) == 1 else outcomes, graphs_captured=self._captures() - graphs_before,
@@ -206,15 +212,17 @@ class Generator:
         grown.copy_rows_from(state, offset)
         return grown
 
-    def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping) -> torch.Tensor:
+    def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping, clock) -> tuple[torch.Tensor, object]:
+        """The new tokens, and the clock's mark where the token loop began (after a graph capture, if any)."""
         runner = self._runner(sampling, stopping, state.shape.batch)
         with torch.no_grad(), decoding_attention(self.config):
             runner.prepare(state)
+            loop_start = clock.mark()
             for step in range(1, max_new_tokens):
                 runner.run(state)
                 if step % self.check_every == 0 and bool(state.done.all()):
                     break
-        return state.out[:rows, :max_new_tokens].clone()
+        return state.out[:rows, :max_new_tokens].clone(), loop_start
 
     def _state(self, shape, template: Prefill) -> DecodeState:
         """A kept state of ``shape``, or a new one (the least recently used go beyond ``max_state_bytes``)."""

@@ -113,6 +113,26 @@ def test_a_kept_state_a_batch_grows_into_starts_clean():
     assert generator.states == states + 2  # two rows: the first's state, and the one it grew into
 
 
+def test_a_graph_capture_is_timed_apart_from_the_token_loop(monkeypatch):
+    """Capturing (and compiling) the decode step for a new state happens once, before the loop: its time is
+    ``capture_s``, not part of ``decode_s`` (which prices every later token). A fake clock makes it exact."""
+    from kvprune.generation import generator as engine
+    from kvprune.generation.graphs import StepRunner
+
+    now = [0.0]
+
+    def tick() -> float:
+        now[0] += 1.0  # every reading of the clock: one second
+        return now[0]
+
+    monkeypatch.setattr(engine.time, "perf_counter", tick)
+    monkeypatch.setattr(StepRunner, "prepare", lambda runner, state: now.__setitem__(0, now[0] + 1000.0))  # a capture
+    family = "qwen2_audio"
+    m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
+    timing = Generator(m).generate(inputs, max_new_tokens=NEW, **NO_STOP).timing
+    assert 1000.0 <= timing.capture_s < 1002.0 and timing.decode_s < 1000.0
+
+
 def test_end_of_sequence_stops_rows_as_generate_does():
     family = "qwen2_audio"
     m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
