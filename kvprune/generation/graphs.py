@@ -96,11 +96,6 @@ class StepRunner:
 
         limit = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
         patches = dict(pre_grad_custom_pass=GroupLinearsPass()) if self.group_linears else {}
-        if hasattr(inductor_config, "assume_32bit_indexing"):
-            # every buffer of a decode step is far below 2**31 elements; without this, Inductor guards on it
-            # with symbols that have no source, and torch 2.11 fails building the guard ("IndexError: list
-            # index out of range" in issue_guard) on the recompilation for a new length
-            patches["assume_32bit_indexing"] = True
         for tensor, dim in state.length_dims():
             torch._dynamo.maybe_mark_dynamic(tensor, dim)
         try:
