@@ -46,7 +46,9 @@ def _how(summary: pd.DataFrame, results: pd.DataFrame | None) -> str:
     lines.append(f"- Decoding: {', '.join(decoded) or 'unknown'} (engine: kvprune's generation engine; static or "
                  "dynamic: stock `generate`).")
     batch = summary["batch_size_mean"].max() if "batch_size_mean" in summary else float("nan")
-    if not pd.isna(batch):
+    if not pd.isna(batch) and round(batch) <= 1:
+        lines.append("- Batches: one sample per call (`--batch-size` decodes several together).")
+    elif not pd.isna(batch):
         lines.append(f"- Batches: up to {batch:.0f} samples per call on average (each prefilled on its own, decoded "
                      "together).")
     if results is not None and "encoder_reused" in results:
