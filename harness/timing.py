@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from kvprune.compat import output_cache
+from kvprune.compat import kv_cache_bytes, output_cache
 from kvprune.static_cache import is_static
 
 
@@ -41,18 +41,6 @@ class Timing:
         """Tokens after the first (which the prefill produced) per second of decoding."""
         decoded = self.new_tokens - 1
         return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else None
-
-
-def kv_cache_bytes(cache) -> int:
-    """Bytes held by the keys and values of every layer of a transformers cache."""
-    if cache is None:
-        return 0
-    total = 0
-    for layer in cache.layers:
-        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(tensor, torch.Tensor):
-                total += tensor.numel() * tensor.element_size()
-    return total
 
 
 def kv_held_bytes(cache, prompt_len: int) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 # transformers renamed the cache argument and output field from past_key_values to cache in 5.2x
 CACHE_NAMES = ("cache", "past_key_values")
 
@@ -33,3 +35,15 @@ def cache_argument(decoder) -> str:
 
     parameters = inspect.signature(decoder.forward).parameters
     return next((name for name in CACHE_NAMES if name in parameters), CACHE_NAMES[1])
+
+
+def kv_cache_bytes(cache) -> int:
+    """Bytes held by the keys and values of every layer of a transformers cache (0 for none)."""
+    if cache is None:
+        return 0
+    total = 0
+    for layer in cache.layers:
+        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total

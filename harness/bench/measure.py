@@ -30,12 +30,11 @@ import torch
 import torch.nn as nn
 from transformers import StaticCache
 
-from kvprune.compat import CACHE_NAMES, output_cache
-
-from ..setup.options import ENGINE_CACHE
+from kvprune.compat import CACHE_NAMES, kv_cache_bytes, output_cache
 from kvprune.models import resolve_family
 
-from ..timing import Clock, cache_kind, compiled_graphs, kv_cache_bytes, kv_held_bytes, timed_generate
+from ..setup.options import ENGINE_CACHE
+from ..timing import Clock, cache_kind, compiled_graphs, kv_held_bytes, timed_generate
 from .presets import Prompt
 
 

@@ -51,28 +51,29 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
     device = torch.device(config.device or default_device())
     dtype = getattr(torch, "bfloat16" if device.type == "cuda" else "float32") if config.dtype == "auto" else getattr(torch, config.dtype)
     preset = _preset(config)
-    model = preset.build(device, dtype, config.attn_implementation)
     runs = runs_of(config)
     timed = _timed_runs(runs, config.timed_ratios)
-    timer = Timer(model, config.decode_tokens, config.batch_size, config.reuse_encoder)
     tasks = load_tasks(config.tasks, config.protocol, family=preset.family.name)  # the model's form of each task
     rows = [] if earlier is None else earlier[earlier["task"] != "total"].to_dict("records")
     done = {row["task"] for row in rows}
     call = 1 + max((int(row["call"]) for row in rows), default=0)
     plans = [_plan(task, config) for task in tasks if task.name not in done]
-    if plans:
-        _warm_up(timer, preset, model, plans, timed)
+    if not plans:  # an estimate resumed after its last task: nothing to build or time
+        return _table(rows, device)
+    model = preset.build(device, dtype, config.attn_implementation)
+    timer = Timer(model, config.decode_tokens, config.batch_size, config.reuse_encoder)
+    _warm_up(timer, preset, model, plans, timed)
+    settings = settings_key(config)
     bar = tqdm(total=len(plans) * len(timed) * 3, disable=not progress, unit="run", desc="estimate")
     for plan in plans:
         prompts = {s: preset.prompt(model, s, 0).inputs for s in _spread(plan.seconds, config)}
         costs = _measure(timer, preset, config, plan, prompts, timed, bar)
         record = json.dumps(timer.compile_record())  # what this call had compiled by the end of this task
-        rows += [dict(row, call=call, compile_record=record, settings=settings_key(config))
-                 for row in _priced(plan, runs, costs, config)]
+        rows += [dict(row, call=call, compile_record=record, settings=settings) for row in _priced(plan, runs, costs, config)]
         if after_task is not None:
-            after_task(_table(rows, timer, device))
+            after_task(_table(rows, device))
     bar.close()
-    return _table(rows, timer, device)
+    return _table(rows, device)
 
 
 def settings_key(config: EstimateConfig) -> str:
@@ -82,7 +83,7 @@ def settings_key(config: EstimateConfig) -> str:
     return json.dumps(fields, sort_keys=True)
 
 
-def _table(rows: list[dict], timer: Timer, device: torch.device) -> pd.DataFrame:
+def _table(rows: list[dict], device: torch.device) -> pd.DataFrame:
     table = pd.DataFrame(rows)
     summed = ["gpu_hours", "prefill_hours", "decode_hours", "timing_subset_hours", "samples", "sample_runs"]
     totals = table.groupby("mode", sort=False)[summed].sum().reset_index()

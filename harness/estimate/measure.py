@@ -38,9 +38,6 @@ class Cost:
     step_s: float
     rows: int = 1
 
-    def seconds(self, answer_tokens: int) -> float:
-        return sum(self.parts(answer_tokens))
-
     def parts(self, answer_tokens: int) -> tuple[float, float]:
         """Per sample: the prefill's seconds and the decoding's (``answer_tokens - 1`` steps)."""
         return self.prefill_s / self.rows, max(0, answer_tokens - 1) * self.step_s / self.rows

@@ -133,6 +133,7 @@ class DecodeState:
         self.done = torch.zeros(batch, dtype=torch.bool, device=device)
         self.out = torch.zeros(batch, shape.new_tokens, dtype=torch.long, device=device)
         self.graph = None  # the captured decode step (False: capture failed), once captured on this state
+        self._lengths_marked = False
 
     @property
     def nbytes(self) -> int:
@@ -140,11 +141,17 @@ class DecodeState:
         tensors = [t for layer in self.cache.layers for t in (layer.keys, layer.values)] + self.masks + [self.out]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def length_dims(self) -> list[tuple[torch.Tensor, int]]:
-        """The tensors and dimensions that are bucket lengths (caches, masks, the output's room): the ones
-        a compiled step takes as dynamic from its first compilation, so that new lengths reuse it."""
+    def mark_lengths_dynamic(self) -> None:
+        """Mark the dimensions that are bucket lengths (caches, masks, the output's room) dynamic, once per
+        state: a compiled step then takes them as dynamic from its first compilation, and new lengths reuse it."""
+        if self._lengths_marked:
+            return
+        import torch._dynamo
+
         caches = [(t, 2) for layer in self.cache.layers for t in (layer.keys, layer.values)]
-        return [*caches, *((mask, 3) for mask in self.masks), (self.out, 1)]
+        for tensor, dim in [*caches, *((mask, 3) for mask in self.masks), (self.out, 1)]:
+            torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        self._lengths_marked = True
 
     def layer_masks(self) -> tuple[torch.Tensor, ...]:
         return tuple(self.masks[g] for g in self.shape.layer_group)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn as nn
 
-from ..compat import cache_argument, output_cache
+from ..compat import cache_argument, kv_cache_bytes, output_cache
 from ..models import resolve_family
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
@@ -284,7 +284,7 @@ class Generator:
         def after_prefill(module, args, output) -> None:  # each batch's first forward is its prefill
             if not marks["in_batch"]:
                 marks.setdefault("prefill_end", clock.mark())
-                marks["held"] = marks.get("held", 0) + _cache_bytes(output_cache(output))
+                marks["held"] = marks.get("held", 0) + kv_cache_bytes(output_cache(output))
                 marks["in_batch"] = True
 
         kwargs = dict(max_new_tokens=max_new_tokens, do_sample=sampling.do_sample, pad_token_id=pad,
@@ -321,14 +321,6 @@ def generate(model: nn.Module, inputs: dict, *, max_new_tokens: int, press=None,
     """One call of kvprune's generation engine (see ``Generator``; keep a ``Generator`` to reuse its
     compiled steps and graphs across calls)."""
     return Generator(model).generate(inputs, max_new_tokens=max_new_tokens, press=press, ratio=ratio, **kwargs)
-
-
-def _cache_bytes(cache) -> int:
-    """Bytes of the keys and values a (dynamic) cache holds."""
-    layers = getattr(cache, "layers", []) if cache is not None else []
-    return sum(t.numel() * t.element_size() for layer in layers for t in (getattr(layer, "keys", None),
-                                                                         getattr(layer, "values", None))
-               if isinstance(t, torch.Tensor))
 
 
 def _joined(prompts: list[torch.Tensor], new: torch.Tensor, pad: int) -> torch.Tensor:

@@ -96,8 +96,7 @@ class StepRunner:
 
         limit = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
         patches = dict(pre_grad_custom_pass=GroupLinearsPass()) if self.group_linears else {}
-        for tensor, dim in state.length_dims():
-            torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        state.mark_lengths_dynamic()
         try:
             with dynamo_config.patch(**{limit: max(RECOMPILE_LIMIT, getattr(dynamo_config, limit))}), \
                     inductor_config.patch(**patches), _distinct_lengths():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from kvprune import FramePress
-from kvprune.harness.timing import kv_cache_bytes, timed_generate
+from kvprune.compat import kv_cache_bytes
+from kvprune.harness.timing import timed_generate
 from tests.support.helpers import GREEDY, K, cache_of, model
 from tests.support.tiny_models import FAMILIES, N_LAYERS
 
