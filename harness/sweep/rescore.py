@@ -44,7 +44,7 @@ def regraded(row: dict, task: Task, planned: PlannedSample, judge=None) -> dict:
         error = row["error"]
     else:
         error = None if grade.error is None else f"{type(grade.error).__name__}: {grade.error}"
-    return {**row, **_unanswered(task, sample), **grade.scores, "reference": sample.answer, "item": sample.item,
+    return {**row, **_unanswered(task, sample, judge), **grade.scores, "reference": sample.answer, "item": sample.item,
             "meta": sample.meta, "grade_hash": planned.grade_hash, "parsed": grade.parsed, "error": error, "rescored": now()}
 
 
@@ -57,7 +57,7 @@ def _failure(row: dict) -> str | None:
     return message if separator and name.isidentifier() else row["error"]
 
 
-def _unanswered(task: Task, sample) -> dict:
+def _unanswered(task: Task, sample, judge=None) -> dict:
     """The scores of no answer: every per-sample number the task's metrics store, so that none of the
     old row's survives a grade that stores fewer (a grading error stores none)."""
     try:

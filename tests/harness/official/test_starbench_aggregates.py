@@ -57,6 +57,19 @@ def test_a_failed_run_scored_again_keeps_its_error_and_reads_its_message(root):
     assert unanswered.failed_reply is None and get_task("starbench_tr").failed_reply == "ERROR: {error}"
 
 
+def test_a_regraded_row_keeps_none_of_its_old_scores_when_the_new_grade_stores_fewer(root, monkeypatch):
+    """A grading that fails stores no scores: the old row's are replaced by those of no answer, not kept."""
+    from kvprune.harness.tasks.sample import Grade
+
+    task = get_task("starbench_sr")
+    sample = task.load(root)[1]
+    row = dict(rows(task, [sample], [f"<{sample.answer}>"])[0], correct=1.0)
+    monkeypatch.setattr(type(task), "grade", lambda self, *args, **kwargs: Grade(None, {}, ValueError("unparsable")))
+    again = regraded(row, task, PlannedSample(sample, None, "h", "g"))
+    assert again["correct"] == task.score(None, sample)["correct"] == 0.0
+    assert again["error"] == "ValueError: unparsable"
+
+
 def official_perception_categories(records: list[dict]) -> dict[str, float]:
     """``PerceptionDataset.evaluate``'s "By Category" AA, line by line in pandas: sub-categories
     grouped, each with the category of its first row, categories the mean of their sub-categories'
