@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..judge import Judge, JudgeError, JudgeSettings
-from .mmau import answer_span, string_match
+from .mmau import last_answer_tag, string_match
 
 SYSTEM_PROMPT = ("You are a impartial and meticulous AI evaluator. Your task is to assess a model's response to a "
                  "question by evaluating its reasoning and its final answer. You must strictly follow the provided "
@@ -149,10 +149,10 @@ def split_reply(reply: str) -> tuple[str, str]:
     """A model's reply as MMAR-Rubrics takes it apart: the reasoning (the reply without its last
     ``<answer>...</answer>``) and the final answer (``mmau.answer_span``; the whole reply without
     tags). Ours: the official script receives the two already apart."""
-    answer = answer_span(reply)
-    start = reply.rfind("<answer>")
-    thinking = reply[:start] + reply[reply.find("</answer>", start) + len("</answer>"):] if start >= 0 and answer != reply else reply
-    return thinking.strip(), answer.strip()
+    tag = last_answer_tag(reply)
+    if tag is None:
+        return reply.strip(), reply.strip()
+    return (reply[: tag.start()] + reply[tag.end() :]).strip(), tag.group(1).strip()
 
 
 def rubric_report(rows: Sequence[Mapping]) -> dict:

@@ -66,8 +66,14 @@ def answer_span(output: str) -> str:
     Not in the official scripts: MMAR's script expects the final answer alone under
     ``answer_prediction`` (its rubric script takes the reasoning separately, as
     ``thinking_prediction``); this is how a reasoning model's reply is split into the two."""
-    spans = _ANSWER_TAG.findall(output)
-    return spans[-1] if spans else output
+    match = last_answer_tag(output)
+    return match.group(1) if match else output
+
+
+def last_answer_tag(output: str) -> re.Match | None:
+    """The last ``<answer>...</answer>`` of a reply (any case), or None."""
+    matches = list(_ANSWER_TAG.finditer(output))
+    return matches[-1] if matches else None
 
 
 @dataclass(frozen=True)

@@ -265,3 +265,13 @@ def test_the_report_groups_as_the_script_prints():
     assert list(report["By modality"]) == ["music", "sound"] and report["By modality"]["music"]["score"] == pytest.approx(65.0)
     assert report["By sub-category"][None] == {"score": 0.0, "accuracy": 0.0, "samples": 1}
     assert report["By category"]["B"] == {"score": 50.0, "accuracy": 100.0, "samples": 1}
+
+
+@pytest.mark.parametrize("reply, split", [
+    ("think <answer>x</answer> tail", ("think  tail", "x")),
+    ("think <ANSWER>x</ANSWER> tail", ("think  tail", "x")),  # the tag in any case, as the answer is found
+    ("r <answer>a</answer> more <answer>b", ("r  more <answer>b", "a")),  # an unclosed tag is reasoning
+    ("plain reply", ("plain reply", "plain reply")),
+])
+def test_a_reply_splits_at_its_last_answer_tag_into_reasoning_and_answer(reply, split):
+    assert rubrics.split_reply(reply) == split
