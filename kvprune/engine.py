@@ -338,7 +338,7 @@ class PressSession(PressPlan):
         return LayerPrefill(
             index=layer_idx, cache=cache_layer, slots=call.layout[layer_idx] or full,
             query_slots=call.drop_slots if dropped else full,
-            clip_entries=call.kept_counts if dropped else [[clip.length for clip in row] for row in call.clips],
+            clip_entries=call.kept_counts if dropped else call.compression.clip_lengths,
             kv_groups=self.kv_groups, queries=queries, scaling=scaling, rope=kwargs.get("position_embeddings"),
             rope_frequencies=self.rope_frequencies(layer_idx),
         )

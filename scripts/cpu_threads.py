@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+from kvprune.harness.setup.device import THREAD_VARIABLES
+
 CHILD = r"""
 import sys, time
 import torch
@@ -54,7 +56,7 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=40)
     parser.add_argument("--busy", type=int, default=1, help="spinning processes running meanwhile")
     args = parser.parse_args()
-    environment = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    environment = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
     try:
         time.sleep(1)

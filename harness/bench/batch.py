@@ -69,7 +69,7 @@ def largest_fitting(predicted: int, fits: Callable[[int], bool]) -> int:
     return 0
 
 
-def throughput_at(timing, rows: int, new_tokens: int) -> dict:
+def throughput_at(timing, rows: int) -> dict:
     """Requests and decoded tokens per second of the request timed at the largest batch (NaN if none)."""
     if timing is None or not rows or math.isnan(timing.request_ms):
         return dict(max_batch_requests_per_s=math.nan, max_batch_decode_tokens_per_s=math.nan)

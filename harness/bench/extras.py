@@ -114,5 +114,4 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
         release_memory()
     for row in rows:
         predicted, largest, timing = found.get((row["method"], row["ratio"]), (math.nan, math.nan, None))
-        row.update(max_batch_predicted=predicted, max_batch=largest, **batching.throughput_at(timing, largest,
-                                                                                              state.config.decode_tokens))
+        row.update(max_batch_predicted=predicted, max_batch=largest, **batching.throughput_at(timing, largest))

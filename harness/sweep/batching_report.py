@@ -11,9 +11,7 @@ import pandas as pd
 from ..markdown import markdown_table
 from .headline import ratio_text
 from .store import ENGINE_RECORD, TIMING_PASS, read_runs
-from .summary import TIMING_SUBSET
-
-MIB = 2**20
+from .summary import MIB, TIMING_SUBSET
 
 
 def batching_section(summary: pd.DataFrame, results: pd.DataFrame | None, out_dir: Path) -> str:

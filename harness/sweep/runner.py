@@ -43,8 +43,8 @@ from .execute import Executor
 from .judging import record_judge, sweep_judge
 from .plan import PlannedRun, PlannedSample, model_path, plan_sweep, runs_of, tasks_by_model
 from .rescore import rescore
-from .samples import TIMING_PASS, Pass, SampleRunner
-from .store import ENGINE_RECORD, ResultStore, append_run, run_key
+from .samples import Pass, SampleRunner
+from .store import ENGINE_RECORD, TIMING_PASS, ResultStore, append_run, run_key
 
 
 @dataclass

@@ -33,7 +33,7 @@ from ..tasks.task import Task, TaskDataError
 from .config import SweepConfig
 from .execute import BatchGeneration, Executor
 from .plan import PlannedRun, PlannedSample
-from .store import TIMING_PASS, ResultStore
+from .store import ResultStore
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Pass:
     """How a batch runs: its samples decoded together or not, encoder outputs reused or not, and
     whether its rows time each sample (``timed``) or only the batch."""
 
-    name: str | None  # None: the pass that scores (every sample once); TIMING_PASS: the timing subset
+    name: str | None  # None: the pass that scores (every sample once); "timing": the timing subset (store.TIMING_PASS)
     reuse_encoder: bool
     timed: bool
 

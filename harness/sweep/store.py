@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..tasks.task import Task, task_from_config
-from .disk import ResultsFileWarning, SweepOutputError, cannot_write, write_line  # noqa: F401 (the errors: re-exported)
+from .disk import ResultsFileWarning, cannot_write, write_line
 from .identity import DIGESTS_FILE, PLAN_FILE
 
 RUNS_FILE = "runs.jsonl"

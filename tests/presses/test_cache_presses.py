@@ -12,7 +12,7 @@ from kvprune import ComposedPress, FramePress, get_press, list_presses, parse_me
 from kvprune.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
 from kvprune.ratios import keep_count
 from tests.support import cache_reference as ref
-from tests.support.helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, decoder_layers, kv_sources, model, single_row
+from tests.support.helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, kv_sources, model, single_row
 from tests.support.tiny_models import FAMILIES, N_LAYERS
 
 FAMILY_NAMES = list(FAMILIES)
