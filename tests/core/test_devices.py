@@ -12,7 +12,6 @@ devices fails as it would on GPUs, and the choices must be the same as on one de
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 
 import pytest
@@ -24,7 +23,7 @@ from kvprune.compression import PrefillCompression, _Tables
 from kvprune.token_evidence import Evidence
 from kvprune.slots import SlotMap
 from tests.support.helpers import K, model
-from tests.support.paths import REPO
+from tests.support.paths import load_script
 from tests.support.tiny_models import FAMILIES, N_LAYERS
 from tests.support.virtual_devices import CrossDevice, VirtualDevices, device_of, on
 
@@ -156,11 +155,7 @@ def test_slot_maps_follow_the_layer_they_serve():
 
 
 def _multi_gpu_script():
-    path = REPO / "scripts" / "check_multi_gpu.py"
-    spec = importlib.util.spec_from_file_location("check_multi_gpu", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_script("check_multi_gpu")
 
 
 def test_the_multi_gpu_check_runs_on_the_cpu():

@@ -4,8 +4,6 @@ length, decoding equals the dynamic cache, and the decode step compiles into one
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
 
 import pytest
 import torch
@@ -15,7 +13,7 @@ from transformers.cache_utils import StaticSlidingWindowLayer
 from kvprune import ComposedPress, FramePress, KNormPress, get_press
 from kvprune.static_cache import PrunedStaticLayer
 from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model
-from tests.support.paths import REPO
+from tests.support.paths import load_script
 from tests.support.tiny_models import FAMILIES, N_LAYERS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -205,11 +203,7 @@ def test_decode_step_compiles_into_one_graph(family, press_name):
 
 
 def test_bench_decode_script_runs_tiny(tmp_path, monkeypatch):
-    path = REPO / "scripts" / "bench_decode.py"
-    spec = importlib.util.spec_from_file_location("bench_decode", path)
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_decode", script)
-    spec.loader.exec_module(script)
+    script = load_script("bench_decode", monkeypatch)
     script.main(["--tiny", "--out", str(tmp_path), "--audio-seconds", "5", "--new-tokens", "4", "--repeats", "1", "--ratios", "0.5"])
     with open(tmp_path / "decode.csv") as file:
         rows = list(csv.DictReader(file))

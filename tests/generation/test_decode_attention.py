@@ -2,7 +2,7 @@
 
 The Triton kernels run on CUDA, or on the CPU in Triton's interpreter: ``TRITON_INTERPRET=1`` set
 before Python starts (Triton reads it when it is imported), e.g.
-``TRITON_INTERPRET=1 python -m pytest -q tests/test_decode_attention.py``. Without Triton (CI: the CPU
+``TRITON_INTERPRET=1 python -m pytest -q tests/generation/test_decode_attention.py``. Without Triton (CI: the CPU
 build of torch has none), or on the CPU without the interpreter, those tests are skipped; the split
 layout, the fake implementation and the fallback are tested everywhere. Where Triton is installed (and
 the interpreter is off), the kernels are also compiled for an H100 (no GPU needed).
@@ -14,10 +14,8 @@ rounds to nearest (up to 1.07e-2 measured over 12 seeds; PyTorch's matmul path: 
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +23,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 from kvprune.generation import decode_attention as fused
 from kvprune.generation.attention import decode_attention
-from tests.support.paths import REPO
+from tests.support.paths import load_script
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -44,11 +42,7 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2 if C
 
 
 def _check_script():
-    path = REPO / "scripts" / "check_decode_attention.py"
-    spec = importlib.util.spec_from_file_location("check_decode_attention", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_script("check_decode_attention")
 
 
 CHECK = _check_script()

@@ -145,11 +145,8 @@ def omni_limit():
 @pytest.fixture(scope="module")
 def long_data(tmp_path_factory):
     root = tmp_path_factory.mktemp("long")
-    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 45.0  # beyond the demo processor's 30 s
-    try:
+    with task_fixtures.clip_seconds(45.0):  # beyond the demo processor's 30 s
         task_fixtures.had(root, real=1, fake=1)
-    finally:
-        task_fixtures.CLIP_SECONDS = saved
     return root
 
 

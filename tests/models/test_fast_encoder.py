@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import importlib.util
 import itertools
-import sys
 
 import numpy as np
 import pytest
@@ -20,7 +18,7 @@ from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniAu
 from kvprune import FastVPress, UnsupportedModelError, fast_audio_encoder
 from kvprune.encoders.phi4 import chunk_mask
 from tests.support.helpers import GREEDY, model
-from tests.support.paths import REPO
+from tests.support.paths import load_script
 from tests.support.tiny_models import FAMILIES, config_for_tests
 
 OMNI_CONFIG = config_for_tests(FAMILIES["qwen2_5_omni"].family)
@@ -275,11 +273,7 @@ def test_unsupported_model_is_refused_with_the_supported_families():
 
 # -- the GPU measurement script, at tiny shapes on the CPU -------------------------------------------
 def test_bench_encoders_script_runs_tiny(tmp_path, one_thread, monkeypatch):
-    path = REPO / "scripts" / "bench_encoders.py"
-    spec = importlib.util.spec_from_file_location("bench_encoders", path)
-    script = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_encoders", script)  # its dataclasses look their module up
-    spec.loader.exec_module(script)
+    script = load_script("bench_encoders", monkeypatch)  # its dataclasses look their module up
     script.main(["--tiny", "--out", str(tmp_path), "--seconds", "5,45", "--warmup", "0", "--repeats", "1"])
     with open(tmp_path / "encoders.csv") as file:
         rows = list(csv.DictReader(file))

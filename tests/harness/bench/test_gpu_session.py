@@ -3,26 +3,17 @@ CPU: every mode it runs on the GPU works here first, and it writes what it says 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import pandas as pd
 import pytest
 
-from tests.support.paths import REPO
-
-SCRIPT = REPO / "scripts" / "gpu_session.py"
+from tests.support.paths import load_script
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture
 def session(monkeypatch):
-    spec = importlib.util.spec_from_file_location("gpu_session", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "gpu_session", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_session", monkeypatch)
 
 
 def test_every_pass_runs_on_tiny_presets_and_writes_at_most_8_files(session, tmp_path):

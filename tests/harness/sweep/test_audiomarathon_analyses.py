@@ -27,14 +27,9 @@ def test_buckets_follow_the_analysis_scripts_edges():
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
     root = tmp_path_factory.mktemp("audiomarathon")
-    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 1.0
-    try:
-        for writer in (task_fixtures.librispeech, task_fixtures.race, task_fixtures.slue, task_fixtures.tau,
-                       task_fixtures.gtzan, task_fixtures.desed, task_fixtures.vesus, task_fixtures.had,
-                       task_fixtures.vox_age, task_fixtures.vox_gender):
+    with task_fixtures.clip_seconds(1.0):
+        for writer in task_fixtures.WRITERS.values():
             writer(root)
-    finally:
-        task_fixtures.CLIP_SECONDS = saved
     longer = sorted((root / "GTZAN").rglob("*.wav"))[0]
     task_fixtures.write_audio(longer, seconds=12.0)  # one GTZAN clip in the 10-20 s bucket, the others under 10 s
     out = tmp_path_factory.mktemp("out")

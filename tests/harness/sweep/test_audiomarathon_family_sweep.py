@@ -28,12 +28,9 @@ TASKS = get_suite("audiomarathon").tasks
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("audiomarathon")
-    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 1.0
-    try:
+    with task_fixtures.clip_seconds(1.0):
         for writer in task_fixtures.WRITERS.values():
             writer(root)
-    finally:
-        task_fixtures.CLIP_SECONDS = saved
     return root
 
 

@@ -81,11 +81,8 @@ def test_summary_breakdowns_and_the_final_ma(swept):
 
 
 def test_the_audiomarathon_protocol_counts_kept_tokens_its_way(tmp_path):
-    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 1.0  # 25 audio tokens per clip
-    try:
+    with task_fixtures.clip_seconds(1.0):  # 25 audio tokens per clip
         task_fixtures.had(tmp_path / "data", real=1, fake=1)
-    finally:
-        task_fixtures.CLIP_SECONDS = saved
     out = tmp_path / "out"
     assert main(sweep(tmp_path / "data", out, ["had"], "--protocol", "audiomarathon")) == 0
     rows = read_rows(out)

@@ -26,12 +26,9 @@ COMPARED = ["task", "method", "ratio", "sample_id", "output", "parsed", "kept_to
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 2.0
-    try:
+    with task_fixtures.clip_seconds(2.0):
         task_fixtures.had(root, real=4, fake=3)
         task_fixtures.gtzan(root)
-    finally:
-        task_fixtures.CLIP_SECONDS = saved
     return root
 
 

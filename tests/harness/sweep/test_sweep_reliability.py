@@ -32,11 +32,8 @@ from tests.support.tiny_models import FAMILIES
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data")
-    saved, task_fixtures.CLIP_SECONDS = task_fixtures.CLIP_SECONDS, 2.0  # 50 audio tokens per clip
-    try:
+    with task_fixtures.clip_seconds(2.0):  # 50 audio tokens per clip
         task_fixtures.had(root, real=2, fake=2)
-    finally:
-        task_fixtures.CLIP_SECONDS = saved
     return root
 
 
