@@ -119,27 +119,24 @@ def _sweep(args) -> int:
 def _finish(out: Path, plots: bool) -> int:
     """Write the outputs, print the headline, the failures and where to look; 1 if runs failed."""
     from .sweep.headline import headline_text
-    from .sweep.held import other_runs
     from .sweep.report import write_outputs
-    from .sweep.summary import failures, folder_results, summarize
-    from .sweep.store import recorded_tasks
+    from .sweep.summary import failures
 
-    written = _writing(out, lambda: write_outputs(out, plots=plots))
-    results = folder_results(out)
+    outputs = _writing(out, lambda: write_outputs(out, plots=plots))
     print()
-    print(headline_text(summarize(results, recorded_tasks(out))))
-    failed, total, kinds = failures(results)
+    print(headline_text(outputs.summary))
+    failed, total, kinds = failures(outputs.results)
     if failed:
         print(f"{failed} of {total} runs failed (each counts as a wrong answer; rerun with --retry-errors after fixing):")
         for count, example in kinds:
             print(f"  {count} × {example}")
-    others = other_runs(out)
-    if not others.empty:
+    others = outputs.others
+    if others is not None and not others.empty:
         print(f"{out} also holds {others['rows'].sum()} result(s) of earlier commands that this summary leaves out "
               f"({', '.join(sorted(set(others['method'])))}): `kvprune report {out} --all` summarises every run it holds.")
     report = out / "report.md"
     print(f"Open {report.resolve()} for the full report (also in {out.resolve()}: "
-          + ", ".join(p.name for p in written if p != report) + ").")
+          + ", ".join(p.name for p in outputs.paths if p != report) + ").")
     return 1 if failed else 0
 
 
@@ -156,7 +153,7 @@ def _plot(args) -> int:
 def _report(args) -> int:
     from .sweep.report import write_outputs
 
-    for path in _writing(args.results, lambda: write_outputs(args.results, plots=False, everything=args.all)):
+    for path in _writing(args.results, lambda: write_outputs(args.results, plots=False, everything=args.all)).paths:
         if path.suffix in (".md", ".csv"):
             print(path)
     return 0

@@ -12,6 +12,7 @@ Columns have plain names and every number of a kind has one format (``headline``
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +22,7 @@ from .batching_report import batching_section
 from .analyses import plot_duration, plot_radar
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
-from .held import other_runs_banner
+from .held import other_runs, other_runs_banner
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .identity import SweepPlan, read_plan
 from .judging import judge_section
@@ -30,10 +31,19 @@ from .store import read_runs, recorded_tasks
 from .summary import direction, failures, folder_results, summarize, task_averages
 
 
-def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -> list[Path]:
+@dataclass
+class Outputs:
+    """What ``write_outputs`` wrote and read, for a caller that prints from it without reading again."""
+
+    paths: list[Path]  # the results files and what was written
+    results: pd.DataFrame
+    summary: pd.DataFrame
+    others: pd.DataFrame | None  # the folder's runs the summary leaves out (None: it covers everything)
+
+
+def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -> Outputs:
     """Write ``summary.csv``, the plots (unless ``plots`` is False) and ``report.md`` from the results
-    in ``out_dir`` (the runs its last sweep asked for, or ``everything``); returns the paths of the
-    results and of what was written."""
+    in ``out_dir`` (the runs its last sweep asked for, or ``everything``)."""
     results = folder_results(out_dir, everything)
     tasks = recorded_tasks(out_dir)
     summary = summarize(results, tasks)
@@ -47,8 +57,9 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
     if plots:
         written += plot_summary(summary, out_dir) + plot_duration(breakdown, out_dir) + plot_radar(summary, out_dir, tasks)
     plan = None if everything else read_plan(out_dir)
-    written.append(write_report(summary, out_dir, results, breakdown, plan))
-    return [p for p in written if p.exists()]
+    others = other_runs(out_dir) if plan is not None else None
+    written.append(write_report(summary, out_dir, results, breakdown, plan, others))
+    return Outputs([p for p in written if p.exists()], results, summary, others)
 
 
 def _number(digits: int) -> Callable:
@@ -163,13 +174,14 @@ def timing_note(summary: pd.DataFrame) -> str:
 
 
 def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None,
-                 breakdown: pd.DataFrame | None = None, plan: SweepPlan | None = None) -> Path:
+                 breakdown: pd.DataFrame | None = None, plan: SweepPlan | None = None,
+                 others: pd.DataFrame | None = None) -> Path:
     """Write ``report.md`` next to the results (with ``results``, the banners, and with the folder's
     ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections);
     returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n"]
     if results is not None:
-        planned = (other_runs_banner(out_dir), incomplete_banner(plan, results)) if plan is not None else ()
+        planned = (other_runs_banner(out_dir, others), incomplete_banner(plan, results)) if plan is not None else ()
         banners = (*planned, failure_banner(results), long_audio_banner(results))
         parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), batching_section(summary, results, out_dir),
