@@ -6,11 +6,12 @@ size (prefill, then the forced tokens): requests/s = batch / request time, prefi
 x prompt length / prefill time, decoded tokens/s = batch x forced tokens / decoding time.
 
 The largest batch is first predicted from the measured requests: a request costs ``peak - memory
-before it + its inputs``; a row costs the slope of that between the two largest batch sizes timed (the
-rest is the request's own, such as one prefill's activations), and the device can give the allocator
-what is free plus what it already reserved. The prediction is then
-run (its prefill and one decoding step); if that runs out of memory, 10% fewer rows are tried, up to
-``TRIES`` times. Only on CUDA, where memory is measured.
+before it + its inputs + what it reused`` (the engine's decode state kept from an earlier round); a row
+costs the slope of that between the two largest batch sizes timed (the rest is the request's own, such
+as one prefill's activations). Before the search the engine's kept states are dropped, and the device
+can give the allocator what is free plus what it already reserved, beside what stays allocated (the
+weights). The prediction is then run (its prefill and the decoding); if that runs out of memory, 10%
+fewer rows are tried, up to ``TRIES`` times. Only on CUDA, where memory is measured.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def row_bytes(samples: dict[int, RequestTiming], input_bytes: dict[int, int]) ->
     measured (NaN, 0 if none). With two or more: the slope between the two largest (what the engine's
     prefill of one micro-batch holds does not grow with the rows, so dividing it by few rows would
     overstate a row); with one, or a slope that is not positive: the largest cost per row, nothing besides."""
-    costs = {b: s.peak_bytes - s.base_bytes + input_bytes[b] for b, s in samples.items()}
+    costs = {b: s.peak_bytes - s.base_bytes + input_bytes[b] + s.reused_bytes for b, s in samples.items()}
     costs = {b: c for b, c in costs.items() if not math.isnan(c)}
     if not costs:
         return math.nan, 0.0

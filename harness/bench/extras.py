@@ -11,6 +11,7 @@ from dataclasses import replace
 import torch
 
 from kvprune import fast_audio_encoder, resolve_family
+from kvprune.generation.graphs import out_of_memory
 
 from ..setup.device import release_memory
 from ..setup.options import ENGINE_CACHE
@@ -80,14 +81,17 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
         outcome = outcomes[request]
         if outcome.samples:
             key = (request.method, request.ratio)
-            configurations.setdefault(key, {})[request.batch] = max(outcome.samples, key=lambda s: s.peak_bytes - s.base_bytes)
+            configurations.setdefault(key, {})[request.batch] = max(
+                outcome.samples, key=lambda s: s.peak_bytes - s.base_bytes + s.reused_bytes)
     found = {}
     for (method, ratio), samples in configurations.items():
         request = next(r for r in requests if (r.method, r.ratio) == (method, ratio))
         engine = request.cache == ENGINE_CACHE  # one prompt for every row: its inputs count once
         inputs = {b: prompts[1 if engine else b].input_bytes for b in samples}
         per_row, per_request = batching.row_bytes(samples, inputs)
-        fixed = min(s.base_bytes - inputs[b] for b, s in samples.items()) + per_request
+        state.generator(model).forget_states()  # the rounds' kept states give their memory to the search
+        release_memory()
+        fixed = torch.cuda.memory_allocated(state.device) + per_request
         predicted = batching.predicted_batch(per_row, fixed, batching.allocatable_bytes(state.device))
         timed = {}
 
@@ -97,11 +101,15 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
             try:
                 prompt = preset.prompt(model, base["audio_seconds"], state.config.decode_tokens, state.config.seed,
                                        1 if engine else size)
-                timed[size] = run_request(state, model, prompt, replace(request, batch=size))[0]
+                for _ in range(2):  # the first compiles and captures the new batch size's step: the second is timed
+                    timed[size] = run_request(state, model, prompt, replace(request, batch=size))[0]
                 return True
-            except torch.OutOfMemoryError:
-                release_memory()
-                return False
+            except Exception as error:
+                if not out_of_memory(error):
+                    raise
+            state.generator(model).forget_states()  # what the failed size kept
+            release_memory()
+            return False
 
         try:
             largest = batching.largest_fitting(predicted, fits)

@@ -68,6 +68,8 @@ class RequestTiming:
     kv_alloc_bytes: int  # the cache's tensors after the prefill (a static cache's room included)
     cache: str  # "dynamic" or "static"
     compiled: bool  # torch.compile made new graphs during the request: its timing is compilation's
+    reused_bytes: float = 0.0  # memory it used that an earlier request left allocated (the engine's kept decode
+    # state): its cost, though not in peak - base
 
     @property
     def llm_ms(self) -> float:
@@ -286,6 +288,7 @@ class Meter:
             kv_alloc_bytes=out.cache_bytes,
             cache="engine",
             compiled=out.compilations > 0 or out.graphs_captured > 0,
+            reused_bytes=0.0 if out.new_state else float(out.cache_bytes),
         )
         outcome = out.outcome[0] if isinstance(out.outcome, list) else out.outcome
         return timing, outcome

@@ -66,7 +66,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
     settings = settings_key(config)
     bar = tqdm(total=len(plans) * len(timed) * 3, disable=not progress, unit="run", desc="estimate")
     for plan in plans:
-        prompts = {s: preset.prompt(model, s, 0).inputs for s in _spread(plan.seconds, config)}
+        prompts = {s: preset.prompt(model, s, 0).inputs for s in spread(plan.seconds, config.samples_per_task)}
         costs = _measure(timer, preset, config, plan, prompts, timed, bar)
         record = json.dumps(timer.compile_record())  # what this call had compiled by the end of this task
         rows += [dict(row, call=call, compile_record=record, settings=settings) for row in _priced(plan, runs, costs, config)]
@@ -144,11 +144,12 @@ def _duration(path) -> float | None:
         return None
 
 
-def _spread(seconds: list[float], config: EstimateConfig, count: int | None = None) -> list[float]:
-    """``count`` lengths evenly over the task's range (its shortest to its longest audio)."""
-    count = count or config.samples_per_task
+def spread(seconds: list[float], count: int) -> list[float]:
+    """``count`` lengths over the task's range (its shortest to its longest audio): the middles of ``count``
+    equal parts, so that any count has the range's middle as its mean (one length is the middle, not the
+    shortest: the one-at-a-time ways and the batches are timed at lengths of the same mean)."""
     low, high = min(seconds), max(seconds)
-    return [round(float(s), 1) for s in np.linspace(low, high, count)]
+    return [round(low + (i + 0.5) * (high - low) / count, 1) for i in range(count)]
 
 
 def _warm_up(timer: Timer, preset: Preset, model, plans: list[TaskPlan], timed: list[PlannedRun]) -> None:
@@ -169,7 +170,7 @@ def _measure(timer: Timer, preset: Preset, config: EstimateConfig, plan: TaskPla
              timed: list[PlannedRun], bar) -> dict:
     """Per mode and timed run, what one sample-run costs for this task's answer length: (prefill s, decode s)."""
     alone = list(prompts.values())
-    batched_seconds = _spread(plan.seconds, config, config.batch_size * config.batches_per_task)
+    batched_seconds = spread(plan.seconds, config.batch_size * config.batches_per_task)
     costs: dict[str, dict[PlannedRun, tuple[float, float]]] = {mode: {} for mode in MODES}
     for run in timed:
         costs["batch1"][run] = _mean_parts([timer.batch1(p, run.press) for p in alone], plan.answer_tokens)

@@ -27,7 +27,7 @@ from ..compat import cache_argument, kv_cache_bytes, output_cache
 from ..models import resolve_family
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
-from .graphs import StepRunner, compile_counters
+from .graphs import StepRunner, compile_counters, out_of_memory
 from .prefill import Prefill, family_supports_static_decoding, run_prefill
 from .step import Sampling, Stopping, choose, decode_step, finish
 
@@ -65,6 +65,7 @@ class GenerationOutput:
     compilations: int = 0  # torch.compile graphs this call made
     kv_held_bytes: int = 0  # after the prefill: the keys and values the prompts left in every layer's cache
     cache_bytes: int = 0  # the decode state's buffers (bucketed room for the new tokens included)
+    new_state: bool = False  # this call allocated its decode state (False: it refilled one kept from an earlier call)
 
 
 @dataclass
@@ -78,7 +79,9 @@ class Generator:
     * ``fused_attention``: the decode step's attention as one fused Triton kernel on CUDA
       (``decode_attention``); False: two matrix products and a softmax, as on the CPU.
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
-    * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go).
+    * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go);
+      "auto": on CUDA, 3/4 of the memory free when the generator is made (the model loaded), else 8 GiB.
+      A call that runs out of memory while earlier calls' states are kept drops them and runs again once.
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation).
     """
 
@@ -89,10 +92,11 @@ class Generator:
     fast_linear: bool | str = "auto"
     fused_attention: bool = True
     per_octave: int = 8
-    max_state_bytes: int = 8 << 30
+    max_state_bytes: int | str = "auto"
     check_every: int = 16
     _states: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _runners: dict = field(default_factory=dict, init=False, repr=False)
+    _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
 
     def __post_init__(self) -> None:
         self.family = resolve_family(self.model)
@@ -105,6 +109,8 @@ class Generator:
         self.fast_linear = (cuda and self.compile) if self.fast_linear == "auto" else bool(self.fast_linear)
         if self.cuda_graphs and not cuda:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
+        if self.max_state_bytes == "auto":
+            self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
         self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)
 
     # -- public ---------------------------------------------------------------------------------------
@@ -129,7 +135,27 @@ class Generator:
         eos, pad = self._special_tokens(eos_token_id, pad_token_id)
         if self.unsupported:
             return self._fallback(batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press)
+        arguments = (batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press)
+        if not self._states:
+            return self._generate(*arguments)
+        try:
+            return self._generate(*arguments)
+        except Exception as error:  # kept states give way to the work: once, then the error is the caller's
+            if not out_of_memory(error):
+                raise
+        self.forget_states()
+        return self._generate(*arguments)
+
+    def forget_states(self) -> None:
+        """Drop the kept decode states, their CUDA graphs and the graphs' memory pools (compiled steps stay):
+        memory back to the allocator, e.g. before a batch that needs all of it."""
+        self._states.clear()
+        for runner in self._runners.values():
+            runner.release_pool()
+
+    def _generate(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
         graphs_before, (compiled_before, _) = self._captures(), compile_counters()
+        made_before = self._made
         clock = _Clock(self.device)
         rows = sum(batch["input_ids"].shape[0] for batch in batches)
         longest = max(batch["input_ids"].shape[1] for batch in batches)
@@ -165,7 +191,7 @@ class Generator:
             sequences=_joined([batch["input_ids"] for batch in batches], new, pad), new_tokens=new, timing=timing,
             outcome=outcomes[0] if len(outcomes) == 1 else outcomes, graphs_captured=self._captures() - graphs_before,
             compilations=compile_counters()[0] - compiled_before, kv_held_bytes=held,
-            cache_bytes=state.nbytes if state is not None else 0,
+            cache_bytes=state.nbytes if state is not None else 0, new_state=self._made > made_before,
         )
 
     @property
@@ -229,6 +255,7 @@ class Generator:
         state = self._states.pop(shape, None)
         if state is None:
             state = DecodeState(shape, template)
+            self._made += 1
         self._states[shape] = state  # most recently used last
         while len(self._states) > 1 and self.state_bytes > self.max_state_bytes:
             self._states.popitem(last=False)

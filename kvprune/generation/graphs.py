@@ -28,10 +28,19 @@ def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {text[-1] if text else ''}"[:300]
 
 
+def out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error`` is, or was caused by, the device running out of memory (the compiler wraps it)."""
+    while error is not None:
+        if isinstance(error, torch.OutOfMemoryError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _from_compiler(error: Exception) -> bool:
     """Whether ``error`` was raised inside torch.compile's machinery (dynamo, inductor), not by the
-    step's own computation."""
-    if isinstance(error, torch.OutOfMemoryError):
+    step's own computation (running out of memory is neither: the caller makes room)."""
+    if out_of_memory(error):
         return False
     frames = traceback.extract_tb(error.__traceback__)
     return any("torch/_dynamo" in frame.filename or "torch/_inductor" in frame.filename for frame in frames)
@@ -132,8 +141,14 @@ class StepRunner:
         except Exception as error:  # e.g. a host synchronisation inside the model's forward
             torch.cuda.synchronize()
             state.restore(saved)
+            if out_of_memory(error):  # not the step's fault: the caller makes room
+                raise
             state.graph = False
             self._note(f"no CUDA graph: {_reason(error)}")
+
+    def release_pool(self) -> None:
+        """Let the graphs' memory pool go once its graphs are gone (the next capture opens a new one)."""
+        self._pool = self._keeper = None
 
     def _note(self, reason: str) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1

@@ -171,6 +171,47 @@ def test_decode_states_are_kept_across_calls_within_their_memory_budget():
     assert tight.states == 1  # the least recently used went; the one in use always stays
 
 
+def test_a_call_says_whether_it_allocated_its_state_and_forgotten_states_are_made_again():
+    m, inputs = model("qwen2_5_omni", "sdpa"), FAMILIES["qwen2_5_omni"].inputs(ROWS)
+    generator = Generator(m)
+    assert generator.max_state_bytes == 8 << 30  # "auto" off CUDA
+    calls = [generator.generate(inputs, max_new_tokens=NEW, **NO_STOP) for _ in range(2)]
+    assert [c.new_state for c in calls] == [True, False]
+    generator.forget_states()
+    assert generator.states == 0 and generator.state_bytes == 0
+    again = generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)
+    assert again.new_state and torch.equal(again.new_tokens, calls[0].new_tokens)
+
+
+def test_running_out_of_memory_drops_the_kept_states_and_runs_again_once(monkeypatch):
+    import kvprune.generation.generator as engine
+
+    m, inputs = model("qwen2_5_omni", "sdpa"), FAMILIES["qwen2_5_omni"].inputs(ROWS)
+    generator = Generator(m)
+    pruned = generator.generate(inputs, max_new_tokens=NEW, press=PRESSES["fastv"], **NO_STOP)  # keeps a state
+    expected = Generator(m).generate(inputs, max_new_tokens=NEW, **NO_STOP).new_tokens
+    made, failures = engine.DecodeState, []
+
+    def short_of_memory(shape, template):  # the next allocation fails, wrapped as the compiler wraps it
+        if not failures:
+            failures.append(shape)
+            try:
+                raise torch.OutOfMemoryError("CUDA out of memory")
+            except torch.OutOfMemoryError as error:
+                raise RuntimeError("compiling the step failed") from error
+        return made(shape, template)
+
+    monkeypatch.setattr(engine, "DecodeState", short_of_memory)
+    out = generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)
+    assert failures and torch.equal(out.new_tokens, expected)
+    assert generator.states == 1  # the pruned call's state gave way; only this call's is kept
+    assert pruned.new_state
+    failures.clear()
+    generator.forget_states()  # nothing kept to give way: the error is the caller's
+    with pytest.raises(RuntimeError, match="compiling the step failed"):
+        generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)
+
+
 def test_models_the_engine_cannot_decode_fall_back_to_generate_and_say_why():
     generator = Generator(model("gemma3n", "sdpa"))
     out = generator.generate(FAMILIES["gemma3n"].inputs(ROWS), max_new_tokens=2, **NO_STOP)

@@ -299,6 +299,17 @@ def test_the_largest_batch_is_predicted_from_the_peaks_then_run():
     assert batching.row_bytes({}, {}) == (pytest.approx(float("nan"), nan_ok=True), 0.0)
 
 
+def test_a_decode_state_kept_from_an_earlier_round_counts_in_the_request_s_cost():
+    # states of 1 GB (1 row) and 4 GB (4 rows) beside 16 GB of weights, then 3 and 9 GB of transients: made
+    # by the request, they are in its peak; refilled from an earlier round, in its base (peak - base misses them)
+    fresh = {1: _timing(1.0, 0.5, peak_bytes=20e9, base_bytes=16e9), 4: _timing(1.0, 0.5, peak_bytes=29e9, base_bytes=16e9)}
+    kept = {1: _timing(1.0, 0.5, peak_bytes=20e9, base_bytes=17e9, reused_bytes=1e9),
+            4: _timing(1.0, 0.5, peak_bytes=29e9, base_bytes=20e9, reused_bytes=4e9)}
+    none = {1: 0.0, 4: 0.0}
+    assert batching.row_bytes(kept, none) == pytest.approx(batching.row_bytes(fresh, none))
+    assert batching.row_bytes(kept, none)[0] == pytest.approx(9e9 / 3)
+
+
 @pytest.fixture
 def broken_preset():
     def broken():

@@ -9,7 +9,7 @@ import torch
 
 from kvprune.harness.cli import main
 from kvprune.harness.estimate.config import EstimateConfig
-from kvprune.harness.estimate.estimate import _interpolated, run_estimate, settings_key
+from kvprune.harness.estimate.estimate import _interpolated, run_estimate, settings_key, spread
 from kvprune.harness.estimate.measure import MODES, Cost
 from kvprune.harness.estimate.published import published
 from kvprune.harness.estimate.report import earlier_rows, write_estimate
@@ -82,3 +82,12 @@ def test_an_interrupted_estimate_resumes_with_the_tasks_it_had_and_refuses_other
             "--out", str(settings.out), "--quiet"]
     assert main(argv) == 2
     assert "other settings" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 20])
+def test_lengths_timed_have_the_range_s_middle_as_their_mean_at_any_count(count):
+    # one at a time and in batches, the ways are timed on lengths of the same mean (one length: the middle)
+    lengths = spread([90.0, 210.0, 150.0], count)
+    assert len(lengths) == count and sum(lengths) / count == pytest.approx(150.0)
+    assert all(90.0 < s < 210.0 for s in lengths) and lengths == sorted(lengths)
+    assert len(set(lengths)) == count
