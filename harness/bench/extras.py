@@ -93,33 +93,37 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
         release_memory()
         fixed = torch.cuda.memory_allocated(state.device) + per_request
         predicted = batching.predicted_batch(per_row, fixed, batching.allocatable_bytes(state.device))
-        timed = {}
+        timed, tries = {}, []
 
         def fits(size: int, request=request) -> bool:
             if state.expired():
+                tries.append(f"{size}: not tried (--max-minutes)")
                 return False
             try:
                 prompt = preset.prompt(model, base["audio_seconds"], state.config.decode_tokens, state.config.seed,
                                        1 if engine else size)
                 for _ in range(2):  # the first compiles and captures the new batch size's step: the second is timed
                     timed[size] = run_request(state, model, prompt, replace(request, batch=size))[0]
+                tries.append(f"{size}: ran")
                 return True
             except Exception as error:
                 if not out_of_memory(error):
                     raise
+                tries.append(f"{size}: out of memory")
             state.generator(model).forget_states()  # what the failed size kept
             release_memory()
             return False
 
         try:
             largest = batching.largest_fitting(predicted, fits)
-            found[method, ratio] = (predicted, largest, timed.get(largest))
+            found[method, ratio] = (predicted, largest, timed.get(largest), "; ".join(tries))
         except Exception as error:  # not a lack of memory: the search stops, the rows stay
-            found[method, ratio] = (predicted, math.nan, None)
+            found[method, ratio] = (predicted, math.nan, None, "; ".join(tries))
             for row in rows:
                 if (row["method"], row["ratio"]) == (method, ratio) and row.get("error") is None:
                     row["error"] = f"largest batch: {describe(error)}"
         release_memory()
     for row in rows:
-        predicted, largest, timing = found.get((row["method"], row["ratio"]), (math.nan, math.nan, None))
-        row.update(max_batch_predicted=predicted, max_batch=largest, **batching.throughput_at(timing, largest))
+        predicted, largest, timing, tried = found.get((row["method"], row["ratio"]), (math.nan, math.nan, None, ""))
+        row.update(max_batch_predicted=predicted, max_batch=largest, max_batch_tries=tried,
+                   **batching.throughput_at(timing, largest))

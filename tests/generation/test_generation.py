@@ -343,6 +343,26 @@ def test_a_compiled_step_compiles_once_per_layout_over_many_lengths():
     assert (graphs - graphs_before, recompiles - recompiles_before) == (2, 0)
 
 
+@pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="Inductor on a CPU needs a C compiler")
+def test_a_compiled_step_writes_the_cache_in_place_and_copies_none_of_it():
+    """The new column goes into the cache where it lies, and attention reads it there: no buffer of a
+    cache's size (its dynamic length) is allocated by the compiled step (a ``scatter_`` in the step made
+    the compiler copy every layer's cache per token)."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    family = "qwen2_5_omni"
+    m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
+    generator = Generator(m, compile=True)
+    out, sources = run_and_get_code(lambda: generator.generate(inputs, max_new_tokens=NEW, press=PRESSES["fastv"], **NO_STOP))
+    assert torch.equal(out.new_tokens, stock_tokens(family, m, inputs, PRESSES["fastv"]))
+    code = "\n".join(sources)
+    cache_sized = re.findall(r"empty_strided\w*\(\((\d+), (\d+), (s\d+), (\d+)\)", code)
+    assert cache_sized == []
+    assert "kvprune.write_column" in code
+
+
 def test_a_step_that_cannot_compile_runs_uncompiled_and_says_so(monkeypatch):
     """Never a silent fallback: a compiler failure is recorded, and the step decodes as written."""
     from kvprune.generation import graphs

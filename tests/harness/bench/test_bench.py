@@ -431,3 +431,17 @@ def test_a_deadline_keeps_the_rounds_already_timed():
     assert [s.prefill_ms for s in by_method["b"].samples] == [4.0] and by_method["b"].error is None
     assert [s.prefill_ms for s in by_method["c"].samples] == [5.0] and by_method["c"].error is None
     assert by_method["a"].samples == [] and by_method["a"].error == SKIPPED
+
+
+def test_the_report_compares_throughput_each_at_its_largest_batch():
+    from kvprune.harness.bench.report import _largest_batch_table
+
+    rows = pd.DataFrame([
+        dict(method="none", ratio=0.0, max_batch=100.0, max_batch_predicted=110.0, max_batch_tries="110: out of memory; 99: ran",
+             max_batch_decode_tokens_per_s=4000.0, max_batch_requests_per_s=1.5),
+        dict(method="fastv", ratio=0.9, max_batch=700.0, max_batch_predicted=700.0, max_batch_tries="700: ran",
+             max_batch_decode_tokens_per_s=18000.0, max_batch_requests_per_s=9.0),
+    ])
+    text = _largest_batch_table(rows)
+    assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 110: out of memory; 99: ran |" in text
+    assert "- fastv at 0.9: 4.50x the unpruned model's decoded tokens/s, each at its largest batch" in text
