@@ -15,13 +15,13 @@ mostly compilation, so ``Timing.compiled`` says whether the call compiled anythi
 from __future__ import annotations
 
 import sys
-import time
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
 from kvprune.compat import kv_cache_bytes, output_cache
+from kvprune.generation.clock import Clock
 from kvprune.static_cache import is_static
 
 
@@ -67,29 +67,6 @@ def compiled_graphs() -> int:
     """Graphs torch.compile has made in this process so far (0 if it never ran)."""
     utils = sys.modules.get("torch._dynamo.utils")  # not imported unless something compiled
     return 0 if utils is None else int(utils.counters["stats"]["unique_graphs"])
-
-
-class Clock:
-    """Marks on the device timeline (CUDA events) or the host clock."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
-
-    def mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            return event
-        return time.perf_counter()
-
-    def seconds(self, start, end) -> float:
-        return start.elapsed_time(end) / 1000.0 if self.cuda else end - start
-
-    def sync(self) -> None:
-        """Wait for the device's queued work (a no-op on CPU), so that marks can be read."""
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
 
 
 def timed_generate(

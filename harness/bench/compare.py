@@ -23,9 +23,16 @@ PREFILL_OVER_IDEAL = 1.10  # a pruned prefill within 10% of its ideal
 REQUEST_SPEEDUP_DYNAMIC, REQUEST_SPEEDUP_STATIC = 3.0, 2.5
 
 
+def compiled_words(row, compiled: str) -> str:
+    """How a row decoded: ``compiled`` if it did, or that its step failed to compile, or nothing."""
+    if row["decode_compiled"] is not True:
+        return ""
+    return ", decoding uncompiled (its step failed to compile)" if row.get("decode_fell_back") is True else compiled
+
+
 def variant(row) -> str:
     """What a compare row is, in words."""
-    cache = f"{row['cache']} cache" + (", compiled" if row["decode_compiled"] is True else "")
+    cache = f"{row['cache']} cache" + compiled_words(row, ", compiled")
     if row["method"] == "stock":
         return f"stock HF, {cache}"
     encoder = f"{row['encoder']} encoder"

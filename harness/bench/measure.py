@@ -31,10 +31,11 @@ import torch.nn as nn
 from transformers import StaticCache
 
 from kvprune.compat import CACHE_NAMES, kv_cache_bytes, output_cache
+from kvprune.generation.clock import Clock
 from kvprune.models import resolve_family
 
 from ..setup.options import ENGINE_CACHE
-from ..timing import Clock, cache_kind, compiled_graphs, kv_held_bytes, timed_generate
+from ..timing import cache_kind, compiled_graphs, kv_held_bytes, timed_generate
 from .presets import Prompt
 
 
@@ -70,6 +71,7 @@ class RequestTiming:
     compiled: bool  # torch.compile made new graphs during the request: its timing is compilation's
     reused_bytes: float = 0.0  # memory it used that an earlier request left allocated (the engine's kept decode
     # state): its cost, though not in peak - base
+    decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for this layout failed to compile
 
     @property
     def llm_ms(self) -> float:
@@ -289,6 +291,7 @@ class Meter:
             cache="engine",
             compiled=out.compilations > 0 or out.graphs_captured > 0,
             reused_bytes=0.0 if out.new_state else float(out.cache_bytes),
+            decoded_uncompiled=bool(generator.compile) and out.step_compiled is False,
         )
         outcome = out.outcome[0] if isinstance(out.outcome, list) else out.outcome
         return timing, outcome

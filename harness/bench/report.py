@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..markdown import markdown_table
-from .compare import targets, variant
+from .compare import compiled_words, targets, variant
 from .presets import PRESETS
 
 UNPRUNED, IDEAL, STOCK = "none", "ideal", "stock"
@@ -25,7 +25,8 @@ CACHE_PRESS_IDEAL = "n/a: a cache press leaves the prefill's work as it is (it e
 #: measured per row (``encoder``: the audio encoder path that ran, "fast" where kvprune.fast_audio_encoder
 #: changed something; ``path``: forward (prefill + forced steps) or generate; ``error``: what failed)
 MEASURED = (
-    "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled path compiled_in_timing "
+    "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back path "
+    "compiled_in_timing "
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical max_batch_predicted max_batch max_batch_tries "
@@ -240,7 +241,7 @@ def _targets_table(rows: pd.DataFrame) -> str:
 def _decoding(row) -> str:
     if pd.isna(row["cache"]):
         return "not measured"
-    return f"{row['cache']} cache" + (", compiled decoding" if row["decode_compiled"] is True else "")
+    return f"{row['cache']} cache" + compiled_words(row, ", compiled decoding")
 
 
 HEADER = {

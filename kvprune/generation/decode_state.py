@@ -89,6 +89,11 @@ class StateShape:
     layer_group: tuple[int, ...]  # per decoder layer, its group
     new_tokens: int  # room of the output buffer
 
+    @property
+    def layout(self) -> tuple:
+        """How the layers are laid out (groups and their mask heads), whatever the lengths and rows."""
+        return self.mask_heads, self.layer_group
+
     def fits(self, other: StateShape) -> bool:
         """Whether a state of this shape can hold what ``other`` asks for (same layout, enough room)."""
         return (self.batch, self.mask_heads, self.layer_group) == (other.batch, other.mask_heads, other.layer_group) and all(

@@ -15,9 +15,9 @@ Gemma-3n) and attention implementations that cannot mask per layer (flash attent
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -26,6 +26,7 @@ import torch.nn as nn
 from ..compat import cache_argument, kv_cache_bytes, output_cache
 from ..models import resolve_family
 from .attention import decoding_attention, unsupported_attention
+from .clock import Clock
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner, compile_counters, out_of_memory
 from .prefill import Prefill, family_supports_static_decoding, run_prefill
@@ -66,6 +67,7 @@ class GenerationOutput:
     kv_held_bytes: int = 0  # after the prefill: the keys and values the prompts left in every layer's cache
     cache_bytes: int = 0  # the decode state's buffers (bucketed room for the new tokens included)
     new_state: bool = False  # this call allocated its decode state (False: it refilled one kept from an earlier call)
+    step_compiled: bool | None = None  # its decoding ran a compiled step (None: no decoding step; see ``fallbacks``)
 
 
 @dataclass
@@ -156,7 +158,8 @@ class Generator:
     def _generate(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
         graphs_before, (compiled_before, _) = self._captures(), compile_counters()
         made_before = self._made
-        clock = _Clock(self.device)
+        clock = Clock(self.device)
+        start = clock.mark()
         rows = sum(batch["input_ids"].shape[0] for batch in batches)
         longest = max(batch["input_ids"].shape[1] for batch in batches)
         state, stopping, firsts, outcomes, offset, held, first_end = None, None, [], [], 0, 0, None
@@ -179,19 +182,20 @@ class Generator:
             del prefill  # its cache is in the decode state now: one batch's cache at a time (or the repeated one's)
         prefill_end = clock.mark()
         loop_start = prefill_end
+        compiled = None
         if state is not None:
-            new, loop_start = self._decode(state, rows, max_new_tokens, sampling, stopping, clock)
+            new, loop_start, compiled = self._decode(state, rows, max_new_tokens, sampling, stopping, clock)
         else:
             new = torch.cat(firsts)[:, None]
         end = clock.mark()
         new = _trim(new, eos)
-        timing = GenerationTiming(clock.seconds(clock.start, prefill_end), clock.seconds(loop_start, end), new.shape[1], rows,
-                                  clock.seconds(clock.start, first_end), clock.seconds(prefill_end, loop_start))
+        timing = GenerationTiming(clock.seconds(start, prefill_end), clock.seconds(loop_start, end), new.shape[1], rows,
+                                  clock.seconds(start, first_end), clock.seconds(prefill_end, loop_start))
         return GenerationOutput(
             sequences=_joined([batch["input_ids"] for batch in batches], new, pad), new_tokens=new, timing=timing,
             outcome=outcomes[0] if len(outcomes) == 1 else outcomes, graphs_captured=self._captures() - graphs_before,
             compilations=compile_counters()[0] - compiled_before, kv_held_bytes=held,
-            cache_bytes=state.nbytes if state is not None else 0, new_state=self._made > made_before,
+            cache_bytes=state.nbytes if state is not None else 0, new_state=self._made > made_before, step_compiled=compiled,
         )
 
     @property
@@ -238,8 +242,9 @@ class Generator:
         grown.copy_rows_from(state, offset)
         return grown
 
-    def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping, clock) -> tuple[torch.Tensor, object]:
-        """The new tokens, and the clock's mark where the token loop began (after a graph capture, if any)."""
+    def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping, clock) -> tuple[torch.Tensor, object, bool]:
+        """The new tokens, the clock's mark where the token loop began (after a graph capture, if any), and
+        whether the step ran compiled."""
         runner = self._runner(sampling, stopping, state.shape.batch)
         with torch.no_grad(), decoding_attention(self.config):
             runner.prepare(state)
@@ -248,7 +253,7 @@ class Generator:
                 runner.run(state)
                 if step % self.check_every == 0 and bool(state.done.all()):
                     break
-        return state.out[:rows, :max_new_tokens].clone(), loop_start
+        return state.out[:rows, :max_new_tokens].clone(), loop_start, runner.compiled_for(state)
 
     def _state(self, shape, template: Prefill) -> DecodeState:
         """A kept state of ``shape``, or a new one (the least recently used go beyond ``max_state_bytes``)."""
@@ -305,7 +310,8 @@ class Generator:
 
     def _fallback(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
         """``model.generate`` (on its dynamic cache), batch by batch, for a model the engine cannot decode."""
-        clock = _Clock(self.device)
+        clock = Clock(self.device)
+        start = clock.mark()
         marks: dict = {}
 
         def after_prefill(module, args, output) -> None:  # each batch's first forward is its prefill
@@ -324,7 +330,7 @@ class Generator:
             handle = self.module.register_forward_hook(after_prefill)
             session = press(self.module, ratio) if press is not None else None
             try:
-                with torch.no_grad(), session if session is not None else _Null() as outcome:
+                with torch.no_grad(), session if session is not None else nullcontext() as outcome:
                     if on_press is not None and outcome is not None:
                         on_press(outcome.press)
                     sequences = self.module.generate(**batch, **kwargs)
@@ -335,7 +341,7 @@ class Generator:
         end = clock.mark()
         width = max(new.shape[1] for new in news)
         new = torch.cat([torch.nn.functional.pad(n, (0, width - n.shape[1]), value=pad) for n in news])
-        timing = GenerationTiming(clock.seconds(clock.start, marks["prefill_end"]), clock.seconds(marks["prefill_end"], end),
+        timing = GenerationTiming(clock.seconds(start, marks["prefill_end"]), clock.seconds(marks["prefill_end"], end),
                                   new.shape[1], new.shape[0])
         return GenerationOutput(
             _joined([b["input_ids"] for b in batches], new, pad), new, timing,
@@ -366,32 +372,3 @@ def _trim(new: torch.Tensor, eos: list[int]) -> torch.Tensor:
     if not bool(ended.any(dim=1).all()):
         return new
     return new[:, : int(ended.float().argmax(dim=1).max()) + 1]
-
-
-class _Null:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
-class _Clock:
-    """Marks on the device timeline (CUDA events) or the host clock, from the moment it is made."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.start = self.mark()
-
-    def mark(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def seconds(self, start, end) -> float:
-        if self.cuda:
-            end.synchronize()
-            return start.elapsed_time(end) / 1000.0
-        return end - start

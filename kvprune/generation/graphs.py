@@ -85,6 +85,7 @@ class StepRunner:
     captures: int = 0  # CUDA graphs captured so far
     fallbacks: dict[str, int] = field(default_factory=dict)  # why a state or the step fell back, by reason: how often
     _compiled: Callable | None = None
+    _failed: set = field(default_factory=set)  # layouts (``StateShape.layout``) whose step could not compile
     _pool: object = None
     _keeper: object = None  # see _pool_keeper
 
@@ -94,9 +95,10 @@ class StepRunner:
 
     def function(self, state: DecodeState) -> None:
         """One step on ``state``, compiled if asked for (the compiler pass is in force while it compiles,
-        with room for one compilation per cache shape). A step that cannot compile says so in
-        ``fallbacks`` and runs uncompiled from then on, never silently."""
-        if self._compiled is None:
+        with room for one compilation per cache shape). A step that cannot compile for a layout of layers
+        says so in ``fallbacks`` and runs uncompiled for that layout from then on, never silently; other
+        layouts keep their compiled step (torch 2.11 fails now and then to build a guard of one layout)."""
+        if not self.compiled_for(state):
             return self.step(state)
         import torch._dynamo.config as dynamo_config
         import torch._inductor.config as inductor_config
@@ -113,9 +115,14 @@ class StepRunner:
         except Exception as error:
             if not _from_compiler(error):  # the model's own error (out of memory, bad inputs): the caller's
                 raise
-            self._note(f"compile failed, decoding uncompiled: {_reason(error)}")
-            self._compiled = None
+            groups = len(state.shape.capacities)
+            self._note(f"compile failed, decoding uncompiled (a layout of {groups} group(s) of layers): {_reason(error)}")
+            self._failed.add(state.shape.layout)
             return self.step(state)
+
+    def compiled_for(self, state: DecodeState) -> bool:
+        """Whether ``state``'s step runs compiled (asked for, and its layout did not fail to compile)."""
+        return self._compiled is not None and state.shape.layout not in self._failed
 
     def prepare(self, state: DecodeState) -> None:
         """Capture ``state``'s step as a CUDA graph if that is asked for and not done yet: a warm-up

@@ -445,3 +445,12 @@ def test_the_report_compares_throughput_each_at_its_largest_batch():
     text = _largest_batch_table(rows)
     assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 110: out of memory; 99: ran |" in text
     assert "- fastv at 0.9: 4.50x the unpruned model's decoded tokens/s, each at its largest batch" in text
+
+
+def test_a_row_whose_step_failed_to_compile_says_it_decoded_uncompiled():
+    from kvprune.harness.bench.compare import compiled_words
+
+    assert compiled_words({"decode_compiled": True, "decode_fell_back": False}, ", compiled") == ", compiled"
+    assert compiled_words({"decode_compiled": True, "decode_fell_back": True}, ", compiled") == \
+        ", decoding uncompiled (its step failed to compile)"
+    assert compiled_words({"decode_compiled": False, "decode_fell_back": False}, ", compiled") == ""
