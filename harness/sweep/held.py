@@ -13,20 +13,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from .identity import read_plan
+from .identity import SweepPlan, read_plan
 from .store import read_rows, read_runs, unique_runs
 
 EARLIER = "an earlier command (not recorded)"
 
 
-def other_runs(out_dir: Path | str) -> pd.DataFrame:
+def other_runs(out_dir: Path | str, rows: list[dict] | None = None, plan: SweepPlan | None = None) -> pd.DataFrame:
     """One row per model x task x method spec the folder holds results of outside its plan (rows of
     samples changed since left out): ``method`` (with its layer), ``ratios``, ``rows``, ``samples``
-    and ``commands`` (the command lines that added them, oldest first)."""
-    plan = read_plan(out_dir)
+    and ``commands`` (the command lines that added them, oldest first). ``rows`` and ``plan``: the
+    folder's, if already read."""
+    plan = read_plan(out_dir) if plan is None else plan
     if plan is None:
         return pd.DataFrame()
-    rows = plan.current(read_rows(Path(out_dir)))
+    rows = plan.current(read_rows(Path(out_dir)) if rows is None else rows)
     chosen = {id(row) for row in plan.select(rows)}
     others = unique_runs([row for row in rows if id(row) not in chosen and not row.get("pass")])  # a timing pass: the same runs
     commands = {run.get("started"): run.get("command") for run in read_runs(out_dir) if run.get("started")}

@@ -27,8 +27,8 @@ from .headline import headline_markdown, noise_share, ratio_text, score_text, sp
 from .identity import SweepPlan, read_plan
 from .judging import judge_section
 from .plots import plot_summary, slug
-from .store import read_runs, recorded_tasks
-from .summary import direction, failures, folder_results, summarize, task_averages
+from .store import read_rows, read_runs, recorded_tasks
+from .summary import direction, failures, select_results, summarize, task_averages
 
 
 @dataclass
@@ -44,7 +44,8 @@ class Outputs:
 def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -> Outputs:
     """Write ``summary.csv``, the plots (unless ``plots`` is False) and ``report.md`` from the results
     in ``out_dir`` (the runs its last sweep asked for, or ``everything``)."""
-    results = folder_results(out_dir, everything)
+    rows, recorded_plan = read_rows(out_dir), read_plan(out_dir)  # read once: the results, then the other runs
+    results = select_results(out_dir, rows, recorded_plan, everything)
     tasks = recorded_tasks(out_dir)
     summary = summarize(results, tasks)
     summary_path = out_dir / "summary.csv"
@@ -56,8 +57,8 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
         written.append(out_dir / "breakdown.csv")
     if plots:
         written += plot_summary(summary, out_dir) + plot_duration(breakdown, out_dir) + plot_radar(summary, out_dir, tasks)
-    plan = None if everything else read_plan(out_dir)
-    others = other_runs(out_dir) if plan is not None else None
+    plan = None if everything else recorded_plan
+    others = other_runs(out_dir, rows, plan) if plan is not None else None
     written.append(write_report(summary, out_dir, results, breakdown, plan, others))
     return Outputs([p for p in written if p.exists()], results, summary, others)
 

@@ -26,7 +26,7 @@ import pandas as pd
 
 from ..tasks.task import Task, get_task
 from .config import BASELINE
-from .identity import read_plan
+from .identity import SweepPlan, read_plan
 from .store import TIMING_PASS, read_rows, recorded_tasks, unique_runs
 
 GROUP = ["model", "task", "method", "layer", "method_id", "settings_id", "ratio"]
@@ -47,8 +47,11 @@ def folder_results(out_dir: Path | str, everything: bool = False) -> pd.DataFram
     """The results a summary of ``out_dir`` reads: one row per run (a retried error replaced by its
     retry), restricted to the folder's plan (scored against its samples' labels as they are now), or
     with ``everything`` every run the folder holds but those of samples changed since."""
-    rows = read_rows(Path(out_dir))
-    plan = read_plan(out_dir)
+    return select_results(out_dir, read_rows(Path(out_dir)), read_plan(out_dir), everything)
+
+
+def select_results(out_dir: Path | str, rows: list[dict], plan: SweepPlan | None, everything: bool = False) -> pd.DataFrame:
+    """``folder_results`` of the ``rows`` and ``plan`` already read from ``out_dir``."""
     if plan is not None:  # what the plan asks for, or everything but the rows of samples changed since
         rows = plan.current(rows) if everything else plan.select(rows)
     rows = unique_runs(rows)
