@@ -168,6 +168,14 @@ def had(root: Path, real: int = 2, fake: int = 1) -> list[tuple[str, str]]:
     return [(name, "A" if name.startswith("real") else "B") for name in names]
 
 
+def gtzan_and_had(root: Path, real: int = 2, fake: int = 1) -> Path:
+    """The sweep tests' usual pair of tasks in ``root``, with clips of 2 s (50 audio tokens: audio to prune)."""
+    with clip_seconds(2.0):
+        gtzan(root)
+        had(root, real=real, fake=fake)
+    return root
+
+
 AGE_GROUPS = ["Young Adult (18-30)", "Early Career (31-40)", "Mid Career (41-50)", "Senior (51-70)", "Elderly (71+)"]
 
 

@@ -20,10 +20,7 @@ NOTEBOOK = REPO / "notebooks" / "analysis.ipynb"
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    with task_fixtures.clip_seconds(2.0):
-        task_fixtures.gtzan(root)
-        task_fixtures.had(root, real=1, fake=1)
+    root = task_fixtures.gtzan_and_had(tmp_path_factory.mktemp("data"), real=1, fake=1)
     out = tmp_path_factory.mktemp("sweep")
     assert main(["sweep", "--model", "demo", "--tasks", "gtzan,had", "--methods", "frame,fastv", "--ratios", "0.5",
                  "--limit", "2", "--data-root", str(root), "--out", str(out), "--device", "cpu", "--quiet"]) == 0

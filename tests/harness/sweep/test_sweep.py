@@ -37,11 +37,7 @@ COMPARED = ["model", "task", "method", "ratio", "layer", "method_id", "sample_id
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    with task_fixtures.clip_seconds(2.0):  # 50 audio tokens per clip
-        task_fixtures.gtzan(root)
-        task_fixtures.had(root, real=2, fake=2)
-    return root
+    return task_fixtures.gtzan_and_had(tmp_path_factory.mktemp("data"), real=2, fake=2)
 
 
 def scoring_rows(out: Path) -> list[dict]:

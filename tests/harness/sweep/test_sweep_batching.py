@@ -25,11 +25,7 @@ COMPARED = ["task", "method", "ratio", "sample_id", "output", "parsed", "kept_to
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    with task_fixtures.clip_seconds(2.0):
-        task_fixtures.had(root, real=4, fake=3)
-        task_fixtures.gtzan(root)
-    return root
+    return task_fixtures.gtzan_and_had(tmp_path_factory.mktemp("data"), real=4, fake=3)
 
 
 def sweep(out: Path, *extra: str, data_root: Path | None = None, model_name: str = "demo",

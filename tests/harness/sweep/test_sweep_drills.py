@@ -30,11 +30,7 @@ from tests.support import task_fixtures
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("data")
-    with task_fixtures.clip_seconds(2.0):  # 50 audio tokens per clip
-        task_fixtures.gtzan(root)
-        task_fixtures.had(root, real=2, fake=1)
-    return root
+    return task_fixtures.gtzan_and_had(tmp_path_factory.mktemp("data"), real=2, fake=1)
 
 
 def args(data_root: Path, out: Path, *extra: str, tasks: str = "had", methods: str = "frame", limit: int = 3,
