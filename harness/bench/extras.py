@@ -89,8 +89,7 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
         engine = request.cache == ENGINE_CACHE  # one prompt for every row: its inputs count once
         inputs = {b: prompts[1 if engine else b].input_bytes for b in samples}
         per_row, per_request = batching.row_bytes(samples, inputs)
-        state.generator(model).forget_states()  # the rounds' kept states give their memory to the search
-        release_memory()
+        state.free_memory()  # the rounds' kept decode states give their memory to the search
         fixed = torch.cuda.memory_allocated(state.device) + per_request
         predicted = batching.predicted_batch(per_row, fixed, batching.allocatable_bytes(state.device))
         timed, tries = {}, []
@@ -110,8 +109,7 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
                 if not out_of_memory(error):
                     raise
                 tries.append(f"{size}: out of memory")
-            state.generator(model).forget_states()  # what the failed size kept
-            release_memory()
+            state.free_memory()  # what the failed size kept
             return False
 
         try:

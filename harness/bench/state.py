@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from kvprune.generation import Generator
 
-from ..setup.device import default_device, resolve_cache
+from ..setup.device import default_device, release_memory, resolve_cache
 from .config import BenchConfig
 from .measure import Meter
 
@@ -42,6 +42,13 @@ class BenchState:
 
     def forget_generators(self) -> None:
         self._generators.clear()
+
+    def free_memory(self) -> None:
+        """Give the device back what the engine keeps between requests (its decode states and their graphs)
+        and what the allocator caches."""
+        for generator in self._generators.values():
+            generator.forget_states()
+        release_memory()
 
     def expired(self) -> bool:
         return time.monotonic() > self.deadline

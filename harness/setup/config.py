@@ -15,9 +15,7 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import ClassVar
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import yaml
 

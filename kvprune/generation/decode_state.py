@@ -96,7 +96,7 @@ class StateShape:
 
     def fits(self, other: StateShape) -> bool:
         """Whether a state of this shape can hold what ``other`` asks for (same layout, enough room)."""
-        return (self.batch, self.mask_heads, self.layer_group) == (other.batch, other.mask_heads, other.layer_group) and all(
+        return (self.batch, self.layout) == (other.batch, other.layout) and all(
             mine >= theirs for mine, theirs in zip((*self.capacities, self.new_tokens), (*other.capacities, other.new_tokens))
         )
 

@@ -138,12 +138,11 @@ class Generator:
         if self.unsupported:
             return self._fallback(batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press)
         arguments = (batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press)
-        if not self._states:
-            return self._generate(*arguments)
+        kept = bool(self._states)
         try:
             return self._generate(*arguments)
         except Exception as error:  # kept states give way to the work: once, then the error is the caller's
-            if not out_of_memory(error):
+            if not (kept and out_of_memory(error)):
                 raise
         self.forget_states()
         return self._generate(*arguments)
