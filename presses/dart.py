@@ -69,15 +69,15 @@ class DARTPress(TokenDropPress):
         clip_features = F.normalize(hidden[audio].float(), dim=-1)
         pivot_features = F.normalize(hidden[pivots].float(), dim=-1)
         similarities = clip_features @ pivot_features.T  # (n, pivots): one matrix product for all pivots
-        pool = torch.ones(n, dtype=torch.bool, device=device)
-        pool[audio_pivot_offsets] = False
+        # index_fill_ takes False as a number; ``pool[i] = False`` copies it in from the host, waiting for the device
+        pool = torch.ones(n, dtype=torch.bool, device=device).index_fill_(0, audio_pivot_offsets, False)
         kept = [audio_pivots]
         for column, share in enumerate(shares):
             if share == 0:
                 continue
             similarity = similarities[:, column].masked_fill(~pool, float("inf"))
             chosen = similarity.topk(share, largest=False).indices
-            pool[chosen] = False
+            pool.index_fill_(0, chosen, False)
             kept.append(audio[chosen])
         return torch.cat(kept)
 

@@ -196,10 +196,13 @@ class DecodeState:
             held = entries.keys.shape[-2]
             layer.keys[rows, :, :held].copy_(entries.keys)
             layer.values[rows, :, :held].copy_(entries.values)
-        for j, entries in enumerate(prefill.layers):
-            g = self.shape.layer_group[j]
-            self.masks[g][rows, :, 0, : widths[g]] = entries.valid
-        self.columns[:, rows] = torch.tensor(widths, dtype=torch.long, device=self.columns.device)[:, None]
+        first_layer = {}  # the layers of a group share their slots, so their validity: one write per group
+        for j, g in enumerate(self.shape.layer_group):
+            first_layer.setdefault(g, j)
+        for g, j in first_layer.items():
+            self.masks[g][rows, :, 0, : widths[g]] = prefill.layers[j].valid
+        for g, width in enumerate(widths):  # a fill per group: copying a host list in would wait for the device
+            self.columns[g, rows] = width
         self.tokens[rows, 0] = first_tokens
         self.positions[..., rows, :] = prefill.next_positions
         self.done[rows] = done

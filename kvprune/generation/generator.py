@@ -99,6 +99,7 @@ class Generator:
     _states: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _runners: dict = field(default_factory=dict, init=False, repr=False)
     _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
+    _stoppings: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.family = resolve_family(self.model)
@@ -269,7 +270,7 @@ class Generator:
         """One runner (one compiled step) per way of choosing tokens and batch size (cache lengths are
         dynamic within it; a batch size that changes inside one compiled step trips torch 2.11's guards:
         "sources must not be empty for symbol"); stop tokens are state, not code."""
-        key = (batch, sampling, tuple(stopping.eos.tolist()), int(stopping.pad), stopping.suppressed.nonzero().flatten().tolist().__repr__())
+        key = (batch, sampling, stopping.key)
         if key not in self._runners:
             module, cache_name, fused = self.module, cache_argument(self.family.decoder(self.model)), self.fused_attention
 
@@ -298,14 +299,11 @@ class Generator:
         return eos, int(pad)
 
     def _stopping(self, eos, pad, suppress_tokens, vocab: int) -> Stopping:
-        suppressed = torch.zeros(vocab, dtype=torch.bool, device=self.device)
-        if suppress_tokens:
-            suppressed[torch.tensor(list(suppress_tokens), device=self.device)] = True
-        return Stopping(
-            eos=torch.tensor(eos, dtype=torch.long, device=self.device),
-            pad=torch.tensor(pad, dtype=torch.long, device=self.device),
-            suppressed=suppressed,
-        )
+        """The stop tensors of these settings, made once per generator (each call would otherwise copy them in)."""
+        key = (tuple(eos), pad, tuple(suppress_tokens or ()), vocab)
+        if key not in self._stoppings:
+            self._stoppings[key] = Stopping.on_device(eos, pad, list(suppress_tokens or ()), vocab, self.device)
+        return self._stoppings[key]
 
     def _fallback(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
         """``model.generate`` (on its dynamic cache), batch by batch, for a model the engine cannot decode."""

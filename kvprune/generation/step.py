@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..slots import to_device
 from .attention import FUSED_KWARG, MASKS_KWARG
 from .decode_state import DecodeState
 
@@ -42,6 +43,20 @@ class Stopping:
     eos: torch.Tensor  # (n,) long, may be empty
     pad: torch.Tensor  # () long
     suppressed: torch.Tensor  # (vocab,) bool
+    key: tuple = ()  # the same values on the host (eos ids, pad id, suppressed ids): read without asking the device
+
+    @classmethod
+    def on_device(cls, eos: list[int], pad: int, suppressed: list[int], vocab: int, device) -> "Stopping":
+        """Built on the host and copied without waiting for the device's queue: it is made right after a
+        prefill was queued, where a blocking copy would idle the GPU for the host's work that follows."""
+        mask = torch.zeros(vocab, dtype=torch.bool)
+        mask[list(suppressed)] = True
+        return cls(
+            eos=to_device(torch.tensor(eos, dtype=torch.long), device),
+            pad=to_device(torch.tensor(pad, dtype=torch.long), device),
+            suppressed=to_device(mask, device),
+            key=(tuple(eos), int(pad), tuple(sorted(set(suppressed)))),
+        )
 
 
 def choose(logits: torch.Tensor, sampling: Sampling, stopping: Stopping) -> torch.Tensor:
