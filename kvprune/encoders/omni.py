@@ -13,6 +13,12 @@ The replacement forward reads the lengths once per encoder call (every layer rec
 attention function, on a (windows, heads, length, head_dim) view of the same projections. Each
 window's attention is the same computation on the same values, only batched, so the output is
 bit-identical to the stock path.
+
+After the encoder, the model checks its output's length against ``sum(output_lengths.tolist())``, lengths
+computed on the device before the encoder: that read waits for the whole encoder, so the host reaches the
+decoder layers with nothing queued ahead and launches each while the GPU waits (the layers after a press
+at ratio 0.9 are short enough for that to show). ``host_output_lengths`` hands the same lengths over from
+the host, read before the encoder is queued, so the check waits for nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +36,8 @@ BATCHED_IMPLEMENTATIONS = ("sdpa", "eager")  # those whose stock path loops over
 CHANGE = (
     "attention: one call per run of equal-length windows instead of one per window, window lengths read "
     "once per encoder call instead of three times per layer (sdpa and eager; flash_attention_2 already makes one "
-    "varlen call per layer and stays stock)"
+    "varlen call per layer and stays stock); the output lengths the model checks after the encoder read "
+    "before it runs"
 )
 
 
@@ -106,11 +113,25 @@ def batched_forward(attention: nn.Module, runs: WindowRuns):
     return forward
 
 
+def host_output_lengths(encoder: nn.Module):
+    """The encoder's ``_get_feat_extract_output_lengths`` with the output lengths (its second result, which
+    the model only reads on the host) on the host: the same values, read before the encoder runs."""
+    stock = encoder._get_feat_extract_output_lengths
+
+    def lengths(input_lengths):
+        after_convolutions, output_lengths = stock(input_lengths)
+        return after_convolutions, output_lengths.cpu() if isinstance(output_lengths, torch.Tensor) else output_lengths
+
+    return lengths
+
+
 def install(encoder: nn.Module) -> list:
-    """Batch the windows of every attention module of one ``Qwen2_5OmniAudioEncoder``; returns the releases."""
+    """Batch the windows of every attention module of one ``Qwen2_5OmniAudioEncoder`` and hand its output
+    lengths over from the host; returns the releases."""
     runs = WindowRuns()
     return [
-        acquire(module, "forward", lambda attention: batched_forward(attention, runs))
-        for module in encoder.modules()
-        if type(module).__name__ == ATTENTION_CLASS
+        acquire(encoder, "_get_feat_extract_output_lengths", host_output_lengths),
+        *(acquire(module, "forward", lambda attention: batched_forward(attention, runs))
+          for module in encoder.modules()
+          if type(module).__name__ == ATTENTION_CLASS),
     ]

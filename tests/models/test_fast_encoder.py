@@ -34,7 +34,8 @@ def encoder_of(module: torch.nn.Module, class_name: str) -> torch.nn.Module:
 
 def replaced(module: torch.nn.Module) -> list[str]:
     """Names of the submodules whose methods are replaced on the instance."""
-    return [name for name, m in module.named_modules() if {"forward", "_streaming_mask"} & set(m.__dict__)]
+    methods = {"forward", "_streaming_mask", "_get_feat_extract_output_lengths"}
+    return [name for name, m in module.named_modules() if methods & set(m.__dict__)]
 
 
 # -- Qwen2.5-Omni: windows batched -------------------------------------------------------------------
@@ -114,6 +115,19 @@ def test_omni_one_attention_call_per_run_and_one_host_read(monkeypatch):
     # both also read the chunk lengths once when cutting the features into windows
     assert counts["stock"]["tolist"] == 1 + 3 * OMNI_LAYERS
     assert counts["fast"]["tolist"] == 1 + 1
+
+
+def test_omni_output_lengths_come_from_the_host_with_the_stock_values():
+    """The model checks the encoder's output against these lengths after the encoder: on the host, that
+    check waits for nothing (on a GPU, ``tests/generation/test_host_sync.py`` sees no synchronisation)."""
+    encoder = omni_encoder("sdpa")
+    lengths = torch.tensor(CLIP_FRAMES["several clips"])
+    stock = encoder._get_feat_extract_output_lengths(lengths)
+    with fast_audio_encoder(encoder):
+        fast = encoder._get_feat_extract_output_lengths(lengths)
+    assert fast[1].device.type == "cpu"
+    assert all(torch.equal(a, b) for a, b in zip(stock, fast))
+    assert "_get_feat_extract_output_lengths" not in encoder.__dict__
 
 
 def test_omni_other_attention_implementations_keep_the_stock_path():
@@ -238,7 +252,8 @@ def test_changes_name_the_encoder_and_exit_restores_even_on_error():
         with fast_audio_encoder(tiny) as fast:
             assert len(fast.changes) == 1 and "audio_tower (Qwen2_5OmniAudioEncoder): attention" in fast.changes[0]
             assert fast.unchanged == ()
-            assert replaced(tiny) and all(name.endswith("self_attn") for name in replaced(tiny))
+            assert replaced(tiny)[0].endswith("audio_tower")  # its output lengths, handed over from the host
+            assert replaced(tiny)[1:] and all(name.endswith("self_attn") for name in replaced(tiny)[1:])
             raise RuntimeError("body failed")
     assert replaced(tiny) == []
 
