@@ -3,7 +3,9 @@
 The ideal at ratio r is a real request of the real model on the real inputs (encoder, embedding,
 merge, layers < K on the full prompt, exactly as the unpruned prefill runs them) whose decoder layers
 >= K and LM head run on the prompt's first ``keep`` positions, ``keep`` being the length a press at r
-leaves. Taking a prefix costs nothing: the hidden states, rotary embeddings, position ids and mask
+leaves. It is made as the presses' prefills are: beside presses on kvprune's engine, the engine's prefill
+call alone (``kvprune.generation.prefill``: its position ids, its inputs, the head on the last position);
+beside presses on the forward path, the model's forward. Taking a prefix costs nothing: the hidden states, rotary embeddings, position ids and mask
 are sliced as views, so there is no scoring, no gather and no mask to rebuild. Every press at r runs
 the same code plus its own work, so no press can be faster than its ideal beyond noise; the bench
 flags a row that is.

@@ -32,6 +32,7 @@ from transformers import StaticCache
 
 from kvprune.compat import CACHE_NAMES, kv_cache_bytes, output_cache
 from kvprune.generation.clock import Clock
+from kvprune.generation.prefill import forward_prefill, prefill_call
 from kvprune.models import resolve_family
 
 from ..setup.options import ENGINE_CACHE
@@ -257,6 +258,33 @@ class Meter:
             kv_bytes=kv_held,
             kv_alloc_bytes=kv_alloc,
             cache=kind,
+            compiled=compiled_graphs() > graphs,
+        )
+
+    @torch.no_grad()
+    def engine_prefill(self, model: nn.Module, prompt: Prompt, probes: Probes) -> RequestTiming:
+        """The engine's prefill call alone, as ``Generator`` makes it (``prefill_call``: its position ids, no
+        attention mask without padding; ``forward_prefill``: the head on the last position), no decoding:
+        what the ideal runs beside presses that run on the engine."""
+        module = resolve_family(model).entry(model)
+        graphs = compiled_graphs()
+        base = self._start()
+        start = self.clock.mark()
+        output = forward_prefill(module, prefill_call(module, prompt.inputs))
+        prefilled = self.clock.mark()
+        _check_finite(output.logits)
+        kv = output_cache(output)
+        self.sync()
+        return RequestTiming(
+            prefill_ms=self.ms(start, prefilled),
+            **probes.spans(start),
+            decode_ms_per_token=math.nan,
+            request_ms=math.nan,
+            peak_bytes=self._peak(),
+            base_bytes=base,
+            kv_bytes=kv_held_bytes(kv, prompt.seq_len),
+            kv_alloc_bytes=kv_cache_bytes(kv),
+            cache=cache_kind(kv),
             compiled=compiled_graphs() > graphs,
         )
 

@@ -28,10 +28,12 @@ def plan(config: BenchConfig, prompt: Prompt, cache: str) -> list[Request]:
                 for (label, ratio), press in config.presses.items()]
 
     def ideals() -> list[Request]:
-        """Prefills on the dynamic cache: whatever a static cache changes in a prefill, the bound is not above it."""
+        """Prefills on the dynamic cache (whatever a static cache changes in a prefill, the bound is not above
+        it), made as the presses' prefills are: the engine's prefill call where they run on the engine."""
         ratios = sorted({r for r in drop.values() if r is not None})
         kept = {r: prompt.seq_len - prompt.audio_tokens + keep_count(prompt.audio_tokens, r) for r in ratios}
-        return [Request("ideal", r, "ideal", keep=kept[r], drop_ratio=r, encoder=encoder) for r in ratios]
+        path = ENGINE_CACHE if cache == ENGINE_CACHE else "dynamic"
+        return [Request("ideal", r, "ideal", keep=kept[r], drop_ratio=r, encoder=encoder, cache=path) for r in ratios]
 
     if config.mode == "batch":
         return [request for b in config.batch_sizes
@@ -74,6 +76,8 @@ def run_request(state: BenchState, model, prompt: Prompt, request: Request):
         try:
             if request.generate:
                 timing = meter.generate_request(model, prompt, probes, request.cache)
+            elif request.cache == ENGINE_CACHE:  # the ideal beside presses on the engine: its prefill call alone
+                timing = meter.engine_prefill(model, prompt, probes)
             else:
                 timing = meter.request(model, prompt, probes, request.cache, decode=request.decodes)
         finally:
@@ -95,9 +99,17 @@ def describe_request(request: Request, state: BenchState, fast_path: bool) -> di
         layer=request.press.layer if request.press is not None else state.config.k,
         batch=request.batch,
         encoder="fast" if request.encoder == "fast" and fast_path else "stock",
-        path=ENGINE_CACHE if request.cache == ENGINE_CACHE and request.keep is None else "generate" if request.generate else "forward",
+        path=_path(request),
         decode_compiled=request.decodes and state.meter.compiles(request.cache, request.generate),
     )
+
+
+def _path(request: Request) -> str:
+    """What ran: the engine (a whole call), the engine's prefill call alone (the ideal beside presses on the
+    engine), a ``generate`` call, or the model's forward."""
+    if request.cache == ENGINE_CACHE:
+        return ENGINE_CACHE if request.keep is None else "engine prefill"
+    return "generate" if request.generate else "forward"
 
 
 def describe(error: Exception) -> str:

@@ -1,5 +1,6 @@
 """The prefill of kvprune's generation engine: one forward call over the prompt, made as ``generate``
-makes it (its position ids, its prepared inputs), under a press, on a dynamic cache.
+makes it (its position ids, its prepared inputs), under a press, on a dynamic cache. ``prefill_call`` and
+``forward_prefill`` are that call alone (the bench's ideal runs them too).
 
 What it leaves for decoding is plain data: per decoder layer the keys and values its cache holds and
 which of those slots are real prompt entries (not filler of a row that kept fewer tokens, not left
@@ -48,31 +49,62 @@ class Prefill:
         return self.logits.shape[0]
 
 
+@dataclass
+class PrefillCall:
+    """A prefill's forward arguments, made as ``generate`` makes them, and the inputs they came from."""
+
+    arguments: dict  # the forward's keyword arguments
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor | None  # as given (the forward may be called without it: ``prefill_call``)
+    position_ids: torch.Tensor | None
+
+
+def prefill_call(module: nn.Module, inputs: dict) -> PrefillCall:
+    """The forward arguments of a prefill of ``inputs`` (a batch, left-padded as processors pad): the model's
+    position ids and ``prepare_inputs_for_generation``'s inputs, as ``generate`` makes them.
+
+    A batch without padding is called without its attention mask, which is HF's default and the same
+    causal attention: given one, the model reads it back on the host after the audio encoder (its mask
+    builder's ``padding_mask.all()``), a read that waits for the whole encoder and leaves the GPU waiting
+    for the host's launch of every decoder layer."""
+    inputs = dict(inputs)
+    input_ids = inputs.pop("input_ids")
+    attention_mask = inputs.pop("attention_mask", None)
+    position_ids = _position_ids(module, input_ids, attention_mask, inputs)
+    arguments = module.prepare_inputs_for_generation(
+        input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, is_first_iteration=True,
+        **inputs,
+    )
+    if attention_mask is not None and bool(attention_mask.all()):  # read before anything is queued
+        arguments["attention_mask"] = None
+    return PrefillCall(arguments, input_ids, attention_mask, position_ids)
+
+
+def forward_prefill(module: nn.Module, call: PrefillCall):
+    """The prefill's forward (the language-model head on the last position only); returns the model's output."""
+    with torch.no_grad(), _last_position_logits(module):
+        return module(**call.arguments)
+
+
 def run_prefill(module: nn.Module, inputs: dict, press=None, ratio: float | None = None, on_press=None) -> Prefill:
     """Prefill ``inputs`` (a batch, left-padded as processors pad) on ``module`` (the module whose
     ``generate`` writes text) under ``press`` at ``ratio`` (its own if None; no press: unpruned).
     ``on_press(press)``, if given, is called once the press's hooks are installed, before the forward
     (for instruments that time the press's own work around them)."""
-    inputs = dict(inputs)
-    input_ids = inputs.pop("input_ids")
-    attention_mask = inputs.pop("attention_mask", None)
-    position_ids = _position_ids(module, input_ids, attention_mask, inputs)
-    prepared = module.prepare_inputs_for_generation(
-        input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, is_first_iteration=True,
-        **inputs,
-    )
+    call = prefill_call(module, inputs)
     session = press(module, ratio) if press is not None else None
-    with torch.no_grad(), _last_position_logits(module), session if session is not None else nullcontext() as outcome:
+    with session if session is not None else nullcontext() as outcome:
         if on_press is not None and session is not None:
             on_press(outcome.press)
-        output = module(**prepared)
+        output = forward_prefill(module, call)
         cache = output_cache(output)
         layout = session.layout_of(cache) if session is not None else None
     logits = output.logits[:, -1, :].float()
-    padding = attention_mask.bool() if attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
+    input_ids = call.input_ids
+    padding = call.attention_mask.bool() if call.attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
     return Prefill(
         layers=layer_entries(cache, layout, padding.to(logits.device)),
-        next_positions=_next_positions(position_ids, input_ids),
+        next_positions=_next_positions(call.position_ids, input_ids),
         logits=logits,
         outcome=outcome,
     )
@@ -81,13 +113,14 @@ def run_prefill(module: nn.Module, inputs: dict, press=None, ratio: float | None
 def layer_entries(cache, layout, padding: torch.Tensor) -> list[LayerEntries]:
     """Per layer, its cached keys and values with the validity of each slot: a pruned layer's slots
     (its ``SlotMap``: filler invalid, padding positions invalid) or the whole padded prompt."""
-    entries = []
+    entries, validity = [], {}  # layers laid out by the same slots share one validity (computed once, not per layer)
     for j, layer in enumerate(cache.layers):
         slots = layout[j] if layout is not None else None
-        if slots is None:
-            valid = padding.to(layer.keys.device)[:, None, :]
-        else:
-            valid = _slot_validity(slots.to(layer.keys.device), padding.to(layer.keys.device))
+        key = (id(slots), layer.keys.device)
+        if key not in validity:
+            full = padding.to(layer.keys.device)
+            validity[key] = full[:, None, :] if slots is None else _slot_validity(slots.to(layer.keys.device), full)
+        valid = validity[key]
         if valid.shape[-1] != layer.keys.shape[-2]:
             raise RuntimeError(
                 f"kvprune: decoder layer {j}'s cache holds {layer.keys.shape[-2]} entries where its layout has "

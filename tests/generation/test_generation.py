@@ -50,6 +50,16 @@ def test_greedy_tokens_equal_generate_under_the_same_press(family, press_name):
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f != "gemma3n"])
+@pytest.mark.parametrize("press_name", ["none", "fastv", "snapkv"])
+def test_a_batch_without_padding_decodes_as_generate(family, press_name):
+    """Without padding the prefill is called without its attention mask (``prefill_call``): the same tokens."""
+    m, inputs, press = model(family, "sdpa"), FAMILIES[family].inputs(ROWS[:1]), PRESSES[press_name]
+    assert bool(inputs["attention_mask"].all())
+    out = Generator(m).generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP)
+    assert torch.equal(out.new_tokens, stock_tokens(family, m, inputs, press))
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f != "gemma3n"])
 def test_eager_attention_decodes_as_generate(family):
     m, inputs, press = model(family, "eager"), FAMILIES[family].inputs(ROWS), PRESSES["fastv"]
     out = generate(m, inputs, max_new_tokens=NEW, press=press, **NO_STOP)

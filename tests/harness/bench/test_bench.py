@@ -253,8 +253,8 @@ def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
     assert runs == [
         ("stock", 0.0, "dynamic", "stock", "generate"), ("stock", 0.0, "static", "stock", "generate"),
         ("none", 0.0, "engine", "fast", "engine"), ("fastv", 0.5, "engine", "fast", "engine"),
-        ("fastv", 0.9, "engine", "fast", "engine"), ("ideal", 0.5, "dynamic", "fast", "forward"),
-        ("ideal", 0.9, "dynamic", "fast", "forward"),
+        ("fastv", 0.9, "engine", "fast", "engine"), ("ideal", 0.5, "dynamic", "fast", "engine prefill"),
+        ("ideal", 0.9, "dynamic", "fast", "engine prefill"),  # the engine's prefill call, as the presses beside it
     ]
     stock = frame.iloc[0]
     assert (frame["prefill_speedup_vs_stock"] == stock["prefill_ms"] / frame["prefill_ms"]).all()
