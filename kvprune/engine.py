@@ -10,8 +10,10 @@ Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer`` and ``ne
 call of the model:
 
 1. The entry module's pre-hook reads ``input_ids`` and the cache. A call that starts from an empty
-   cache is a *prefill*: the audio clips are found and the call is marked for pruning if any press
-   has something to remove. A call that continues a cache pruned earlier reuses its layout.
+   cache is a *prefill*: its prompt is read to the host (one transfer, before the model queues its
+   audio encoder), and decoder layer 0's pre-hook finds the audio clips and marks the call for
+   pruning if any press has something to remove (host bookkeeping done while the GPU encodes the
+   audio, not while it waits). A call that continues a cache pruned earlier reuses its layout.
 2. Token dropping: layers ``0..K-1`` run untouched; layer K-1's attention is recorded (keys and the
    last query's attention row) and its output kept, if the press needs them. At layer K the press
    picks the audio tokens to keep and the hidden states, rotary embeddings, position ids and
@@ -40,22 +42,21 @@ as on one device.
 Where the parts live: ``kvprune.press_plan`` finds the model's parts and checks the press against
 them before anything is hooked (``PressSession`` is that plan with its hooks); ``kvprune.token_evidence``
 holds what a token-dropping press chooses from, ``kvprune.cache_scoring`` what a cache press scores,
-``kvprune.layer_arguments`` gathers a layer's arguments to its slots and ``kvprune.compression``
-compresses a layer's cache.
+``kvprune.layer_arguments`` gathers a layer's arguments to its slots, ``kvprune.compression``
+compresses a layer's cache and ``kvprune.call_state`` holds what the hooks share about one call.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn as nn
 
 from . import static_cache
 from .attention_probe import AttentionRecorder
-from .clips import Clip, clips_of, placeholder_kinds, scope_mask, scope_modalities
+from .call_state import CallState, PromptOnHost, left_offsets
+from .clips import clips_of, placeholder_kinds, scope_mask, scope_modalities
 from .compat import find_cache, output_cache
 from .compression import LayerPrefill, PrefillCompression, has_candidates
 from .layer_arguments import continuation_arguments, prefill_arguments
@@ -64,33 +65,6 @@ from .press_plan import PressPlan
 from .outcome import PressOutcome
 from .slots import CacheLayout, SlotMap
 from .token_evidence import Evidence, drop_slots
-
-
-@dataclass
-class _Call:
-    """State of one forward call of the model under the press."""
-
-    cache: Any
-    past_len: int
-    n_new: int
-    layout: CacheLayout | None = None
-    padding: torch.Tensor | None = None  # the call's (B, past + new) attention mask, if it had one
-    # set on a prefill that prunes:
-    clips: list[list[Clip]] | None = None  # per row, every clip (every modality), by index
-    drop_clips: list[list[Clip]] | None = None  # per row, the clips of the token-dropping press's scope
-    offsets: torch.Tensor | None = None  # (B, S) position of each index within its unpadded row
-    evidence: Evidence | None = None  # masks now; layer K-1's tensors once recorded
-    unpruned: list[torch.Tensor] | None = None  # per row, on the device: positions no press may drop
-    drop_pending: bool = False  # the token-dropping press has yet to choose (before layer K)
-    drop_slots: SlotMap | None = None  # hidden-state slots of layers >= K during this prefill
-    kept_counts: list[list[int]] | None = None  # per row and clip (every clip), the tokens layers >= K hold
-    compression: PrefillCompression | None = None  # set when a cache press compresses this prefill
-    hidden: torch.Tensor | None = None
-    memo: dict = field(default_factory=dict)
-
-    @property
-    def prefill(self) -> bool:
-        return self.clips is not None
 
 
 class PressSession(PressPlan):
@@ -104,7 +78,8 @@ class PressSession(PressPlan):
         self.recorders = self._recorders()
         self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
         self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._call: _Call | None = None
+        self._call: CallState | None = None
+        self._pending: PromptOnHost | None = None  # a prefill's prompt, until decoder layer 0 sets the prefill up
         self._handles: list = []
 
     # -- context manager -------------------------------------------------------------------------
@@ -113,6 +88,7 @@ class PressSession(PressPlan):
         try:
             self._hook(self.entry.register_forward_pre_hook(self._before_call, with_kwargs=True))
             self._hook(self.entry.register_forward_hook(self._after_call, with_kwargs=True))
+            self._hook(self.layers[0].register_forward_pre_hook(self._set_up_prefill))
             if self.want_hidden:
                 self._hook(self.layers[self.k - 1].register_forward_hook(self._capture_hidden))
             first_compressed = min((p.layer for p in self.compressors), default=len(self.layers))
@@ -146,7 +122,7 @@ class PressSession(PressPlan):
         self._handles.clear()
         for recorder in self.recorders.values():
             recorder.detach()
-        self._call = None
+        self._call = self._pending = None
 
     def _recorders(self) -> dict[int, AttentionRecorder]:
         """One recorder per attention module whose prefill a press reads: layer K-1 for the
@@ -172,6 +148,7 @@ class PressSession(PressPlan):
             return self._before_static_call(input_ids, cache, args, kwargs)
         for recorder in self.recorders.values():
             recorder.clear()
+        self._pending = None
         past_len = int(cache.get_seq_length()) if cache is not None else 0
         if past_len > 0:
             layout = self._layouts.get(cache)
@@ -179,10 +156,19 @@ class PressSession(PressPlan):
             if layout:
                 self.check_window(past_len + n_new)
             padding = kwargs.get("attention_mask")
-            self._call = _Call(cache=cache, past_len=past_len, n_new=n_new, layout=layout, padding=padding) if layout else None
+            self._call = CallState(cache=cache, past_len=past_len, n_new=n_new, layout=layout, padding=padding) if layout else None
             return None
-        self._call = self._start_prefill(_prompt_ids(input_ids), kwargs.get("attention_mask"), cache)
+        # a prefill: its prompt is read to the host now, before the model queues its audio encoder; the
+        # press's bookkeeping on it waits for decoder layer 0, so that the host does it while the GPU encodes
+        self._call = None
+        self._pending = PromptOnHost(_prompt_ids(input_ids), kwargs.get("attention_mask"), cache)
         return None
+
+    def _set_up_prefill(self, module, args) -> None:
+        """Decoder layer 0's pre-hook: the pending prefill's pruning is set up (or found to be needless)."""
+        prompt, self._pending = self._pending, None
+        if prompt is not None:
+            self._call = self._start_prefill(prompt)
 
     def _before_static_call(self, input_ids, cache, args, kwargs):
         """A call on a static cache. Its prefill prunes into layers of their own lengths
@@ -200,7 +186,7 @@ class PressSession(PressPlan):
         for recorder in self.recorders.values():
             recorder.clear()
         input_ids, mask = _prompt_ids(input_ids), kwargs.get("attention_mask")
-        self._call = self._start_prefill(input_ids, static_cache.prompt_padding(mask, input_ids.shape[1]), cache)
+        self._call = self._start_prefill(PromptOnHost(input_ids, static_cache.prompt_padding(mask, input_ids.shape[1]), cache))
         if self._call is None:  # nothing to prune: the stock static cache, untouched
             return None
         static_cache.adopt(cache)
@@ -208,6 +194,7 @@ class PressSession(PressPlan):
         return args, kwargs
 
     def _after_call(self, module, args, kwargs, output):
+        self._pending = None
         call = self._call
         if call is None:  # nothing was pruned (and, decoding, nothing may change: it may be compiled)
             return None
@@ -223,15 +210,17 @@ class PressSession(PressPlan):
             recorder.clear()
         return None
 
-    def _start_prefill(self, input_ids, attention_mask, cache) -> _Call | None:
+    def _start_prefill(self, prompt: PromptOnHost) -> CallState | None:
+        """The prefill's pruning, from its prompt (read to the host already: nothing here waits for the
+        device); None if nothing is to be pruned."""
+        input_ids, attention_mask, cache, host_ids = prompt.input_ids, prompt.attention_mask, prompt.cache, prompt.host_ids
         drop_ratio = self.dropper.ratio if self.dropper else 0.0
         keep_rule = self.dropper.keep_rule if self.dropper else "round"
         drop_scope = scope_modalities(self.dropper.scope if self.dropper else "audio")
-        host_ids = input_ids.cpu()  # before the encoder runs: no stall
         kinds = placeholder_kinds(host_ids, self.placeholder_ids)
         clips = clips_of(kinds, drop_ratio, keep_rule, drop_scope)
         drop_clips = [[c for c in row if c.modality in drop_scope] for row in clips]
-        offsets = _left_offsets(attention_mask, input_ids)
+        offsets = left_offsets(prompt.host_mask, host_ids)
         drops = any(c.n_keep < c.length for row in drop_clips for c in row)
         self.outcome.start_prefill(tuple(input_ids.shape))
         if not drops:  # no token-dropping press, ratio 0 or nothing in its scope: every token is kept
@@ -244,10 +233,12 @@ class PressSession(PressPlan):
         self.check_visual_layers(drops and any(c.modality != "audio" for row in clips for c in row))
         candidates = scope_mask(placeholder_kinds(input_ids, self.placeholder_ids), drop_scope)
         valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(candidates)
-        evidence = Evidence.for_prompt(candidates, valid, scope_mask(kinds, drop_scope), host_ids, host_placeholders=kinds != 0)
+        host_valid = prompt.host_mask.bool() if prompt.host_mask is not None else torch.ones_like(host_ids, dtype=torch.bool)
+        evidence = Evidence.for_prompt(candidates, valid, scope_mask(kinds, drop_scope), host_ids, host_placeholders=kinds != 0,
+                                       host_valid=host_valid)
         for j, recorder in self.recorders.items():  # record only what this prefill's presses will read
             recorder.armed = (drops and j == self.k - 1) or (compresses and j in self.query_layers)
-        return _Call(
+        return CallState(
             cache=cache, past_len=0, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)),
             clips=clips, drop_clips=drop_clips, offsets=offsets, evidence=evidence, drop_pending=drops,
             unpruned=evidence.unpruned_positions() if drops else None,
@@ -282,7 +273,7 @@ class PressSession(PressPlan):
 
         return hook
 
-    def _drop(self, call: _Call) -> None:
+    def _drop(self, call: CallState) -> None:
         """Ask the token-dropping press which audio tokens to keep; lay out the kept slots."""
         evidence = call.evidence
         recorder = self.recorders.get(self.k - 1)
@@ -329,7 +320,7 @@ class PressSession(PressPlan):
 
         return hook
 
-    def _layer_prefill(self, call: _Call, cache_layer, layer_idx: int, queries, scaling, kwargs) -> LayerPrefill:
+    def _layer_prefill(self, call: CallState, cache_layer, layer_idx: int, queries, scaling, kwargs) -> LayerPrefill:
         """What layer ``layer_idx``'s prefill left for cache presses: its cache, which prompt entries
         the cache holds, which prompt rows the layer computed (its queries) and their rotary embedding."""
         batch, device = len(call.clips), cache_layer.keys.device
@@ -343,7 +334,7 @@ class PressSession(PressPlan):
             rope_frequencies=self.rope_frequencies(layer_idx),
         )
 
-    def _compress(self, call: _Call, layer: LayerPrefill, press) -> None:
+    def _compress(self, call: CallState, layer: LayerPrefill, press) -> None:
         """Keep each row's best candidates of one layer's cache (and everything else), in place."""
         slots, candidates, kept = call.compression.compress(press, layer, self.cache_layers)
         call.layout.layers[layer.index] = slots
@@ -377,13 +368,6 @@ def _release(session: PressSession) -> None:
 
 def _describe(press) -> str:
     return " + ".join(type(part).__name__ for part in press.parts())
-
-
-def _left_offsets(attention_mask, input_ids) -> torch.Tensor:
-    """Per position, its index within the row's prompt not counting padding (HF's position ids)."""
-    if attention_mask is None:
-        return torch.arange(input_ids.shape[1]).expand(input_ids.shape[0], -1)
-    return (attention_mask.long().cpu().cumsum(dim=1) - 1).clamp(min=0)
 
 
 def _prompt_ids(input_ids):

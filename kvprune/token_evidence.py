@@ -43,9 +43,10 @@ class Evidence:
     def for_prompt(
         cls, candidates: torch.Tensor, valid: torch.Tensor, host_candidates: torch.Tensor | None = None,
         host_ids: torch.Tensor | None = None, host_placeholders: torch.Tensor | None = None,
+        host_valid: torch.Tensor | None = None,
     ) -> "Evidence":
         host_candidates = candidates.cpu() if host_candidates is None else host_candidates
-        host_valid = valid.cpu()
+        host_valid = valid.cpu() if host_valid is None else host_valid
         keys = sample_keys(host_ids, host_valid) if host_ids is not None else ()
         placeholders = host_candidates if host_placeholders is None else host_placeholders
         return cls(candidates=candidates, valid=valid, host_candidates=host_candidates, host_valid=host_valid,
