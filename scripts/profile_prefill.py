@@ -1,71 +1,374 @@
-"""Where a pruned prefill spends its time, against the unpruned one and the ideal.
+"""Where the engine's pruned prefill spends its time against its ideal, on one GPU.
 
-    python -m scripts.profile_prefill --preset qwen2.5-omni-7b --seconds 300 --ratio 0.9
+    python3 scripts/profile_prefill.py --preset qwen2.5-omni-7b --seconds 300 --method fastv --ratio 0.9 --out DIR
 
-For one GPU: CUDA-event medians of the unpruned and the frame-pruned prefill (frame: no scoring, so
-only the engine's own work differs) and of the ideal (the unpruned prefill with layers >= K on the
-kept length for free, as ``kvprune bench`` defines it), then a torch.profiler trace of one pruned
-prefill: GPU busy time against wall time tells whether the pruned layers run at the GPU's speed or
-at the speed the host launches them.
+Prefills with kvprune's fast audio encoder, timed as ``kvprune bench`` times them, in interleaved rounds
+(CUDA events, medians): the engine's unpruned and pruned prefills (``Generator.generate`` to the first
+token with the decode state filled), the ideal (the engine's prefill call whose layers >= K run on the
+kept prefix: ``kvprune.harness.bench.ideal``) and the same ideal as a plain forward of the model (its own
+position ids and attention mask). Then, for one pruned engine call and one ideal:
+
+* host synchronisations: each one in the pruned engine call, with the kvprune and transformers lines
+  that made it (``torch.cuda.set_sync_debug_mode``);
+* a profiler trace of each: the GPU's busy time inside the prefill against its span, the host's lead-in
+  before the first kernel, kernel launches, and the longest idle gaps with what the host was doing when
+  each ended (the Python frames open at the launch that ended it, and any synchronisation before it).
+  A gap the host ends is the GPU waiting for the host: launches it cannot queue ahead, or a stall.
+
+Writes profile.md to --out (and with --traces the two Chrome traces, gzipped). On a CPU it runs the same
+code on a tiny preset (no kernels: timings and host frames only).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import traceback
+import warnings
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import torch
 
-from kvprune import FramePress
-from kvprune.ratios import keep_count
-from kvprune.harness.bench.ideal import kept_prefix
-from kvprune.harness.bench.measure import Meter
-from kvprune.harness.bench.presets import PRESETS
+GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
+SYNC_CALLS = ("Synchronize", "cudaMemcpy", "cudaStreamWaitEvent")  # runtime calls that may block the host
+OURS = ("kvprune/", "presses/", "harness/", "transformers/")  # the frames a gap or a synchronisation is attributed to
+GAP_US = 50.0  # idle stretches shorter than this are launch latency, not worth a line
+
+
+@dataclass
+class Gap:
+    start_ms: float  # from the request's start
+    idle_ms: float
+    host_bound: bool  # the next kernel was launched after the GPU ran dry
+    kernel: str  # what ran after it
+    frames: list[str] = field(default_factory=list)  # innermost of ours first, open at that launch
+    syncs: list[str] = field(default_factory=list)  # blocking runtime calls during the gap
+
+
+@dataclass
+class TraceSummary:
+    span_ms: float  # from the request's start to its last GPU work's end
+    busy_ms: float  # the GPU running kernels, copies or memsets (their union)
+    lead_in_ms: float  # from the request's start to its first GPU work
+    launches: int
+    gaps: list[Gap]
+
+    @property
+    def idle_ms(self) -> float:
+        return self.span_ms - self.busy_ms
+
+
+def summarize_trace(events: list[dict], start_us: float, end_us: float, top: int = 12) -> TraceSummary:
+    """The GPU work launched by the host within [start_us, end_us] (one request, or its prefill) of a
+    Chrome trace's events: busy time, idle time, and the ``top`` longest idle gaps with their host context."""
+    launch_of = {}
+    for event in events:
+        correlation = event.get("args", {}).get("correlation")
+        if event.get("cat") in ("cuda_runtime", "cuda_driver") and correlation is not None:
+            launch_of[correlation] = event
+    work = []
+    for event in events:
+        if event.get("cat") not in GPU_CATEGORIES:
+            continue
+        launch = launch_of.get(event.get("args", {}).get("correlation"))
+        if launch is not None and start_us <= launch["ts"] <= end_us:
+            work.append((event["ts"], event["ts"] + event.get("dur", 0.0), event, launch))
+    work.sort(key=lambda w: w[0])
+    if not work:
+        return TraceSummary(0.0, 0.0, 0.0, 0, [])
+    python = [e for e in events if e.get("cat") == "python_function" and any(o in e.get("name", "") for o in OURS)]
+    blocking = [e for e in events if e.get("cat") == "cuda_runtime" and any(s in e.get("name", "") for s in SYNC_CALLS)]
+    busy, gaps, covered_to = 0.0, [], work[0][0]
+    for begin, end, event, launch in work:
+        if begin > covered_to:
+            if begin - covered_to >= GAP_US:
+                gaps.append(_gap(covered_to, begin, event, launch, python, blocking, start_us))
+            covered_to = begin
+        busy += max(0.0, end - covered_to)
+        covered_to = max(covered_to, end)
+    gaps.sort(key=lambda g: -g.idle_ms)
+    return TraceSummary(
+        span_ms=(covered_to - start_us) / 1000, busy_ms=busy / 1000, lead_in_ms=(work[0][0] - start_us) / 1000,
+        launches=len(work), gaps=gaps[:top],
+    )
+
+
+def _gap(idle_from: float, idle_to: float, event: dict, launch: dict, python, blocking, start_us: float) -> Gap:
+    at = launch["ts"]
+    open_frames = sorted((e for e in python if e["ts"] <= at <= e["ts"] + e.get("dur", 0.0)), key=lambda e: e.get("dur", 0.0))
+    syncs = [f"{e['name']} {e.get('dur', 0.0) / 1000:.2f} ms" for e in blocking
+             if e["ts"] < at and e["ts"] + e.get("dur", 0.0) > idle_from]
+    return Gap(
+        start_ms=(idle_from - start_us) / 1000, idle_ms=(idle_to - idle_from) / 1000, host_bound=at > idle_from,
+        kernel=event.get("name", "")[:60], frames=[_short(e["name"]) for e in open_frames[:3]], syncs=syncs[:3],
+    )
+
+
+def _short(frame: str) -> str:
+    """``/long/path/site-packages/transformers/x.py(12): f`` -> ``transformers/x.py(12): f``."""
+    for root in OURS:
+        if root in frame:
+            return root + frame.split(root, 1)[1]
+    return frame
+
+
+# -- measuring -----------------------------------------------------------------------------------------
+@contextmanager
+def annotated_decoding():
+    """Marks the engine's decoding in profiler traces, so that a request's prefill ends where it begins."""
+    from kvprune.generation.generator import Generator
+
+    original = Generator._decode
+
+    def decode(self, *args, **kwargs):
+        with torch.profiler.record_function("kvprune.decode"):
+            return original(self, *args, **kwargs)
+
+    Generator._decode = decode
+    try:
+        yield
+    finally:
+        Generator._decode = original
+
+
+class HostLead:
+    """How far ahead of the GPU the host runs at points of a call: the host's time of reaching each point
+    against the GPU's (a CUDA event recorded there), both counted from a common start after a
+    synchronisation. A lead near zero is a GPU waiting for the host's launches: the lead left where the
+    short layers after a press begin is what keeps them from waiting. Cheap enough to run in every round."""
+
+    def __init__(self, model, layer: int):
+        from kvprune.models import resolve_family
+
+        family = resolve_family(model)
+        layers = family.layers(model)
+        self.points = [
+            ("audio encoder's end", family.audio_encoder(model)[1], "register_forward_hook"),
+            (f"layer {layer}'s start", layers[layer], "register_forward_pre_hook"),
+            ("last layer's end", layers[-1], "register_forward_hook"),
+        ]
+        self.names = [name for name, _, _ in self.points] + [DECODING]
+        self.samples: dict[str, dict[str, list[float]]] = {}
+
+    @contextmanager
+    def watching(self, run_name: str):
+        """Inside, the first pass through each point (decoding runs the layers again) is marked for ``run_name``."""
+        from kvprune.generation.generator import Generator
+
+        marks: dict[str, tuple[float, torch.cuda.Event]] = {}
+
+        def mark(name: str) -> None:
+            if name not in marks:
+                event = torch.cuda.Event(enable_timing=True)
+                event.record()
+                marks[name] = (time.perf_counter(), event)
+
+        handles = [getattr(module, register)(lambda *_, n=name: mark(n)) for name, module, register in self.points]
+        original = Generator._decode
+
+        def decode(generator, *args, **kwargs):
+            mark(DECODING)
+            return original(generator, *args, **kwargs)
+
+        Generator._decode = decode
+        torch.cuda.synchronize()
+        start, host_start = torch.cuda.Event(enable_timing=True), time.perf_counter()
+        start.record()
+        try:
+            yield
+        finally:
+            Generator._decode = original
+            for handle in handles:
+                handle.remove()
+        torch.cuda.synchronize()
+        leads = self.samples.setdefault(run_name, {})
+        for name, (host_time, event) in marks.items():
+            leads.setdefault(name, []).append(start.elapsed_time(event) - 1000 * (host_time - host_start))
+
+    def rows(self) -> list[str]:
+        lines = ["| run | " + " | ".join(f"at the {name}" for name in self.names) + " |",
+                 "|---|" + "---|" * len(self.names)]
+        for run_name, leads in self.samples.items():
+            cells = [f"{statistics.median(leads[n]):.1f}" if n in leads else "—" for n in self.names]
+            lines.append(f"| {run_name} | " + " | ".join(cells) + " |")
+        return lines
+
+
+DECODING = "decoding's start (the engine)"
+
+
+def host_syncs(run) -> dict[str, int]:
+    """Each place ``run()`` synchronised the host with the GPU (its innermost kvprune and transformers
+    lines), with how often."""
+    found: dict[str, int] = {}
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if "synchronizing" not in str(message).lower():
+            return
+        stack = [f for f in traceback.extract_stack()[:-1] if any(o in f.filename for o in OURS)]
+        ours = [f for f in stack if "transformers/" not in f.filename][-1:] + [f for f in stack if "transformers/" in f.filename][-1:]
+        where = " <- ".join(f"{_short(f.filename)}:{f.lineno} {f.name}" for f in ours) or "(outside kvprune and transformers)"
+        found[where] = found.get(where, 0) + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        previous, warnings.showwarning = warnings.showwarning, show
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = previous
+    return found
+
+
+def traced(run, device: torch.device, trace_path: Path | None) -> tuple[TraceSummary, Path]:
+    """One ``run()`` under the profiler, summarized up to the engine's decoding (if it decodes)."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with annotated_decoding(), torch.profiler.profile(activities=activities, with_stack=True) as profile:
+        with torch.profiler.record_function("kvprune.request"):
+            run()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    path = trace_path or Path(tempfile.mkstemp(suffix=".json")[1])
+    profile.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    marks = {e["name"]: e for e in events if e.get("cat") == "user_annotation" and e["name"].startswith("kvprune.")}
+    request = marks["kvprune.request"]
+    end = marks["kvprune.decode"]["ts"] if "kvprune.decode" in marks else request["ts"] + request["dur"]
+    return summarize_trace(events, request["ts"], end), path
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", default="qwen2.5-omni-7b")
-    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--preset", default=None, help="default: qwen2.5-omni-7b on a GPU, tiny-omni on a CPU")
+    parser.add_argument("--seconds", type=float, default=None, help="audio length (default: 300 on a GPU, 2 on a CPU)")
+    parser.add_argument("--method", default="fastv")
     parser.add_argument("--ratio", type=float, default=0.9)
     parser.add_argument("--layer", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=9)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--traces", action="store_true", help="keep both Chrome traces (gzipped) in --out")
     args = parser.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    preset = PRESETS.get(args.preset)
-    model = preset.build(device, torch.bfloat16 if device.type == "cuda" else torch.float32, "sdpa")
-    prompt = preset.prompt(model, args.seconds, 1)
-    meter = Meter(device, warmup=3, repeats=9)
-    kept_len = prompt.seq_len - prompt.audio_tokens + keep_count(prompt.audio_tokens, args.ratio)
+    print("\n".join(profile(args)))
 
-    def prefill():
-        with torch.no_grad():
-            model(**prompt.inputs, use_cache=True)
 
-    press = FramePress(layer=args.layer, ratio=args.ratio)
+def profile(args) -> list[str]:
+    from kvprune import Generator, fast_audio_encoder
+    from kvprune.harness.bench.ideal import kept_prefix
+    from kvprune.harness.bench.measure import Meter, Probes
+    from kvprune.harness.bench.presets import PRESETS
+    from kvprune.ratios import keep_count
+    from kvprune.specs import parse_method
 
-    def pruned():
-        with press(model):
-            prefill()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    preset = PRESETS.get(args.preset or ("qwen2.5-omni-7b" if cuda else "tiny-omni"))
+    seconds = args.seconds if args.seconds is not None else (300.0 if cuda else 2.0)
+    model = preset.build(device, torch.bfloat16 if cuda else torch.float32, "sdpa")
+    prompt = preset.prompt(model, seconds, decode_tokens=2)
+    meter = Meter(device, warmup=args.warmup, repeats=args.repeats)
+    generator = Generator(model, compile=False, cuda_graphs=False)  # one decoding step: the prefill is what counts
+    press = parse_method(args.method).build(args.ratio, args.layer)
+    keep = prompt.seq_len - prompt.audio_tokens + keep_count(prompt.audio_tokens, args.ratio)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
 
-    def ideal():
-        with kept_prefix(model, args.layer, kept_len):
-            prefill()
+    def engine(pressed):
+        def run():
+            probes = Probes(meter.clock, model, args.layer)
+            try:
+                return meter.engine_request(generator, prompt, probes, pressed)[0]
+            finally:
+                probes.close()
+        return run
 
-    rows = {
-        "unpruned prefill": meter.median_ms(prefill),
-        "frame-pruned prefill": meter.median_ms(pruned),
-        "ideal (layers >= K on the kept length, for free)": meter.median_ms(ideal),
-    }
-    for name, ms in rows.items():
-        print(f"{name:50s} {ms:8.2f} ms")
-    for name, fn in (("unpruned", prefill), ("pruned", pruned)):
-        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
-        with torch.profiler.profile(activities=activities) as profile:
-            fn()
-            meter.sync()
-        events = profile.key_averages()
-        gpu_ms = sum(e.self_device_time_total for e in events) / 1000
-        print(f"\n{name}: GPU kernel time {gpu_ms:.1f} ms in total; top host-side operations:")
-        print(events.table(sort_by="self_cpu_time_total", row_limit=12, max_name_column_width=60))
-        print(events.table(sort_by="self_device_time_total", row_limit=8, max_name_column_width=60))
+    def ideal(through_engine: bool):
+        def run():
+            probes = Probes(meter.clock, model, args.layer)
+            try:
+                with kept_prefix(model, args.layer, keep):
+                    if through_engine:
+                        return meter.engine_prefill(model, prompt, probes)
+                    return meter.request(model, prompt, probes, "dynamic", decode=False)
+            finally:
+                probes.close()
+        return run
+
+    runs = {"engine, unpruned": engine(None), f"engine, {args.method} {args.ratio:g}": engine(press),
+            f"ideal {args.ratio:g}": ideal(True), f"ideal {args.ratio:g} as a plain forward": ideal(False)}
+    with ExitStack() as stack:
+        stack.enter_context(fast_audio_encoder(model))
+        samples = {name: [] for name in runs}
+        lead = HostLead(model, args.layer) if cuda else None
+        for round_ in range(args.warmup + args.repeats):
+            for name, run in runs.items():
+                if round_ >= args.warmup and lead is not None and name != "engine, unpruned":
+                    with lead.watching(name):
+                        run()
+                timing = run()
+                if round_ >= args.warmup:
+                    samples[name].append((timing.prefill_ms, timing.encoder_ms))
+        pruned_name, ideal_name = list(runs)[1:3]
+        syncs = host_syncs(runs[pruned_name]) if cuda else {}
+        summaries = {}
+        for name in (pruned_name, ideal_name):
+            path = out / f"trace_{name.split(',')[0].split()[0]}.json"
+            summaries[name], path = traced(runs[name], device, path)
+            if args.traces:
+                with open(path, "rb") as raw, gzip.open(f"{path}.gz", "wb") as packed:
+                    shutil.copyfileobj(raw, packed)
+            path.unlink()
+    lines = _report(args, preset.name, seconds, prompt, keep, samples, lead, syncs, summaries, device)
+    (out / "profile.md").write_text("\n".join(lines) + "\n")
+    return lines
+
+
+def _report(args, preset, seconds, prompt, keep, samples, lead, syncs, summaries, device) -> list[str]:
+    card = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    lines = [
+        f"# The engine's prefill against its ideal: {preset}, {seconds:g} s of audio ({prompt.seq_len} prompt tokens, "
+        f"{keep} kept at {args.ratio:g}), {args.method}, K = {args.layer}",
+        "",
+        f"- {card}; torch {torch.__version__}; medians of {args.repeats} interleaved rounds after {args.warmup}",
+        "",
+        "| prefill | ms | encoder ms | LLM ms |",
+        "|---|---|---|---|",
+    ]
+    for name, values in samples.items():
+        prefill, encoder = (statistics.median(v[i] for v in values) for i in (0, 1))
+        lines.append(f"| {name} | {prefill:.1f} | {encoder:.1f} | {prefill - encoder:.1f} |")
+    if lead is not None:
+        lines += ["", "## How far ahead of the GPU the host is (ms, medians; near 0: the GPU waits for launches)", "",
+                  *lead.rows(), "", "(from rounds of their own, beside the timed ones)"]
+    lines += ["", "## Host synchronisations in one pruned engine call (before its decoding, and in it)", ""]
+    if device.type != "cuda":
+        lines.append("(not looked for on a CPU)")
+    else:
+        lines += [f"- {count}x {where}" for where, count in sorted(syncs.items(), key=lambda kv: -kv[1])] or ["- none"]
+    for name, summary in summaries.items():
+        lines += [
+            "", f"## Trace: {name}", "",
+            f"span {summary.span_ms:.1f} ms (request start to its last GPU work), GPU busy {summary.busy_ms:.1f} ms, "
+            f"idle {summary.idle_ms:.1f} ms, of it {summary.lead_in_ms:.1f} ms before the first kernel; "
+            f"{summary.launches} kernels, copies and memsets",
+            "", "| at ms | idle ms | ended by | next kernel | host frames at that launch (innermost first) | blocking calls |",
+            "|---|---|---|---|---|---|",
+        ]
+        for gap in summary.gaps:
+            lines.append(f"| {gap.start_ms:.1f} | {gap.idle_ms:.2f} | {'host' if gap.host_bound else 'device'} | "
+                         f"{gap.kernel} | {'<br>'.join(gap.frames)} | {'<br>'.join(gap.syncs)} |")
+    return lines
 
 
 if __name__ == "__main__":
