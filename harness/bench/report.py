@@ -247,7 +247,8 @@ def _decoding(row) -> str:
 HEADER = {
     "ratios": [
         "- ideal at ratio r = a real prefill whose layers >= K (and LM head) run on the first positions of the "
-        "prompt, as many as a press at r keeps, for free: no scoring, no gather. A press row whose LLM part is "
+        "prompt, as many as a press at r keeps, for free: no scoring, no gather; made as the presses' prefills "
+        "are (the engine's prefill call beside presses on the engine). A press row whose LLM part is "
         "below its ideal's by more than twice their combined spread (and 1%) is marked **below ideal**",
         "- LLM ms = prefill minus its own encoder time, per round; score ms = the engine's own work inside the "
         "prefill (a token press's choice and gather at layer K, a cache press's eviction after each layer), "
