@@ -204,6 +204,17 @@ def _scoring_line(rows: pd.DataFrame) -> str:
     )
 
 
+def _uncompiled_line(rows: pd.DataFrame) -> str:
+    """The rows whose decoding was to be compiled but ran uncompiled (the engine's step failed to compile for
+    their layout of layers): their decode times are not the compiled step's."""
+    fell = rows[rows["decode_fell_back"].fillna(False).astype(bool)] if "decode_fell_back" in rows else rows.iloc[:0]
+    if fell.empty:
+        return ""
+    runs = ", ".join(f"{r.method} {r.ratio:g} at batch {r.batch:g}" for r in fell.itertuples())
+    return (f"Decoding uncompiled (the compiled step failed for their layout of layers: the error is in the log; the "
+            f"step ran as written, in a CUDA graph where one was captured): {runs}.")
+
+
 def _largest_batch_table(rows: pd.DataFrame) -> str:
     if "max_batch" not in rows or rows["max_batch"].isna().all():
         return "Largest batch: not searched (`--largest-batch`, on CUDA, where memory is measured)."
@@ -291,7 +302,8 @@ def markdown(frame: pd.DataFrame) -> str:
         if note:
             lines += ["", f"*{preset}: {note}.*"]
         lines += ["", _table(rows, TABLES[mode])]
-        for extra in (_scoring_line(rows), _largest_batch_table(rows) if mode == "batch" else "",
+        for extra in (_scoring_line(rows), _uncompiled_line(rows) if mode != "compare" else "",  # compare: in each label
+                      _largest_batch_table(rows) if mode == "batch" else "",
                       _targets_table(rows) if mode == "compare" else ""):
             if extra:
                 lines += ["", extra]

@@ -454,3 +454,19 @@ def test_a_row_whose_step_failed_to_compile_says_it_decoded_uncompiled():
     assert compiled_words({"decode_compiled": True, "decode_fell_back": True}, ", compiled") == \
         ", decoding uncompiled (its step failed to compile)"
     assert compiled_words({"decode_compiled": False, "decode_fell_back": False}, ", compiled") == ""
+
+
+def test_the_report_lists_the_rows_that_decoded_uncompiled():
+    """In the batch mode the section's header names the first row's decoding only: a press whose step failed
+    to compile must be named below its table."""
+    from kvprune.harness.bench.report import _uncompiled_line
+
+    rows = pd.DataFrame([
+        dict(method="none", ratio=0.0, batch=16, decode_fell_back=False),
+        dict(method="fastv", ratio=0.9, batch=16, decode_fell_back=True),
+        dict(method="fastv", ratio=0.9, batch=64, decode_fell_back=True),
+    ])
+    line = _uncompiled_line(rows)
+    assert line.startswith("Decoding uncompiled") and line.endswith(": fastv 0.9 at batch 16, fastv 0.9 at batch 64.")
+    assert _uncompiled_line(rows.assign(decode_fell_back=False)) == ""
+    assert _uncompiled_line(rows.drop(columns="decode_fell_back")) == ""
