@@ -299,7 +299,7 @@ def profile(args) -> list[str]:
             try:
                 with kept_prefix(model, args.layer, keep):
                     if through_engine:
-                        return meter.engine_prefill(model, prompt, probes)
+                        return meter.request(model, prompt, probes, "engine", decode=False)
                     return meter.request(model, prompt, probes, "dynamic", decode=False)
             finally:
                 probes.close()

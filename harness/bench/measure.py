@@ -226,17 +226,29 @@ class Meter:
     @torch.no_grad()
     def request(self, model: nn.Module, prompt: Prompt, probes: Probes, cache: str = "dynamic", decode: bool = True) -> RequestTiming:
         """The prefill, then (``decode``) the forced tokens on its cache, ``cache`` being "dynamic" or
-        "static". Repetition and medians are the caller's."""
+        "static"; or, with ``cache="engine"`` and no decoding, the engine's prefill call alone, as ``Generator``
+        makes it (``prefill_call``: its position ids, no attention mask without padding; ``forward_prefill``: the
+        head on the last position), on its dynamic cache: the ideal beside presses that run on the engine.
+        Repetition and medians are the caller's."""
         name = cache_argument(model)
         prefill_kwargs = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
         steps = prompt.decode_ids if decode else []
+        if cache == ENGINE_CACHE and steps:
+            raise ValueError("Meter.request runs the engine's prefill call alone; a whole call is engine_request.")
         if cache == "static":
             prefill_kwargs[name] = StaticCache(config=model.config, max_cache_len=prompt.seq_len + len(steps))
         step = self.decode_step(model) if cache == "static" else model
+        entry = resolve_family(model).entry(model)
+
+        def prefill():
+            if cache == ENGINE_CACHE:
+                return forward_prefill(entry, prefill_call(entry, prompt.inputs))
+            return model(**prompt.inputs, use_cache=True, **prefill_kwargs)
+
         graphs = compiled_graphs()
         base = self._start()
         start = self.clock.mark()
-        output = model(**prompt.inputs, use_cache=True, **prefill_kwargs)
+        output = prefill()
         prefilled = self.clock.mark()
         _check_finite(output.logits)
         kv = output_cache(output)
@@ -258,33 +270,6 @@ class Meter:
             kv_bytes=kv_held,
             kv_alloc_bytes=kv_alloc,
             cache=kind,
-            compiled=compiled_graphs() > graphs,
-        )
-
-    @torch.no_grad()
-    def engine_prefill(self, model: nn.Module, prompt: Prompt, probes: Probes) -> RequestTiming:
-        """The engine's prefill call alone, as ``Generator`` makes it (``prefill_call``: its position ids, no
-        attention mask without padding; ``forward_prefill``: the head on the last position), no decoding:
-        what the ideal runs beside presses that run on the engine."""
-        module = resolve_family(model).entry(model)
-        graphs = compiled_graphs()
-        base = self._start()
-        start = self.clock.mark()
-        output = forward_prefill(module, prefill_call(module, prompt.inputs))
-        prefilled = self.clock.mark()
-        _check_finite(output.logits)
-        kv = output_cache(output)
-        self.sync()
-        return RequestTiming(
-            prefill_ms=self.ms(start, prefilled),
-            **probes.spans(start),
-            decode_ms_per_token=math.nan,
-            request_ms=math.nan,
-            peak_bytes=self._peak(),
-            base_bytes=base,
-            kv_bytes=kv_held_bytes(kv, prompt.seq_len),
-            kv_alloc_bytes=kv_cache_bytes(kv),
-            cache=cache_kind(kv),
             compiled=compiled_graphs() > graphs,
         )
 

@@ -76,9 +76,7 @@ def run_request(state: BenchState, model, prompt: Prompt, request: Request):
         try:
             if request.generate:
                 timing = meter.generate_request(model, prompt, probes, request.cache)
-            elif request.cache == ENGINE_CACHE:  # the ideal beside presses on the engine: its prefill call alone
-                timing = meter.engine_prefill(model, prompt, probes)
-            else:
+            else:  # on the engine cache: the ideal beside presses on the engine, its prefill call alone
                 timing = meter.request(model, prompt, probes, request.cache, decode=request.decodes)
         finally:
             probes.close()
