@@ -196,13 +196,9 @@ class DecodeState:
             held = entries.keys.shape[-2]
             layer.keys[rows, :, :held].copy_(entries.keys)
             layer.values[rows, :, :held].copy_(entries.values)
-        first_layer = {}  # the layers of a group share their slots, so their validity: one write per group
-        for j, g in enumerate(self.shape.layer_group):
-            first_layer.setdefault(g, j)
-        for g, j in first_layer.items():
-            self.masks[g][rows, :, 0, : widths[g]] = prefill.layers[j].valid
-        for g, width in enumerate(widths):  # a fill per group: copying a host list in would wait for the device
-            self.columns[g, rows] = width
+        for g, width in enumerate(widths):  # a group's layers share their slots, so their validity: one write each
+            self.masks[g][rows, :, 0, :width] = prefill.layers[layer_group.index(g)].valid
+            self.columns[g, rows] = width  # a fill: copying a host list in would wait for the device
         self.tokens[rows, 0] = first_tokens
         self.positions[..., rows, :] = prefill.next_positions
         self.done[rows] = done
