@@ -121,14 +121,15 @@ def _short(frame: str) -> str:
 
 # -- measuring -----------------------------------------------------------------------------------------
 @contextmanager
-def annotated_decoding():
-    """Marks the engine's decoding in profiler traces, so that a request's prefill ends where it begins."""
+def around_decoding(context):
+    """Inside, every call of the engine's decoding runs inside ``context()`` (a context manager made per call):
+    where a request's prefill ends, for instruments."""
     from kvprune.generation.generator import Generator
 
     original = Generator._decode
 
     def decode(self, *args, **kwargs):
-        with torch.profiler.record_function("kvprune.decode"):
+        with context():
             return original(self, *args, **kwargs)
 
     Generator._decode = decode
@@ -136,6 +137,11 @@ def annotated_decoding():
         yield
     finally:
         Generator._decode = original
+
+
+def annotated_decoding():
+    """Marks the engine's decoding in profiler traces, so that a request's prefill ends where it begins."""
+    return around_decoding(lambda: torch.profiler.record_function("kvprune.decode"))
 
 
 class HostLead:
@@ -160,8 +166,6 @@ class HostLead:
     @contextmanager
     def watching(self, run_name: str):
         """Inside, the first pass through each point (decoding runs the layers again) is marked for ``run_name``."""
-        from kvprune.generation.generator import Generator
-
         marks: dict[str, tuple[float, torch.cuda.Event]] = {}
 
         def mark(name: str) -> None:
@@ -170,21 +174,19 @@ class HostLead:
                 event.record()
                 marks[name] = (time.perf_counter(), event)
 
-        handles = [getattr(module, register)(lambda *_, n=name: mark(n)) for name, module, register in self.points]
-        original = Generator._decode
-
-        def decode(generator, *args, **kwargs):
+        @contextmanager
+        def decoding():
             mark(DECODING)
-            return original(generator, *args, **kwargs)
+            yield
 
-        Generator._decode = decode
+        handles = [getattr(module, register)(lambda *_, n=name: mark(n)) for name, module, register in self.points]
         torch.cuda.synchronize()
         start, host_start = torch.cuda.Event(enable_timing=True), time.perf_counter()
         start.record()
         try:
-            yield
+            with around_decoding(decoding):
+                yield
         finally:
-            Generator._decode = original
             for handle in handles:
                 handle.remove()
         torch.cuda.synchronize()
