@@ -165,9 +165,10 @@ class PressSession(PressPlan):
         return None
 
     def _set_up_prefill(self, module, args) -> None:
-        """Decoder layer 0's pre-hook: the pending prefill's pruning is set up (or found to be needless)."""
-        prompt, self._pending = self._pending, None
-        if prompt is not None:
+        """Decoder layer 0's pre-hook: the pending prefill's pruning is set up (or found to be needless). It runs
+        in every decoding step too, where it only reads: a compiled step sees no Python state change."""
+        if self._pending is not None:
+            prompt, self._pending = self._pending, None
             self._call = self._start_prefill(prompt)
 
     def _before_static_call(self, input_ids, cache, args, kwargs):
