@@ -58,16 +58,24 @@ class Executor:
         eos = getattr(loaded.generator.generation_config, "eos_token_id", None)
         self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
-    def run(self, inputs: list[dict], press: Press | None, max_new_tokens: int) -> BatchGeneration:
+    def run(self, inputs: list[dict], press: Press | None, max_new_tokens: int,
+            answers: list[int] | None = None) -> BatchGeneration:
+        """``inputs`` (one sample each) under ``press``; ``answers``: each row's answer length in tokens, its
+        end included, where the model is not to end its answers itself (random weights never do): the call
+        then decodes as long as it would had each row ended there, and each row's answer is cut there."""
         if self.generator is None:
-            return self._stock(inputs, press, max_new_tokens)
+            return self._stock(inputs, press, max_new_tokens, answers)
         device = self.generator.device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        out = self.generator.generate(inputs, max_new_tokens=max_new_tokens, press=press, pad_token_id=self.pad)
+        stops = {} if answers is None else dict(eos_token_id=[])
+        tokens = max_new_tokens if answers is None else self.generator.tokens_generated(max(answers), max_new_tokens)
+        out = self.generator.generate(inputs, max_new_tokens=tokens, press=press, pad_token_id=self.pad, **stops)
         outcomes = out.outcome if isinstance(out.outcome, list) else [out.outcome]  # one per sample: each is its own batch
         kept = [_kept(outcome) for outcome in outcomes]
-        samples = [SampleOutput(self.loaded.decode(row[None]), k, self._length(row)) for row, k in zip(out.new_tokens, kept)]
+        rows = list(out.new_tokens) if answers is None else [row[:n] for row, n in zip(out.new_tokens, answers)]
+        samples = [SampleOutput(self.loaded.decode(row[None]), k, self._length(row) if answers is None else len(row))
+                   for row, k in zip(rows, kept)]
         timing = Timing(
             prefill_s=out.timing.prefill_s, decode_s=out.timing.decode_s, new_tokens=int(out.new_tokens.shape[1]),
             peak_memory_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
@@ -77,15 +85,18 @@ class Executor:
         engine = ENGINE if out.engine == ENGINE else f"{ENGINE} fell back to {out.engine}"
         return BatchGeneration(samples, timing, engine, out.note, out.graphs_captured, out.compilations)
 
-    def _stock(self, inputs: list[dict], press: Press | None, max_new_tokens: int) -> BatchGeneration:
-        """Stock ``generate``, one sample per call (the batch's timing is the sum of its calls)."""
+    def _stock(self, inputs: list[dict], press: Press | None, max_new_tokens: int,
+               answers: list[int] | None) -> BatchGeneration:
+        """Stock ``generate``, one sample per call (the batch's timing is the sum of its calls); with
+        ``answers``, each call generates exactly its row's (``min_new_tokens``: no end before)."""
         kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=self.pad)
         if self.cache == "static":
             kwargs["cache_implementation"] = "static"  # generate compiles the decode step on a GPU
         samples, timings = [], []
-        for sample_inputs in inputs:
+        for index, sample_inputs in enumerate(inputs):
+            forced = {} if answers is None else dict(max_new_tokens=answers[index], min_new_tokens=answers[index])
             with press(self.loaded.model) if press else nullcontext() as outcome:
-                new_ids, timing = timed_generate(self.loaded.generator, sample_inputs, **kwargs)
+                new_ids, timing = timed_generate(self.loaded.generator, sample_inputs, **{**kwargs, **forced})
             samples.append(SampleOutput(self.loaded.decode(new_ids), _kept(outcome), self._length(new_ids[0])))
             timings.append(timing)
         first = timings[0]

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvprune.models.loading import family_of_checkpoint
 from kvprune.press import Press
 
 from ..audio import RESAMPLER
-from ..demo import DEMO, DEMO_MODEL_DIR
-from ..tasks.prompts import RenderedPrompt
 from ..tasks.protocols import identity_config, keep_rule
 from ..tasks.suites import expand_suites
-from ..tasks.task import Sample, Task, get_task
+from ..tasks.task import Task, get_task
 from .config import BASELINE, SweepConfig
-from .identity import AudioDigests, SweepPlan, digest, grade_hash, input_hash, model_fingerprint
+from .identity import AudioDigests, SweepPlan, digest
+from .source import Checkpoints, PlannedSample
 
 
 @dataclass(frozen=True)
@@ -34,16 +32,6 @@ class PlannedRun:
     @property
     def layer(self) -> int | None:
         return None if self.press is None else self.press.layer
-
-
-@dataclass(frozen=True)
-class PlannedSample:
-    """One sample of a task with its prompt (None: the sample cannot run) and its input hash."""
-
-    sample: Sample
-    prompt: RenderedPrompt | None
-    input_hash: str
-    grade_hash: str  # the answer, options, item and metadata its score depends on (``identity.grade_hash``)
 
 
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
@@ -79,28 +67,26 @@ def load_tasks(names: list[str], protocol: str | None = None, judge: str | None 
     return tasks
 
 
-def tasks_by_model(config: SweepConfig) -> dict[str, list[Task]]:
+def tasks_by_model(config: SweepConfig, source: Checkpoints | None = None) -> dict[str, list[Task]]:
     """Each model's tasks: under ``--protocol``, with the conventions the protocol has for the model's
     family, read from its checkpoint's config (the family ``load_model`` will load it as)."""
+    source = source or Checkpoints()
     tasks = {}
     for name in config.models:
-        family = family_of_checkpoint(model_path(name), config.trust_remote_code)[0].name if config.protocol else None
+        family = source.family(name, config.trust_remote_code) if config.protocol else None
         tasks[name] = load_tasks(config.tasks, config.protocol, config.judge, family)
     return tasks
 
 
-def model_path(model_name: str) -> str:
-    """Where a model named on the command line is (``demo``: the embedded demo model's folder)."""
-    return str(DEMO_MODEL_DIR) if model_name == DEMO else model_name
-
-
 def plan_sweep(config: SweepConfig, tasks: dict[str, list[Task]], runs: list[PlannedRun], cache: str,
-               digests: AudioDigests) -> tuple[SweepPlan, dict[str, list[PlannedSample]]]:
+               digests: AudioDigests, source: Checkpoints | None = None) -> tuple[SweepPlan, dict[str, list[PlannedSample]]]:
     """Everything this configuration asks for, with what its results depend on, and every task's
     samples with their prompts (a sample that cannot run is identified by what is wrong with it).
-    ``tasks``: each model's (``tasks_by_model``); tasks of one name are one task."""
+    ``tasks``: each model's (``tasks_by_model``); tasks of one name are one task; ``source``: where
+    models and samples come from (``source.Checkpoints``: checkpoints and --data-root)."""
     c = config
-    fingerprints = {name: model_fingerprint(model_path(name), c.trust_remote_code) for name in c.models}
+    source = source or Checkpoints()
+    fingerprints = {name: source.fingerprint(name, c.trust_remote_code) for name in c.models}
     settings = dict(
         dtype=c.dtype, attn_implementation=c.attn_implementation, max_new_tokens=c.max_new_tokens,
         protocol=c.protocol, cache=cache, long_audio=c.long_audio,
@@ -120,8 +106,7 @@ def plan_sweep(config: SweepConfig, tasks: dict[str, list[Task]], runs: list[Pla
             )
             settings_ids.setdefault(name, {})[task.name] = digest(dict(task_settings, model=fingerprints[name]))
     for task in unique.values():
-        samples = task.load(c.data_root, limit=c.limit, strict=False)  # a bad item is its own error
-        planned[task.name] = [_planned(task, sample, digests, c.no_audio) for sample in samples]
+        planned[task.name] = [source.planned(task, sample, digests, c.no_audio) for sample in source.samples(task, c)]
         hashes[task.name] = {p.sample.id: p.input_hash for p in planned[task.name]}
         grades[task.name] = {p.sample.id: p.grade_hash for p in planned[task.name]}
     plan = SweepPlan(
@@ -131,10 +116,3 @@ def plan_sweep(config: SweepConfig, tasks: dict[str, list[Task]], runs: list[Pla
     )
     return plan, planned
 
-
-def _planned(task: Task, sample: Sample, digests: AudioDigests, no_audio: bool = False) -> PlannedSample:
-    if sample.problem:  # recorded as that sample's error, identified by what is wrong with it
-        return PlannedSample(sample, None, input_hash(sample.problem, []), grade_hash(sample))
-    prompt = task.render(sample, no_audio)
-    hashed = input_hash(prompt.text, [digests(path) for path in prompt.files])
-    return PlannedSample(sample, prompt, hashed, grade_hash(sample))

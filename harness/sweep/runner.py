@@ -21,30 +21,33 @@ read from the checkpoint's config before anything loads, as ``load_model`` reads
 from __future__ import annotations
 
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
-from kvprune.models.loading import LoadedModel, load_model
+import time
 
+from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
 from kvprune.generation.graphs import compile_counters
+from kvprune.models.loading import LoadedModel
 
 from ..setup.device import cpu_threads, default_device, resolve_cache
 from ..setup.environment import environment, now
-from ..setup.methods import check_methods, check_presses, checkpoint_skeleton
+from ..setup.methods import check_methods, check_presses
 from .config import SweepConfig
 from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .execute import Executor
 from .judging import record_judge, sweep_judge
-from .plan import PlannedRun, PlannedSample, model_path, plan_sweep, runs_of, tasks_by_model
+from .plan import PlannedRun, PlannedSample, plan_sweep, runs_of, tasks_by_model
 from .rescore import rescore
 from .samples import Pass, SampleRunner
-from .store import ENGINE_RECORD, TIMING_PASS, ResultStore, append_run, run_key
+from .schedule import batches
+from .source import Checkpoints
+from .store import ENGINE_RECORD, TASK_TIME_RECORD, TIMING_PASS, ResultStore, append_run, run_key
 
 
 @dataclass
@@ -67,14 +70,16 @@ class SweepInterrupted(Exception):
 
 
 class SweepRunner:
-    def __init__(self, config: SweepConfig, progress: bool = True, command: str | None = None):
+    def __init__(self, config: SweepConfig, progress: bool = True, command: str | None = None,
+                 source: Checkpoints | None = None):
         self.config = config
+        self.source = source or Checkpoints()  # where models and samples come from (a dry run: elsewhere)
         self.progress = progress
         self.command = command  # the command line, recorded in runs.jsonl
         self.started = datetime.now(timezone.utc).isoformat(timespec="microseconds")  # this start, in every row it writes
         self.rank, self.world_size, device = process_share()
         self.device = config.device or device
-        self.tasks = tasks_by_model(config)  # per model: under a protocol, its family's conventions
+        self.tasks = tasks_by_model(config, self.source)  # per model: under a protocol, its family's conventions
         self.cache = resolve_cache(config.cache, self.device or default_device())
         self.runs = runs_of(config)
         self.presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
@@ -94,7 +99,7 @@ class SweepRunner:
             try:
                 self._check_methods()
                 self._digests = AudioDigests(out, rehash=self.config.rehash_audio)
-                self.plan, planned = plan_sweep(self.config, self.tasks, self.runs, self.cache, self._digests)
+                self.plan, planned = plan_sweep(self.config, self.tasks, self.runs, self.cache, self._digests, self.source)
                 self._samples = {name: samples[self.rank :: self.world_size] for name, samples in planned.items()}
                 folder.check(self.plan, self.config.overwrite)
                 barrier()
@@ -136,7 +141,7 @@ class SweepRunner:
         no weights are read), so that a bad layer or parameter stops the sweep before anything runs."""
         c = self.config
         for name in c.models:
-            build = checkpoint_skeleton(model_path(name), c.trust_remote_code, c.attn_implementation)
+            build = self.source.skeleton(name, c.trust_remote_code, c.attn_implementation)
             check_methods(name, build, self.presses, static=self.cache == "static")
 
     # -- per model --------------------------------------------------------------------------------
@@ -151,7 +156,7 @@ class SweepRunner:
         check_presses(loaded.model, model_name, self.presses, static=self.cache == "static")
         self._folder.record(self.plan, self._digests)
         executor = Executor(loaded, self.cache)
-        samples = SampleRunner(self.config, self.store, executor, self.judge)
+        samples = SampleRunner(self.config, self.store, executor, self.judge, self.source)
         passes = self._passes()
         with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"
@@ -163,14 +168,14 @@ class SweepRunner:
                 total = sum(len(todo) for pending in work.values() for _, todo in pending)
                 bar = tqdm(total=total, desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress, unit="run")
                 settings_id = self.plan.settings_ids[model_name][task.name]
+                start = time.perf_counter()
                 for how in passes:
-                    pending = work[how.name]
                     size = self.config.batch_size if how.name is None else 1
-                    for start in range(0, len(pending), size):
-                        samples.run(loaded, task, pending[start : start + size], settings_id, self.runs,
-                                    warmup=not warm, bar=bar, how=how)
+                    for batch in batches(work[how.name], size):  # by length when batched (``schedule``)
+                        samples.run(loaded, task, batch, settings_id, self.runs, warmup=not warm, bar=bar, how=how)
                         warm = True
                 bar.close()
+                self._record_task_time(model_name, task.name, time.perf_counter() - start, work)
             self._record_engine(loaded, executor)
         return sum(len(todo) for _, work in plan for pending in work.values() for _, todo in pending)
 
@@ -199,13 +204,20 @@ class SweepRunner:
         return work
 
     def _load(self, model_name: str) -> LoadedModel:
-        """The model, under the name the user gave (``demo``: the embedded demo model's folder)."""
-        c = self.config
-        loaded = load_model(
-            model_path(model_name), dtype=c.dtype, device=self.device,
-            device_map=c.device_map, attn_implementation=c.attn_implementation, trust_remote_code=c.trust_remote_code,
-        )
-        return replace(loaded, name=model_name)
+        """The model, under the name the user gave (``demo``: the embedded demo model's folder); how long
+        loading took is recorded (what ``kvprune estimate`` is checked against includes it)."""
+        start = time.perf_counter()
+        loaded = self.source.load(model_name, self.config, self.device)
+        append_run(self.config.out, dict(time=now(), model=model_name, kind=TASK_TIME_RECORD, task=None,
+                                         seconds=round(time.perf_counter() - start, 3), rank=self.rank))
+        return loaded
+
+    def _record_task_time(self, model_name: str, task: str, seconds: float, work: dict) -> None:
+        """How long this process took over a task's runs (``runs.jsonl``): a sweep's cost, measured."""
+        append_run(self.config.out, dict(
+            time=now(), model=model_name, kind=TASK_TIME_RECORD, task=task, seconds=round(seconds, 3), rank=self.rank,
+            runs={str(name): sum(len(todo) for _, todo in pending) for name, pending in work.items()},
+        ))
 
     def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:
         """What decoding compiled and kept for this model (``runs.jsonl``): compiled graphs, captured CUDA

@@ -26,13 +26,13 @@ from dataclasses import asdict, dataclass
 from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.models.loading import LoadedModel
 
-from ..long_audio import model_inputs
 from ..setup.device import release_memory
 from ..setup.environment import now
 from ..tasks.task import Task, TaskDataError
 from .config import SweepConfig
 from .execute import BatchGeneration, Executor
 from .plan import PlannedRun, PlannedSample
+from .source import Checkpoints
 from .store import ResultStore
 
 
@@ -50,10 +50,12 @@ class SampleRunner:
     """Runs the planned runs of a batch of samples, one run after another, and appends one row per
     sample and run to ``store``."""
 
-    def __init__(self, config: SweepConfig, store: ResultStore, executor: Executor, judge=None):
+    def __init__(self, config: SweepConfig, store: ResultStore, executor: Executor, judge=None,
+                 source: Checkpoints | None = None):
         self.config, self.store, self.executor = config, store, executor
         self.reuse = EncoderReuse()
         self.judge = judge  # for the judged steps of grading (refine, judged metrics): harness.judge
+        self.source = source or Checkpoints()  # how a sample's inputs are made, and how long its answer is
 
     def run(self, loaded: LoadedModel, task: Task, batch: list[tuple[PlannedSample, list[PlannedRun]]],
             settings_id: str, runs: list[PlannedRun], warmup: bool, bar, how: Pass) -> None:
@@ -63,7 +65,7 @@ class SampleRunner:
             try:
                 if planned.sample.problem:
                     raise TaskDataError(planned.sample.problem)
-                base.update(self._prepare(loaded, task, planned))
+                base.update(self.source.prepare(loaded, task, planned, self.config.long_audio_policy(task.name)))
                 prepared.append((planned, todo, base, base.pop("inputs")))
             except Exception as error:  # one bad sample must not stop the sweep
                 for run in todo:
@@ -81,11 +83,13 @@ class SampleRunner:
 
     def _generate(self, task: Task, run: PlannedRun, members: list, how: Pass, bar) -> None:
         max_new_tokens = self.config.max_new_tokens or task.max_new_tokens
+        answers = [self.source.answer_tokens(planned) for planned, _, _ in members]  # None: until the model ends them
+        answers = None if None in answers else [min(n, max_new_tokens) for n in answers]
         hits = self.reuse.hits
         try:
-            generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens)
+            generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
             if how.timed and generation.timing.compiled:  # it compiled or captured: time it again, warm
-                generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens)
+                generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
         except Exception as error:
             release_memory()
             if len(members) > 1:  # find the sample that fails: each alone
@@ -108,12 +112,6 @@ class SampleRunner:
             item=sample.item, input_hash=planned.input_hash, grade_hash=planned.grade_hash, settings_id=settings_id,
             reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
         )
-
-    def _prepare(self, loaded: LoadedModel, task: Task, planned: PlannedSample) -> dict:
-        """The model inputs of a sample, its audio read by the task's channel policy and fitted to
-        what the model takes (the task's long-audio policy), with how much audio the model received."""
-        waves, model_prompt = planned.prompt.load(task.channels)
-        return model_inputs(loaded, waves, model_prompt, self.config.long_audio_policy(task.name))
 
     def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, how: Pass, sample=None,
                 generation: BatchGeneration | None = None, batch: dict | None = None, error=None) -> None:

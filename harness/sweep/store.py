@@ -107,11 +107,13 @@ def clear_outputs(out_dir: Path) -> list[Path]:
 
 TIMING_PASS = "timing"  # the ``pass`` of a timing subset's rows: samples run alone, unshared, for their timings
 ENGINE_RECORD = "engine"  # the ``kind`` of a runs.jsonl line recording what decoding compiled for a model
+TASK_TIME_RECORD = "time"  # the ``kind`` of a runs.jsonl line recording the seconds a model's loading or a task took
 
 
 def read_runs(out_dir: Path | str, kind: str | None = None) -> list[dict]:
     """The model runs of ``runs.jsonl``, oldest first (none for a folder without one); ``kind="engine"``:
-    instead, the lines recording what the generation engine compiled and kept for each model run."""
+    instead, the lines recording what the generation engine compiled and kept for each model run;
+    ``kind="time"``: the seconds each model's loading and each task took."""
     path = Path(out_dir) / RUNS_FILE
     lines = _json_lines(path) if path.exists() else []
     return [line for line in lines if line.get("kind") == kind]

@@ -148,6 +148,12 @@ class Generator:
         self.forget_states()
         return self._generate(*arguments)
 
+    def tokens_generated(self, answer_tokens: int, max_new_tokens: int) -> int:
+        """Tokens a call generates per row when its longest row's answer ends after ``answer_tokens`` (its
+        end token included): stops are read every ``check_every`` steps, so decoding runs on to that check."""
+        steps = self.check_every * max(1, -(-(answer_tokens - 1) // self.check_every))
+        return min(max_new_tokens, 1 + steps)
+
     def forget_states(self) -> None:
         """Drop the kept decode states, their CUDA graphs and the graphs' memory pools (compiled steps stay):
         memory back to the allocator, e.g. before a batch that needs all of it."""

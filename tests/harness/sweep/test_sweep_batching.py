@@ -13,6 +13,7 @@ from kvprune import FastVPress, Generator
 from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.harness.cli import main
 from kvprune.harness.sweep import samples as samples_module
+from kvprune.harness.sweep.source import Checkpoints
 from kvprune.harness.sweep.store import TIMING_PASS, read_rows, run_key
 from tests.support import task_fixtures
 from tests.support.helpers import GREEDY, model
@@ -172,21 +173,21 @@ def test_a_batch_whose_call_fails_is_retried_one_sample_at_a_time(tmp_path, monk
     monkeypatch.setenv("KVPRUNE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "one_bad"
     broken, prepared = set(), []
-    real_prepare, real_run = samples_module.SampleRunner._prepare, samples_module.Executor.run
+    real_prepare, real_run = Checkpoints.prepare, samples_module.Executor.run
 
-    def prepare(runner, loaded, task, planned):
-        result = real_prepare(runner, loaded, task, planned)
+    def prepare(source, loaded, task, planned, policy):
+        result = real_prepare(source, loaded, task, planned, policy)
         prepared.append(planned.sample.id)
         if len(prepared) == 3:
             broken.add(id(result["inputs"]))
         return result
 
-    def run(executor, inputs, press, max_new_tokens):
+    def run(executor, inputs, press, max_new_tokens, answers=None):
         if any(id(batch) in broken for batch in inputs):
             raise RuntimeError("this sample breaks the model")
-        return real_run(executor, inputs, press, max_new_tokens)
+        return real_run(executor, inputs, press, max_new_tokens, answers)
 
-    monkeypatch.setattr(samples_module.SampleRunner, "_prepare", prepare)
+    monkeypatch.setattr(Checkpoints, "prepare", prepare)
     monkeypatch.setattr(samples_module.Executor, "run", run)
     assert main(sweep(out, "--limit", "4", "--batch-size", "4", "--timing-samples", "0", "--tasks", "demo_count")) == 1
     rows = [r for r in read_rows(out) if r.get("pass") is None]
