@@ -190,25 +190,28 @@ def _bench(args) -> int:
 
 # -- estimate -------------------------------------------------------------------------------------
 def _estimate(args) -> int:
-    """0 once every task is priced."""
-
+    """0 once every task is priced; with no model or preset, the demo sweep ``kvprune sweep`` runs."""
+    from .demo.default import asks_for_demo, prepare_default
     from .estimate.config import EstimateConfig
-    from .estimate.estimate import run_estimate, settings_key
-    from .estimate.report import earlier_rows, write_estimate
 
     settings = EstimateConfig.settings(args.config, **EstimateConfig.overrides(args))
-    settings.setdefault("out", Path("kvprune-results") / "estimate")
-    if settings.get("out") == Path("kvprune-results") and args.out is None:
-        settings["out"] = Path("kvprune-results") / "estimate"
+    out = settings.get("out")
+    if settings.get("preset") is None and asks_for_demo(settings.get("models")):
+        settings = prepare_default(settings)
+    settings["out"] = out or Path("kvprune-results") / "estimate"
     config = EstimateConfig(**settings)
+    from .estimate.estimate import run_estimate, settings_key  # torch: once the configuration is checked
+    from .estimate.floor import BelowFloorError
+    from .estimate.report import earlier_rows, write_estimate
+
     command = "kvprune " + shlex.join(args.argv)
+    earlier = earlier_rows(Path(config.out), settings_key(config))
     try:
-        earlier = earlier_rows(Path(config.out), settings_key(config))
-    except ValueError as error:
-        print(f"kvprune estimate: {error}", file=sys.stderr)
-        return 2
-    table = run_estimate(config, progress=not args.quiet, earlier=earlier,
-                         after_task=lambda partial: write_estimate(partial, config.out, command))
+        table = run_estimate(config, progress=not args.quiet, earlier=earlier,
+                             after_task=lambda partial: write_estimate(partial, config.out, command))
+    except BelowFloorError as error:
+        print(f"kvprune estimate: error: {error}", file=sys.stderr)
+        return 1
     written = write_estimate(table, config.out, command)
     print(written[1].read_text())
     return 0

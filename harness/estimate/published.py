@@ -21,10 +21,11 @@ class PublishedSize:
     seconds: tuple[float, float]  # the shortest and longest audio of the task
     source: str
     note: str = ""
+    answer: str = "letter"  # what its answers are: an option's letter, or a transcript of the speech (``answers``)
 
 
 PUBLISHED: dict[str, PublishedSize] = {
-    "librispeech": PublishedSize(204, (60.0, 240.0), AUDIOMARATHON),
+    "librispeech": PublishedSize(204, (60.0, 240.0), AUDIOMARATHON, answer="transcript"),
     "race": PublishedSize(820, (120.0, 253.2), AUDIOMARATHON),
     "slue": PublishedSize(490, (165.0, 300.0), AUDIOMARATHON),
     "tau": PublishedSize(1145, (90.0, 210.0), AUDIOMARATHON),

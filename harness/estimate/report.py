@@ -1,5 +1,6 @@
-"""``estimate.csv`` and ``estimate.md``: per task and mode, the sample-runs, the seconds one costs and
-the projected GPU-hours, then the totals and how the modes compare."""
+"""``estimate.csv`` and ``estimate.md``: per task and way of running it, the samples, what they rest on
+and what they cost (median, with the fastest and slowest repeats beside it), what a sweep pays once,
+the totals and how the ways compare (with and without LibriSpeech, whose long answers weigh most)."""
 
 from __future__ import annotations
 
@@ -9,44 +10,50 @@ from pathlib import Path
 import pandas as pd
 
 from ..markdown import markdown_table
-from .measure import MODES
+from .config import MODES
+from .report_rows import FIXED
 
 MODE_WORDS = {
     "batch1": "kvprune, one sample per call (fast encoder, generation engine, nothing shared)",
     "sweep": "kvprune with the sweep's batching and sharing (timing subset included)",
     "audiomarathon": "AudioMarathon's way (stock encoder, stock generate on its dynamic cache, one sample per call)",
 }
+LONG_ANSWERS = "librispeech"  # the task whose transcripts make most of the one-at-a-time decoding
 
 
-def totals(table: pd.DataFrame) -> dict[str, float]:
-    rows = table[table["task"] == "total"].set_index("mode")["gpu_hours"]
-    return {mode: float(rows.get(mode, float("nan"))) for mode in MODES}
+def totals(table: pd.DataFrame, leave_out: str | None = None) -> dict[str, float]:
+    """Hours per mode over every task and the fixed costs (``leave_out``: without that task)."""
+    rows = table[~table["task"].isin(["total", leave_out])]
+    return {mode: float(rows.loc[rows["mode"] == mode, "gpu_hours"].sum()) for mode in MODES if (rows["mode"] == mode).any()}
 
 
 def write_estimate(table: pd.DataFrame, out: Path, command: str) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     csv = out / "estimate.csv"
     table.to_csv(csv, index=False)
-    hours = totals(table)
-    lines = [f"# kvprune estimate\n", f"- command: `{command}`", f"- device: {table.attrs.get('device', '?')}"]
-    lines += [f"- {mode}: {MODE_WORDS[mode]}" for mode in MODES]
-    tasks = table[table["task"] != "total"]
+    modes = [mode for mode in MODES if (table["mode"] == mode).any()]
+    lines = ["# kvprune estimate\n", f"- command: `{command}`", f"- device: {', '.join(map(str, table['device'].dropna().unique()))}"]
+    lines += [f"- {mode}: {MODE_WORDS[mode]}" for mode in modes]
+    tasks = table[~table["task"].isin(["total", FIXED])]
     rows = []
-    for task, group in tasks.groupby("task", sort=False):
-        by_mode = group.set_index("mode")
-        first = group.iloc[0]
-        rows.append([task, f"{first['samples']}", first["audio_seconds"], f"{int(first['answer_tokens'])}",
-                     *[f"{by_mode.loc[m, 'seconds_per_sample_run']:.3f} s / {by_mode.loc[m, 'gpu_hours']:.2f} h" for m in MODES]])
+    for task, group in table[table["task"] != "total"].groupby("task", sort=False):
+        by_mode, first = group.set_index("mode"), group.iloc[0]
+        described = [f"{first['samples']}", first.get("audio_seconds", ""), f"{first.get('answer_tokens', '')}"]
+        rows.append([task, *(["", "", ""] if task == FIXED else described), *[_cell(by_mode.loc[m]) for m in modes]])
+    hours = totals(table)
     rows.append(["total", f"{int(tasks.drop_duplicates('task')['samples'].sum())}", "", "",
-                 *[f"{hours[m]:.2f} h" for m in MODES]])
-    lines += ["", markdown_table(["task", "samples", "audio s", "answer tokens", *MODES], rows), ""]
-    if hours["sweep"] > 0:
-        lines.append(f"The sweep's settings take {hours['batch1'] / hours['sweep']:.2f}x fewer GPU-hours than kvprune one "
-                     f"sample at a time, and {hours['audiomarathon'] / hours['sweep']:.2f}x fewer than AudioMarathon's way.")
-    lines += ["", "Where the GPU-hours go (prefill includes the audio encoder; h = GPU-hours):", "", _where_time_goes(table)]
-    sources = tasks.drop_duplicates("task")[["task", "samples_source", "answer_source", "note"]]
-    lines += ["", "Sizes and answer lengths:", ""]
-    lines += [f"- {r.task}: samples from {r.samples_source}; answer length: {r.answer_source}" for r in sources.itertuples()]
+                 *[f"{hours[m]:.3f} h" for m in modes]])
+    lines += ["", "Seconds per sample-run / hours in all (median; fastest-slowest repeats in brackets):", "",
+              markdown_table(["task", "samples", "audio s", "answer tokens", *modes], rows), ""]
+    lines += _comparison(table, modes)
+    lines += ["", "Where the time goes (prefill includes the audio encoder; h = hours):", "", _where_time_goes(table, modes)]
+    fixed = table[(table["task"] == FIXED)].drop_duplicates("task")
+    if not fixed.empty:
+        lines += ["", f"Paid once per sweep, in every way: {fixed.iloc[0]['note']}."]
+    sources = tasks.drop_duplicates("task")[["task", "samples_source", "answer_source", "timed", "note"]]
+    lines += ["", "Sizes, answer lengths and what was timed (sweep):", ""]
+    lines += [f"- {r.task}: samples from {r.samples_source}; answer length: {r.answer_source}; timed: "
+              f"{tasks[(tasks['task'] == r.task) & (tasks['mode'] == 'sweep')]['timed'].iloc[0]}" for r in sources.itertuples()]
     calls = tasks.groupby("call", sort=True)
     for call, group in calls:
         record = json.loads(group.iloc[-1]["compile_record"])
@@ -57,20 +64,43 @@ def write_estimate(table: pd.DataFrame, out: Path, command: str) -> list[Path]:
     return [csv, md]
 
 
-def _where_time_goes(table: pd.DataFrame) -> str:
-    """Per task and in total, each mode's hours as prefill + decoding (+ the sweep's timing subset)."""
+def _cell(row: pd.Series) -> str:
+    spread = f" ({row['seconds_low'] / 3600:.3f}-{row['seconds_high'] / 3600:.3f})"
+    per_run = f"{row['seconds_per_sample_run']:.4f} s / " if row["sample_runs"] else ""
+    return f"{per_run}{row['gpu_hours']:.3f} h{spread}"
+
+
+def _comparison(table: pd.DataFrame, modes: list[str]) -> list[str]:
+    lines = []
+    for leave_out, words in ((None, "all tasks"), (LONG_ANSWERS, f"without {LONG_ANSWERS}")):
+        if leave_out is not None and leave_out not in set(table["task"]):
+            continue
+        hours = totals(table, leave_out)
+        if hours.get("sweep", 0) <= 0:
+            continue
+        ratios = [f"{hours[m] / hours['sweep']:.2f}x fewer hours than {'kvprune one sample at a time' if m == 'batch1' else 'AudioMarathon' + chr(39) + 's way'}"
+                  for m in modes if m != "sweep"]
+        if ratios:
+            lines.append(f"- {words}: the sweep's settings take " + ", and ".join(ratios) + f" ({hours['sweep']:.3f} h).")
+    return lines
+
+
+def _where_time_goes(table: pd.DataFrame, modes: list[str]) -> str:
+    """Per task and in total, each mode's hours as prefill + decoding (+ timing subset, batches' own work, once)."""
     rows = []
-    for task, group in table.groupby("task", sort=False):
+    for task, group in table[table["task"] != FIXED].groupby("task", sort=False):
         by_mode = group.set_index("mode")
         cells = []
-        for mode in MODES:
+        for mode in modes:
             row = by_mode.loc[mode]
-            cell = f"{row['prefill_hours']:.2f} + {row['decode_hours']:.2f}"
-            if row["timing_subset_hours"] > 0:
-                cell += f" + {row['timing_subset_hours']:.2f} timing"
+            cell = f"{row['prefill_hours']:.3f} + {row['decode_hours']:.3f}"
+            for column, word in (("timing_subset_hours", "timing"), ("overhead_hours", "batches' own"),
+                                 ("once_hours", "once")):
+                if row[column] > 0:
+                    cell += f" + {row[column]:.3f} {word}"
             cells.append(cell)
         rows.append([task, *cells])
-    return markdown_table(["task", *(f"{mode}: prefill + decode h" for mode in MODES)], rows)
+    return markdown_table(["task", *(f"{mode}: prefill + decode h" for mode in modes)], rows)
 
 
 def earlier_rows(out: Path, settings: str) -> pd.DataFrame | None:
@@ -80,7 +110,7 @@ def earlier_rows(out: Path, settings: str) -> pd.DataFrame | None:
     if not path.exists():
         return None
     table = pd.read_csv(path)
-    found = set(table.loc[table["task"] != "total", "settings"]) if "settings" in table else {None}
+    found = set(table.loc[~table["task"].isin(["total", FIXED]), "settings"]) if "settings" in table else {None}
     if found != {settings}:
         raise ValueError(f"{path} holds an estimate made with other settings: pass another --out, or remove it "
                          "to start afresh (the same command resumes an interrupted estimate).")

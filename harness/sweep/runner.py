@@ -45,7 +45,7 @@ from .judging import record_judge, sweep_judge
 from .plan import PlannedRun, PlannedSample, plan_sweep, runs_of, tasks_by_model
 from .rescore import rescore
 from .samples import Pass, SampleRunner
-from .schedule import batches
+from .schedule import batches, sweep_passes
 from .source import Checkpoints
 from .store import ENGINE_RECORD, TASK_TIME_RECORD, TIMING_PASS, ResultStore, append_run, run_key
 
@@ -180,12 +180,7 @@ class SweepRunner:
         return sum(len(todo) for _, work in plan for pending in work.values() for _, todo in pending)
 
     def _passes(self) -> list[Pass]:
-        """The scoring pass (batched, encoder outputs reused), then the timing pass on a subset when
-        the scoring pass does not time each sample on its own."""
-        c = self.config
-        shared = c.batch_size > 1 or c.reuse_encoder
-        scoring = Pass(None, reuse_encoder=c.reuse_encoder, timed=not shared)
-        return [scoring, Pass(TIMING_PASS, reuse_encoder=False, timed=True)] if shared and c.timing_samples else [scoring]
+        return sweep_passes(self.config)
 
     def _work(self, model_name: str, task, done: set[tuple]) -> dict[str | None, list[tuple[PlannedSample, list[PlannedRun]]]]:
         """Per pass, (sample, runs not done yet) for this process's samples of ``task``: every sample

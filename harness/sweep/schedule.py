@@ -14,9 +14,18 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from .source import PlannedSample
+from .samples import Pass
+from .store import TIMING_PASS
 
 Item = TypeVar("Item")
+
+
+def sweep_passes(config) -> list[Pass]:
+    """The scoring pass (batched, encoder outputs reused), then the timing pass on a subset when the
+    scoring pass does not time each sample on its own (``config``: a ``SweepConfig``)."""
+    shared = config.batch_size > 1 or config.reuse_encoder
+    scoring = Pass(None, reuse_encoder=config.reuse_encoder, timed=not shared)
+    return [scoring, Pass(TIMING_PASS, reuse_encoder=False, timed=True)] if shared and config.timing_samples else [scoring]
 
 
 def by_length(pending: list[Item], planned=lambda item: item[0]) -> list[Item]:
@@ -34,7 +43,3 @@ def batches(pending: list[Item], size: int, ordered: bool = True, planned=lambda
     (batches of more than one sample)."""
     items = by_length(pending, planned) if ordered and size > 1 else list(pending)
     return [items[start : start + size] for start in range(0, len(items), size)]
-
-
-def seconds_of(planned: PlannedSample) -> float:
-    return planned.seconds or 0.0

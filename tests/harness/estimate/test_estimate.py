@@ -1,27 +1,31 @@
-"""``kvprune estimate`` on a tiny preset (CPU): every task priced three ways, the hours split into
-prefill and decoding that add up, untimed ratios interpolated between timed ones, and an interrupted
-estimate resumed (another estimate's folder refused)."""
+"""``kvprune estimate`` on the CPU: every task priced three ways through the sweep's own code, hours that
+add up, untimed ratios and batches priced by lines through timed ones, an interrupted estimate resumed
+(another estimate's folder refused), and a call below its compute floor stopping the estimate."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 import torch
 
 from kvprune.harness.cli import main
-from kvprune.harness.estimate.config import EstimateConfig
-from kvprune.harness.estimate.estimate import _interpolated, run_estimate, settings_key, spread
-from kvprune.harness.estimate.measure import MODES, Cost
+from kvprune.harness.estimate import floor as floor_module
+from kvprune.harness.estimate.config import MODES, EstimateConfig
+from kvprune.harness.estimate.estimate import chosen_batches, run_estimate, settings_key, timed_runs
+from kvprune.harness.estimate.pricing import _run_figures
 from kvprune.harness.estimate.published import published
 from kvprune.harness.estimate.report import earlier_rows, write_estimate
+from kvprune.harness.estimate.report_rows import FIXED
 from kvprune.harness.sweep.plan import runs_of
 
 TASKS = ["gtzan", "vesus"]
+SMALL = dict(preset="tiny-omni", tasks=TASKS, methods=["fastv", "frame"], ratios=[0.1, 0.5, 0.9], batch_size=2,
+             samples_per_task=1, batches_per_task=1, repeats=2, timed_ratios=2, limit=3, timing_samples=1,
+             device="cpu")
 
 
 def config(tmp_path, **changes) -> EstimateConfig:
-    settings = dict(preset="tiny-omni", tasks=TASKS, methods=None, ratios=[0.1, 0.5, 0.9], batch_size=2,
-                    samples_per_task=1, decode_tokens=2, timed_ratios=2, device="cpu", out=tmp_path / "estimate")
-    return EstimateConfig(**{**settings, **changes})
+    return EstimateConfig(**{**SMALL, "out": tmp_path / "estimate", **changes})
 
 
 @pytest.fixture(scope="module")
@@ -30,64 +34,81 @@ def table(tmp_path_factory):
     return run_estimate(config(tmp_path_factory.mktemp("estimate")), progress=False)
 
 
-def test_every_task_is_priced_three_ways_with_its_published_size(table):
-    tasks = table[table["task"] != "total"]
+def test_every_task_is_priced_three_ways_with_its_published_durations(table):
+    tasks = table[~table["task"].isin(["total", FIXED])]
     assert sorted(tasks["task"].unique()) == sorted(TASKS)
     for task, group in tasks.groupby("task"):
         assert sorted(group["mode"]) == sorted(MODES)
-        runs = 1 + 4 * 3  # unpruned, and fastv, random, frame, dart at 3 ratios
-        assert (group["samples"] == published(task).samples).all()
-        assert (group["sample_runs"] == published(task).samples * runs).all()
+        runs = 1 + 2 * 3  # unpruned, and fastv and frame at 3 ratios
+        assert (group["samples"] == 3).all() and (group["sample_runs"] == 3 * runs).all()
+        low, high = published(task).seconds
+        shortest, longest = map(float, group["audio_seconds"].iloc[0].split("-"))
+        assert low <= shortest <= longest <= high
+        assert (group["answer_tokens"] == 2).all(), "letter answers: the letter and the end token"
+        assert (group["seconds_low"] <= group["seconds"]).all() and (group["seconds"] <= group["seconds_high"]).all()
     assert (tasks["gpu_hours"] > 0).all()
 
 
-def test_the_hours_split_into_prefill_decoding_and_the_timing_subset_and_add_up(table):
-    parts = table["prefill_hours"] + table["decode_hours"] + table["timing_subset_hours"]
-    assert parts.to_numpy() == pytest.approx(table["gpu_hours"].to_numpy(), rel=1e-12)
-    tasks, totals = table[table["task"] != "total"], table[table["task"] == "total"].set_index("mode")
+def test_the_hours_split_into_their_parts_and_add_up_to_the_totals(table):
+    tasks = table[table["task"] != "total"]
+    parts = tasks[["prefill_hours", "decode_hours", "timing_subset_hours", "overhead_hours", "once_hours"]].sum(axis=1)
+    assert parts.to_numpy() == pytest.approx(tasks["gpu_hours"].to_numpy(), rel=1e-9)
+    totals = table[table["task"] == "total"].set_index("mode")
     for mode in MODES:
         assert totals.loc[mode, "gpu_hours"] == pytest.approx(tasks.loc[tasks["mode"] == mode, "gpu_hours"].sum())
-    # only the sweep's settings add a timing subset (batch 2: its samples also run one at a time)
-    assert (tasks.loc[tasks["mode"] != "sweep", "timing_subset_hours"] == 0).all()
-    assert (tasks.loc[tasks["mode"] == "sweep", "timing_subset_hours"] > 0).all()
+    priced = tasks[tasks["task"] != FIXED]
+    assert (priced.loc[priced["mode"] != "sweep", "timing_subset_hours"] == 0).all()
+    assert (priced.loc[priced["mode"] == "sweep", "timing_subset_hours"] > 0).all(), "batch 2: a timing subset"
+    fixed = tasks[tasks["task"] == FIXED]
+    assert set(fixed["mode"]) == set(MODES) and (fixed["gpu_hours"] > 0).all()
+    assert all(word in fixed["note"].iloc[0] for word in ("start", "load", "plan", "outputs"))
 
 
 def test_an_untimed_ratio_costs_what_a_line_through_its_method_s_timed_ratios_says(tmp_path):
     runs = runs_of(config(tmp_path))
-    fastv = sorted((run for run in runs if run.method == "fastv"), key=lambda run: run.ratio)
-    costs = {fastv[0]: (1.0, 10.0), fastv[-1]: (3.0, 2.0)}  # ratios 0.1 and 0.9
-    assert _interpolated(costs, fastv[1], runs) == pytest.approx((2.0, 6.0))  # ratio 0.5: half way
-    assert _interpolated(costs, fastv[0], runs) == (1.0, 10.0)
-    assert Cost(prefill_s=0.4, step_s=0.1, rows=2).parts(11) == pytest.approx((0.2, 0.5))
+    fastv = [i for i, run in enumerate(runs) if run.method == "fastv"]  # ratios 0.1, 0.5, 0.9
+    figures = lambda *values: pd.Series(dict(zip(("median", "low", "high", "prefill"), values)))  # noqa: E731
+    measured = {fastv[0]: figures(1.0, 0.5, 1.5, 0.4), fastv[2]: figures(3.0, 2.5, 3.5, 0.8)}
+    assert _run_figures(measured, runs, fastv[1]) == pytest.approx([2.0, 1.5, 2.5, 0.6])
+    assert _run_figures(measured, runs, fastv[0]) == pytest.approx([1.0, 0.5, 1.5, 0.4])
+    assert [runs.index(run) for run in timed_runs(runs, 2)] == [0, fastv[0], fastv[2], fastv[2] + 1, fastv[2] + 3]
+
+
+def test_timed_batches_are_the_first_and_last_full_ones_spread_between_and_a_smaller_last():
+    assert chosen_batches([4] * 10, 2) == [0, 9]
+    assert chosen_batches([4] * 10 + [3], 3) == [0, 4, 9, 10]
+    assert chosen_batches([4], 2) == [0]
+    assert chosen_batches([1] * 5, 1) == [0]
 
 
 def test_an_interrupted_estimate_resumes_with_the_tasks_it_had_and_refuses_other_settings(tmp_path, capsys):
-    first = config(tmp_path, tasks=TASKS[:1])
+    quick = dict(modes=["sweep"], repeats=1, limit=2)
+    first = config(tmp_path, tasks=TASKS[:1], **quick)
     done = run_estimate(first, progress=False)
-    settings = config(tmp_path)
-    write_estimate(done, settings.out, "kvprune estimate ...")  # what an interrupted run of both tasks left
-    done_rows = done[done["task"] != "total"].reset_index(drop=True)
-    done_rows["settings"] = settings_key(settings)  # as if made by the full command
-    done_rows.to_csv(settings.out / "estimate.csv", index=False)
+    settings = config(tmp_path, **quick)
+    done_rows = done[~done["task"].isin(["total", FIXED])].reset_index(drop=True)
+    done_rows["settings"] = settings_key(settings)  # as if made by the full command, interrupted after its first task
+    write_estimate(done_rows, settings.out, "kvprune estimate ...")
 
     resumed = run_estimate(settings, progress=False, earlier=earlier_rows(settings.out, settings_key(settings)))
-    rows = resumed[resumed["task"] != "total"]
+    rows = resumed[~resumed["task"].isin(["total", FIXED])]
     kept = rows[rows["task"] == TASKS[0]].reset_index(drop=True)
     assert kept["gpu_hours"].tolist() == pytest.approx(done_rows["gpu_hours"].tolist(), rel=1e-12)  # not timed again
     assert set(kept["call"]) == {1} and set(rows.loc[rows["task"] == TASKS[1], "call"]) == {2}
 
     with pytest.raises(ValueError, match="other settings"):
-        earlier_rows(settings.out, settings_key(config(tmp_path, batch_size=3)))
+        earlier_rows(settings.out, settings_key(config(tmp_path, batch_size=3, **quick)))
     argv = ["estimate", "--preset", "tiny-omni", "--tasks", ",".join(TASKS), "--batch-size", "3", "--device", "cpu",
             "--out", str(settings.out), "--quiet"]
     assert main(argv) == 2
     assert "other settings" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("count", [1, 2, 3, 20])
-def test_lengths_timed_have_the_range_s_middle_as_their_mean_at_any_count(count):
-    # one at a time and in batches, the ways are timed on lengths of the same mean (one length: the middle)
-    lengths = spread([90.0, 210.0, 150.0], count)
-    assert len(lengths) == count and sum(lengths) / count == pytest.approx(150.0)
-    assert all(90.0 < s < 210.0 for s in lengths) and lengths == sorted(lengths)
-    assert len(set(lengths)) == count
+def test_a_call_faster_than_its_compute_floor_stops_the_estimate_naming_the_task(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(floor_module, "matrix_rate", lambda device, dtype: 1.0)  # 1 FLOP/s: every call is "too fast"
+    monkeypatch.setattr("kvprune.harness.estimate.estimate.matrix_rate", lambda device, dtype: 1.0)
+    argv = ["estimate", "--preset", "tiny-omni", "--tasks", "vesus", "--limit", "1", "--methods", "fastv", "--ratios",
+            "0.5", "--repeats", "1", "--modes", "sweep", "--device", "cpu", "--out", str(tmp_path / "e"), "--quiet"]
+    assert main(argv) == 1
+    error = capsys.readouterr().err
+    assert "task vesus" in error and "compute floor" in error

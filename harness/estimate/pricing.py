@@ -1,0 +1,109 @@
+"""From the calls and batches an estimate timed to what a whole task costs, in one way of running it.
+
+Each timed call was repeated (``--repeats``); its figure is the median of its warm repeats (those
+that neither compiled nor captured a graph) and its spread their lowest and highest. What a cold
+repeat took beyond the warm median is a cost paid once: a compilation (once per sweep, in the task
+where the sweep meets it, as the estimate met it there), or a graph capture (once per decode state,
+and the sweep meets about as many states per task as the lengths of its batches span buckets).
+
+A run the estimate did not time (a ratio between its method's timed ones) costs what a line through
+its method's timed ratios says; a batch or sample not timed costs, per row, what a line through the
+timed ones of the task says at its mean audio length (batches of the same size only). Each batch
+adds its own work (preparing inputs, grading, writing rows: its wall time beyond its calls).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from .timing import Call, Unit
+
+BUCKETS_PER_OCTAVE = 8  # the engine's decode-state lengths (``Generator.per_octave``)
+FIGURES = ("median", "low", "high", "prefill")
+
+
+@dataclass
+class ModeCost:
+    """One task in one way of running it, in seconds (``low``/``high``: every call at its fastest/slowest repeat)."""
+
+    total: float
+    low: float
+    high: float
+    prefill: float  # of the calls, in their prefill
+    decode: float  # of the calls, the rest of them (decoding, and setting it up)
+    overhead: float  # batches' own work
+    once: float  # compilations and graph captures
+    units: int
+    timed_units: int
+
+
+def frames(calls: list[Call], units: list[Unit], task: str, mode: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    pick = lambda c: c.context["task"] == task and c.context["mode"] == mode  # noqa: E731
+    call_rows = [dict(c.context, run=c.run, seconds=c.seconds, prefill_s=c.prefill_s, cold=c.compiled or c.captured > 0,
+                      compiled=c.compiled, rows=c.rows) for c in calls if pick(c)]
+    unit_rows = [dict(u.context, wall=u.seconds, audio_seconds=u.audio_seconds, size=u.size) for u in units if pick(u)]
+    return pd.DataFrame(call_rows), pd.DataFrame(unit_rows)
+
+
+def call_figures(calls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per (unit, run): median, low, high and prefill seconds of its warm repeats; and what its cold
+    repeats took beyond that, as compilation or capture."""
+    def figures(group: pd.DataFrame) -> pd.Series:
+        warm = group[~group["cold"]] if (~group["cold"]).any() else group
+        return pd.Series(dict(median=warm["seconds"].median(), low=warm["seconds"].min(), high=warm["seconds"].max(),
+                              prefill=warm["prefill_s"].median()))
+
+    table = calls.groupby(["unit", "run"]).apply(figures, include_groups=False)
+    cold = calls[calls["cold"]].join(table["median"], on=["unit", "run"])
+    cold = cold.assign(extra=(cold["seconds"] - cold["median"]).clip(lower=0))
+    return table, cold
+
+
+def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: list[tuple[float, int]]) -> ModeCost:
+    """What every unit of the task (``every_unit``: (mean audio seconds, size) of each) costs under
+    every run, from the timed units and runs (see the module docstring)."""
+    table, cold = call_figures(calls)
+    per_unit = {}
+    for unit, group in table.groupby(level="unit"):
+        measured = {run: group.loc[(unit, run)] for run in group.index.get_level_values("run")}
+        per_unit[unit] = np.sum([_run_figures(measured, runs, i) for i in range(len(runs))], axis=0)
+    called = calls.groupby(["unit", "repeat"])["seconds"].sum()
+    own = units.set_index(["unit", "repeat"])["wall"].sub(called, fill_value=0).clip(lower=0).groupby(level="unit").median()
+    timed_units = units.drop_duplicates("unit").set_index("unit")
+    points = {int(size): sorted((timed_units.loc[u, "audio_seconds"], u) for u in per_unit if timed_units.loc[u, "size"] == size)
+              for size in timed_units["size"].unique()}
+    totals = np.zeros(len(FIGURES) + 1)
+    for seconds, size in every_unit:
+        near = points.get(size) or points[max(points)]
+        lengths = [s for s, _ in near]
+        per_row = [np.append(per_unit[u], own[u]) / timed_units.loc[u, "size"] for _, u in near]
+        totals += size * np.array([np.interp(seconds, lengths, [p[i] for p in per_row]) for i in range(len(FIGURES) + 1)])
+    once = float(cold.loc[cold["compiled"], "extra"].sum()) + _captures(cold, units, every_unit)
+    median, low, high, prefill, overhead = totals
+    return ModeCost(total=median + overhead + once, low=low + overhead + once, high=high + overhead + once,
+                    prefill=prefill, decode=median - prefill, overhead=overhead, once=once, units=len(every_unit),
+                    timed_units=len(per_unit))
+
+
+def _run_figures(measured: dict, runs: list, index: int) -> np.ndarray:
+    """A run's figures: measured, or on the line through its method's timed ratios."""
+    if index in measured:
+        return measured[index][list(FIGURES)].to_numpy(float)
+    run = runs[index]
+    points = sorted((runs[i].ratio, measured[i][list(FIGURES)].to_numpy(float)) for i in measured
+                    if runs[i].method_id == run.method_id)
+    ratios = [r for r, _ in points]
+    return np.array([np.interp(run.ratio, ratios, [p[k] for _, p in points]) for k in range(len(FIGURES))])
+
+
+def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]]) -> float:
+    """Graph captures the timed units met, scaled to the length buckets every unit spans."""
+    captured = float(cold.loc[~cold["compiled"], "extra"].sum())
+    if not captured:
+        return 0.0
+    spanned = lambda lengths: len({math.floor(BUCKETS_PER_OCTAVE * math.log2(max(s, 1e-3))) for s in lengths})  # noqa: E731
+    return captured * spanned([s for s, _ in every_unit]) / max(1, spanned(units["audio_seconds"].unique()))

@@ -1,0 +1,116 @@
+"""How ``kvprune estimate`` times a sweep: the sweep's own ``SampleRunner`` and ``Executor`` on a few
+batches and samples of each task, every generation call and every batch clocked.
+
+``TimedExecutor`` is the sweep's executor with a clock around each call (the device synchronised at
+both ends), recording what the call ran (its run, rows, prompt and kept lengths, tokens generated,
+whether it compiled or captured a graph). ``TimedBatches.run`` runs one batch exactly as the sweep
+does (its inputs prepared, then every run, the audio encoder output and layers < K shared between
+them as the pass says) and records the batch's wall time: what the calls leave of it is the batch's
+own work (reading audio, building inputs, grading, writing rows). Rows go to a list, not a folder.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from kvprune.models.loading import LoadedModel
+
+from ..sweep.execute import BatchGeneration, Executor
+from ..sweep.plan import PlannedRun
+from ..sweep.samples import Pass, SampleRunner
+
+
+@dataclass
+class Call:
+    """One generation call, as the estimate clocked it."""
+
+    context: dict  # task, mode, unit (the batch or sample it belongs to), repeat
+    run: int  # its run's index in the sweep's runs
+    rows: int
+    seconds: float  # wall time, the device synchronised at both ends
+    prefill_s: float
+    decode_s: float
+    compiled: bool  # it made torch.compile graphs (a cost once per sweep)
+    captured: int  # CUDA graphs it captured (a cost once per decode state shape)
+    prompt_tokens: list[int]
+    audio_tokens: list[int]
+    kept_tokens: list[int | None]
+    generated: int  # tokens generated per row (the longest row's)
+
+
+def synchronise(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class TimedExecutor(Executor):
+    """The sweep's executor, each call clocked and recorded in ``calls`` under ``context``."""
+
+    def __init__(self, loaded: LoadedModel, cache: str, runs: list[PlannedRun]):
+        super().__init__(loaded, cache)
+        self.calls: list[Call] = []
+        self.context: dict = {}
+        self._runs = {id(run.press): index for index, run in enumerate(runs)}
+
+    def run(self, inputs: list[dict], press, max_new_tokens: int, answers: list[int] | None = None) -> BatchGeneration:
+        device = self.loaded.device
+        synchronise(device)
+        start = time.perf_counter()
+        generation = super().run(inputs, press, max_new_tokens, answers)
+        synchronise(device)
+        seconds = time.perf_counter() - start
+        self.calls.append(Call(
+            dict(self.context), self._runs[id(press)], len(inputs), seconds, generation.timing.prefill_s,
+            generation.timing.decode_s, generation.compilations > 0, generation.graphs_captured,
+            [int(batch["input_ids"].shape[1]) for batch in inputs], [self.loaded.audio_tokens(b["input_ids"]) for b in inputs],
+            [sample.kept_tokens for sample in generation.samples], int(generation.timing.new_tokens),
+        ))
+        return generation
+
+
+class Rows:
+    """Where an estimate's runs write their rows: a list (the sweep's store writes a file)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def append(self, row: dict) -> None:
+        self.rows.append(row)
+
+
+@dataclass
+class Unit:
+    """A batch (the sweep's scoring pass) or one sample (alone), as the estimate ran it once."""
+
+    context: dict
+    seconds: float  # wall time of the whole batch: preparation, every run, grading
+    audio_seconds: float  # the mean audio length of its samples
+    size: int
+
+
+@dataclass
+class TimedBatches:
+    """Runs batches of one model through the sweep's ``SampleRunner`` and records their wall times."""
+
+    runner: SampleRunner
+    executor: TimedExecutor
+    loaded: LoadedModel
+    units: list[Unit] = field(default_factory=list)
+
+    def run(self, task, batch: list, runs: list[PlannedRun], how: Pass, context: dict) -> None:
+        """``batch``: (planned sample, runs) pairs, as the sweep's scoring or timing pass gives them."""
+        self.executor.context = context
+        synchronise(self.loaded.device)
+        start = time.perf_counter()
+        self.runner.run(self.loaded, task, batch, settings_id="estimate", runs=runs, warmup=False, bar=_NoBar(), how=how)
+        synchronise(self.loaded.device)
+        seconds = [planned.seconds or 0.0 for planned, _ in batch]
+        self.units.append(Unit(dict(context), time.perf_counter() - start, sum(seconds) / len(seconds), len(batch)))
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
