@@ -97,14 +97,22 @@ def _sweep(args) -> int:
     from .demo.default import asks_for_demo, prepare_default, runs_demo_suite
     from .sweep.config import SweepConfig
 
-    settings = SweepConfig.settings(args.config, **SweepConfig.overrides(args))
-    demo = asks_for_demo(settings.get("models"))
-    config = SweepConfig(**(prepare_default(settings) if demo else settings))
+    source = None
+    if args.preset is not None:  # a dry run at a preset's shape (harness/estimate/dry_run.py)
+        from .estimate.dry_run import DryRunConfig, dry_run_source
+
+        demo, config = False, DryRunConfig(**DryRunConfig.settings(args.config, **DryRunConfig.overrides(args)))
+        source = dry_run_source(config)
+        print(f"Dry run: {source.dry_run}, on made-up prompts; timings, memory and compilation are real, scores are not.")
+    else:
+        settings = SweepConfig.settings(args.config, **SweepConfig.overrides(args))
+        demo = asks_for_demo(settings.get("models"))
+        config = SweepConfig(**(prepare_default(settings) if demo else settings))
     from .sweep.runner import SweepInterrupted, run_sweep  # torch and transformers: once the configuration is checked
     if demo and runs_demo_suite(settings, config):
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
     try:
-        outcome = run_sweep(config, progress=not args.quiet, command=shlex.join(["kvprune", *args.argv]))
+        outcome = run_sweep(config, progress=not args.quiet, command=shlex.join(["kvprune", *args.argv]), source=source)
     except SweepInterrupted as stop:
         print(f"\nkvprune sweep: interrupted after {stop.written} new result rows (kept in {stop.out}); "
               "run the same command to resume.", file=sys.stderr)
@@ -113,7 +121,10 @@ def _sweep(args) -> int:
         print(f"note: {note}", file=sys.stderr)
     if outcome.rank != 0:  # the first process writes the outputs of a distributed sweep
         return 0
-    return _finish(outcome.out, plots=not args.no_plots)
+    status = _finish(outcome.out, plots=not args.no_plots)
+    if source is not None:
+        print(f"This was a dry run ({source.dry_run}): its scores are meaningless, its timings and memory are not.")
+    return status
 
 
 def _finish(out: Path, plots: bool) -> int:

@@ -83,8 +83,6 @@ def add_estimate_arguments(parser: argparse.ArgumentParser) -> None:
                      "its suite. Prices the runs the same sweep options would make (default --out: "
                      "kvprune-results/estimate): estimate.csv and estimate.md per task and in total.")
     add = parser.add_argument
-    add("--preset", help="a bench preset instead of --model: the real architecture with random weights, no download "
-        "(e.g. qwen2.5-omni-7b; see `kvprune bench --help`)")
     add("--samples-per-task", type=int, help="samples timed one at a time per task, lengths spread over the task's "
         "(default: 2)")
     add("--batches-per-task", type=int, help="scoring batches of --batch-size timed per task, with the sweep's batching "

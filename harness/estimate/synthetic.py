@@ -51,7 +51,8 @@ class GoldAnswers(Checkpoints):
 @dataclass
 class SyntheticPrompts(Checkpoints):
     """Made-up prompts at each sample's audio length (see the module docstring). ``data_root``: take the
-    samples' durations and gold answers from the tasks' data (None: from what is published)."""
+    samples' durations and gold answers from the data of the tasks it holds (the others, and None: from
+    what is published)."""
 
     preset: Preset | None = None
     data_root: Path | None = None
@@ -83,7 +84,7 @@ class SyntheticPrompts(Checkpoints):
 
     # -- the samples ------------------------------------------------------------------------------------
     def samples(self, task: Task, config) -> list[Sample]:
-        if self.data_root is not None:
+        if self.data_root is not None and (Path(self.data_root) / task.data_dir).is_dir():
             return [self._from_data(task, sample) for sample in task.load(self.data_root, limit=config.limit, strict=False)
                     if not sample.problem]
         size = published(task.name)

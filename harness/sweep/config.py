@@ -197,6 +197,10 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--config", type=Path, help="a sweep YAML (see bench_configs/); command-line options override it (default: none)")
     add("--model", help="Hugging Face id or local directory (comma-separated for several); default: demo, the embedded demo model")
+    add("--preset", help="a dry run: a bench preset's shape with random weights instead of --model (no download; see "
+        "`kvprune bench --help`), on made-up prompts at each task's published durations (or its data's, with "
+        "--data-root) with answers of their lengths: memory, compilation and time before a checkpoint is fetched; "
+        "scores are meaningless (default: none)")
     add("--tasks", help="comma-separated task names (see `kvprune tasks`) or task YAML files (paths ending in .yaml); "
         "default with the demo model: its four tasks")
     add("--limit", type=int, help="at most N samples per task, a fixed subset (default: all)")

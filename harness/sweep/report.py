@@ -122,6 +122,16 @@ def _provenance(out_dir: Path) -> str:
     return "## Where it ran\n\nEach start or resume of a model:\n\n" + "\n".join(lines) + "\n"
 
 
+def dry_run_banner(out_dir: Path) -> str:
+    """What a dry run's folder holds (``kvprune sweep --preset``): timings, memory and compilation of a
+    model with random weights, whose scores mean nothing."""
+    dry = sorted({run["dry_run"] for run in read_runs(out_dir) if run.get("dry_run")})
+    if not dry:
+        return ""
+    return (f"> **Dry run**: {'; '.join(dry)}. Timings, memory and what compiled are the sweep's at that shape; the "
+            "scores below are meaningless (random weights).\n")
+
+
 def failure_banner(results: pd.DataFrame) -> str:
     """A warning block listing failed runs by kind, or nothing when every run succeeded."""
     failed, total, kinds = failures(results)
@@ -180,7 +190,7 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
     """Write ``report.md`` next to the results (with ``results``, the banners, and with the folder's
     ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections);
     returns its path."""
-    parts = [f"# kvprune sweep: {out_dir.name}\n"]
+    parts = [f"# kvprune sweep: {out_dir.name}\n", dry_run_banner(out_dir)]
     if results is not None:
         planned = (other_runs_banner(out_dir, others), incomplete_banner(plan, results)) if plan is not None else ()
         banners = (*planned, failure_banner(results), long_audio_banner(results))

@@ -236,6 +236,7 @@ class SweepRunner:
             time=where.time,
             started=self.started,
             command=self.command,
+            **({"dry_run": self.source.dry_run} if self.source.dry_run else {}),
             model=loaded.name,
             family=loaded.family.name,
             encoder=self.config.encoder,
@@ -263,6 +264,8 @@ def _key(model_name: str, task_name: str, run: PlannedRun, planned: PlannedSampl
     ))
 
 
-def run_sweep(config: SweepConfig, progress: bool = True, command: str | None = None) -> SweepOutcome:
-    """Run ``config`` (``command``: the command line that asked for it, for the records)."""
-    return SweepRunner(config, progress=progress, command=command).run()
+def run_sweep(config: SweepConfig, progress: bool = True, command: str | None = None,
+              source: Checkpoints | None = None) -> SweepOutcome:
+    """Run ``config`` (``command``: the command line that asked for it, for the records; ``source``: where
+    models and samples come from, checkpoints and --data-root unless a dry run says otherwise)."""
+    return SweepRunner(config, progress=progress, command=command, source=source).run()

@@ -111,6 +111,7 @@ class SampleRunner:
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
             item=sample.item, input_hash=planned.input_hash, grade_hash=planned.grade_hash, settings_id=settings_id,
             reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
+            **({"dry_run": True} if self.source.dry_run else {}),
         )
 
     def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, how: Pass, sample=None,
