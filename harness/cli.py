@@ -229,7 +229,7 @@ def _estimate(args) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------------------
-FIGURE_COMMANDS = ("sweep", "plot", "bench")  # the commands that write figures to files
+FIGURE_COMMANDS = ("sweep", "plot", "bench", "estimate")  # the commands that write figures to files (the estimate: to time them)
 BENCH = "time pruned against unpruned prefill and decode at real model shapes (random weights, one GPU)"
 
 

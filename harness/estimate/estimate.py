@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from kvprune.encoders import fast_audio_encoder
 
 from ..setup.device import cpu_threads, resolve_cache
+from ..setup.methods import check_methods
 from ..sweep.identity import AudioDigests
 from ..sweep.plan import PlannedRun, load_tasks, runs_of
 from ..sweep.samples import Pass, SampleRunner
@@ -46,7 +47,7 @@ from ..sweep.store import TIMING_PASS
 from .config import MODES, EstimateConfig
 from .floor import check_floor, layer_parameters, matrix_rate
 from .outputs import outputs_seconds
-from .pricing import frames, mode_cost
+from .pricing import frames, mode_cost, payers
 from .report_rows import FIXED, fixed_rows, task_rows
 from .synthetic import GoldAnswers, SyntheticPrompts
 from .timing import Rows, TimedBatches, TimedExecutor
@@ -66,6 +67,11 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
     family = model_source.family(name, config.trust_remote_code) if config.protocol else None
     tasks = load_tasks(config.tasks, config.protocol, family=family)
     runs = runs_of(config)
+    checking = time.perf_counter()  # what the sweep checks before it loads the model: every method on its skeleton
+    check_methods(name, model_source.skeleton(name, config.trust_remote_code, config.attn_implementation),
+                  {(run.method, run.ratio): run.press for run in runs if run.press is not None},
+                  static=resolve_cache(config.cache, config.device or "cpu") == "static")
+    checking = time.perf_counter() - checking
     loading = time.perf_counter()
     loaded = model_source.load(name, config, config.device)
     loading = time.perf_counter() - loading
@@ -73,7 +79,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
     timed = timed_runs(runs, config.timed_ratios)
     cache = resolve_cache(config.cache, loaded.device)
     engine, stock = TimedExecutor(loaded, cache, runs), TimedExecutor(loaded, "dynamic", runs)
-    written, counts, planning = Rows(), {}, 0.0
+    written, counts, planning = Rows(), {}, checking
     stamp = dict(call=call, settings=settings_key(config), device=_device(loaded))
     with ExitStack() as lifetime:
         digests = AudioDigests(Path(lifetime.enter_context(tempfile.TemporaryDirectory(prefix="kvprune-estimate-"))))
@@ -172,7 +178,8 @@ def _costs(calls, units, task: str, runs, planned, config: EstimateConfig) -> di
     for mode in MODES:
         call_frame, unit_frame = frames(calls, units, task, mode)
         if not call_frame.empty:
-            costs[mode] = mode_cost(call_frame, unit_frame, runs, scoring if mode == "sweep" else alone)
+            paying = payers(runs) if mode == "sweep" and config.share_layers else set()
+            costs[mode] = mode_cost(call_frame, unit_frame, runs, scoring if mode == "sweep" else alone, paying)
     subset = planned[: timing_samples(config, len(planned))]
     if subset and "batch1" in costs:
         call_frame, unit_frame = frames(calls, units, task, "batch1")

@@ -7,7 +7,8 @@ where the sweep meets it, as the estimate met it there), or a graph capture (onc
 and the sweep meets about as many states per task as the lengths of its batches span buckets).
 
 A run the estimate did not time (a ratio between its method's timed ones) costs what a line through
-its method's timed ratios says; a batch or sample not timed costs, per row, what a line through the
+its method's timed ratios says (where layers < K are shared, through those that replayed them, not the
+run that computed them for the others: ``payers``); a batch or sample not timed costs, per row, what a line through the
 timed ones of the task says at its mean audio length (batches of the same size only). Each batch
 adds its own work (preparing inputs, grading, writing rows: its wall time beyond its calls).
 """
@@ -63,14 +64,16 @@ def call_figures(calls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return table, cold
 
 
-def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: list[tuple[float, int]]) -> ModeCost:
+def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: list[tuple[float, int]],
+              paying: set[int] = frozenset()) -> ModeCost:
     """What every unit of the task (``every_unit``: (mean audio seconds, size) of each) costs under
-    every run, from the timed units and runs (see the module docstring)."""
+    every run, from the timed units and runs (see the module docstring); ``paying``: the runs that
+    compute layers < K for the others (``payers``)."""
     table, cold = call_figures(calls)
     per_unit = {}
     for unit, group in table.groupby(level="unit"):
         measured = {run: group.loc[(unit, run)] for run in group.index.get_level_values("run")}
-        per_unit[unit] = np.sum([_run_figures(measured, runs, i) for i in range(len(runs))], axis=0)
+        per_unit[unit] = np.sum([_run_figures(measured, runs, i, paying) for i in range(len(runs))], axis=0)
     called = calls.groupby(["unit", "repeat"])["seconds"].sum()
     own = units.set_index(["unit", "repeat"])["wall"].sub(called, fill_value=0).clip(lower=0).groupby(level="unit").median()
     timed_units = units.drop_duplicates("unit").set_index("unit")
@@ -89,15 +92,40 @@ def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: 
                     timed_units=len(per_unit))
 
 
-def _run_figures(measured: dict, runs: list, index: int) -> np.ndarray:
-    """A run's figures: measured, or on the line through its method's timed ratios."""
+def payers(runs: list) -> set[int]:
+    """The runs that compute a sample's layers < K for the later token presses at the same K: the first
+    at each K, in the sweep's order (``kvprune.generation.layer_reuse``)."""
+    from kvprune.generation.layer_reuse import shared_layers
+
+    first: dict[int, int] = {}
+    for index, run in enumerate(runs):
+        k = shared_layers(run.press)
+        if k is not None:
+            first.setdefault(k, index)
+    return set(first.values())
+
+
+def _run_figures(measured: dict, runs: list, index: int, paying: set[int] = frozenset()) -> np.ndarray:
+    """A run's figures: measured, or on the line through its method's timed ratios (the paying run
+    left out where others are there)."""
     if index in measured:
         return measured[index][list(FIGURES)].to_numpy(float)
     run = runs[index]
-    points = sorted((runs[i].ratio, measured[i][list(FIGURES)].to_numpy(float)) for i in measured
-                    if runs[i].method_id == run.method_id)
+    same = [i for i in measured if runs[i].method_id == run.method_id]
+    same = [i for i in same if i not in paying] if len([i for i in same if i not in paying]) >= 2 else same
+    points = sorted((runs[i].ratio, measured[i][list(FIGURES)].to_numpy(float)) for i in same)
     ratios = [r for r, _ in points]
-    return np.array([np.interp(run.ratio, ratios, [p[k] for _, p in points]) for k in range(len(FIGURES))])
+    return np.array([_line(run.ratio, ratios, [p[k] for _, p in points]) for k in range(len(FIGURES))])
+
+
+def _line(x: float, xs: list[float], ys: list[float]) -> float:
+    """``ys`` at ``x`` on straight lines through the points, the end ones extended beyond them."""
+    if len(xs) == 1:
+        return ys[0]
+    if xs[0] <= x <= xs[-1]:
+        return float(np.interp(x, xs, ys))
+    a, b = (0, 1) if x < xs[0] else (-2, -1)
+    return ys[a] + (x - xs[a]) * (ys[b] - ys[a]) / (xs[b] - xs[a])
 
 
 def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]]) -> float:

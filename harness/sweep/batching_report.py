@@ -52,10 +52,14 @@ def _how(summary: pd.DataFrame, results: pd.DataFrame | None) -> str:
     if results is not None and "encoder_reused" in results:
         scoring = results[results.get("pass", pd.Series(index=results.index, dtype=object)) != TIMING_PASS]
         reused = scoring["encoder_reused"].eq(True).sum()
+        layers = scoring["layers_reused"].eq(True).sum() if "layers_reused" in scoring else 0
+        shared = (f"and its embedding and decoder layers before K ({layers} of {len(scoring)} scoring runs replayed them "
+                  "from an earlier run of the same sample under a token press at the same K)" if layers else
+                  "but not its decoder layers before K, which every run computed again (`--no-share-layers`, or no two "
+                  "token presses at one K)")
         lines.append(f"- Shared between the runs of a sample: its audio encoder output ({reused} of {len(scoring)} "
-                     "scoring runs reused one computed by an earlier run of the same sample: the same tensors, so "
-                     "answers are unchanged). Not shared: the embedding and decoder layers before K, which every run "
-                     "computes again.")
+                     f"scoring runs reused one computed by an earlier run of the same sample), {shared}: the same "
+                     "tensors, so answers are unchanged.")
     subset = summary["timing_source"].eq(TIMING_SUBSET)
     if subset.any():
         timed = summary.loc[subset, "timed_samples"]

@@ -70,6 +70,7 @@ class SweepConfig(CommandConfig):
     cache: str = "auto"  # how decoding runs: engine (kvprune's), static or dynamic (stock generate); auto: engine
     batch_size: int = 1  # samples decoded together (each prefilled on its own)
     reuse_encoder: bool = True  # a sample's audio encoder output computed once for all its runs
+    share_layers: bool = True  # a sample's layers < K computed once for its token presses at K
     timing_samples: int = 4  # per task, samples also run alone without sharing, for per-sample timings
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
@@ -123,8 +124,10 @@ class SweepConfig(CommandConfig):
                 raise SweepConfigError(
                     f"{name}={value!r} is invalid: it must be a whole number, at least {least} (--{name.replace('_', '-')})."
                 )
-        if not isinstance(self.reuse_encoder, bool):
-            raise SweepConfigError(f"reuse_encoder={self.reuse_encoder!r} is invalid: true or false (--no-reuse-encoder).")
+        for name in ("reuse_encoder", "share_layers"):
+            if not isinstance(getattr(self, name), bool):
+                raise SweepConfigError(f"{name}={getattr(self, name)!r} is invalid: true or false "
+                                       f"(--no-{name.replace('_', '-')}).")
         if self.judge is not None:
             try:
                 parse_judge_spec(self.judge)
@@ -159,6 +162,7 @@ class SweepConfig(CommandConfig):
             protocol=args.protocol, long_audio=args.long_audio, overwrite=args.overwrite or None, judge=args.judge,
             no_audio=args.no_audio or None, batch_size=args.batch_size, timing_samples=args.timing_samples,
             reuse_encoder=False if args.no_reuse_encoder else None, rehash_audio=args.rehash_audio or None,
+            share_layers=False if args.no_share_layers else None,
         )
 
     def long_audio_policy(self, task: str) -> str:
@@ -233,6 +237,8 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "score-vs-prefill figure use them, batched runs give throughput")
     add("--no-reuse-encoder", action="store_true", help="run the audio encoder in every run of a sample instead of "
         "once per sample (default: reuse it; exact: the same tensors)")
+    add("--no-share-layers", action="store_true", help="run the embedding and decoder layers < K in every run of a "
+        "sample instead of once for its token presses at K (default: share them; exact: the same tensors)")
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,

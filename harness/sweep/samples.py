@@ -4,8 +4,10 @@ Each sample's audio is read by the task's channel policy and fitted to what the 
 task's long-audio policy: ``harness.long_audio``) once; then the unpruned baseline and every method x
 ratio run on the batch, back to back (``execute.Executor``: samples prefilled one by one, decoded
 together). While a batch runs, its samples' audio encoder outputs are computed once and reused by
-every later run (``kvprune.generation.reuse_audio_encoder``: exact, the same tensors), unless the
-batch is a timing pass, which measures each sample's own request. The task grades each output, and
+every later run (``kvprune.generation.reuse_audio_encoder``: exact, the same tensors), and the
+embedding and decoder layers < K of the token presses at one K once per sample
+(``kvprune.generation.share_layers_below``: exact too), unless the batch is a timing pass, which
+measures each sample's own request. The task grades each output, and
 its row is appended as soon as the run's call returns. A failure (unreadable audio, out of memory, a
 bug in one press, a parser that fails on one output) becomes that run's error row and the sweep goes
 on; a batch whose call fails is retried one sample at a time, so that one bad sample costs only its
@@ -24,6 +26,7 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
 from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
+from kvprune.generation.layer_reuse import LayerReuse, share_layers_below
 from kvprune.models.loading import LoadedModel
 
 from ..setup.device import release_memory
@@ -44,6 +47,7 @@ class Pass:
     name: str | None  # None: the pass that scores (every sample once); "timing": the timing subset (store.TIMING_PASS)
     reuse_encoder: bool
     timed: bool
+    share_layers: bool = False  # layers < K computed once per sample for the token presses at K
 
 
 class SampleRunner:
@@ -54,6 +58,7 @@ class SampleRunner:
                  source: Checkpoints | None = None):
         self.config, self.store, self.executor = config, store, executor
         self.reuse = EncoderReuse()
+        self.layers = LayerReuse()
         self.judge = judge  # for the judged steps of grading (refine, judged metrics): harness.judge
         self.source = source or Checkpoints()  # how a sample's inputs are made, and how long its answer is
 
@@ -77,15 +82,18 @@ class SampleRunner:
                 for run in runs:
                     members = [(planned, base, inputs) for planned, todo, base, inputs in prepared if run in todo]
                     if members:
-                        self._generate(task, run, members, how, bar)
+                        shared = share_layers_below(loaded.model, run.press, self.layers) if how.share_layers else nullcontext()
+                        with shared:
+                            self._generate(task, run, members, how, bar)
         finally:
             self.reuse.clear()
+            self.layers.clear()
 
     def _generate(self, task: Task, run: PlannedRun, members: list, how: Pass, bar) -> None:
         max_new_tokens = self.config.max_new_tokens or task.max_new_tokens
         answers = [self.source.answer_tokens(planned) for planned, _, _ in members]  # None: until the model ends them
         answers = None if None in answers else [min(n, max_new_tokens) for n in answers]
-        hits = self.reuse.hits
+        hits, layer_hits = self.reuse.hits, self.layers.hits
         try:
             generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
             if how.timed and generation.timing.compiled:  # it compiled or captured: time it again, warm
@@ -100,7 +108,8 @@ class SampleRunner:
             self._append(task, planned, base, run, how, error=error)
             bar.update()
             return
-        batch = dict(batch_size=len(members), batch_id=uuid.uuid4().hex[:12], encoder_reused=self.reuse.hits > hits)
+        batch = dict(batch_size=len(members), batch_id=uuid.uuid4().hex[:12], encoder_reused=self.reuse.hits > hits,
+                     layers_reused=self.layers.hits > layer_hits)
         for (planned, base, _), sample in zip(members, generation.samples):
             self._append(task, planned, base, run, how, sample=sample, generation=generation, batch=batch)
             bar.update()

@@ -21,10 +21,10 @@ Item = TypeVar("Item")
 
 
 def sweep_passes(config) -> list[Pass]:
-    """The scoring pass (batched, encoder outputs reused), then the timing pass on a subset when the
-    scoring pass does not time each sample on its own (``config``: a ``SweepConfig``)."""
-    shared = config.batch_size > 1 or config.reuse_encoder
-    scoring = Pass(None, reuse_encoder=config.reuse_encoder, timed=not shared)
+    """The scoring pass (batched, encoder outputs and layers < K shared), then the timing pass on a subset
+    when the scoring pass does not time each sample on its own (``config``: a ``SweepConfig``)."""
+    shared = config.batch_size > 1 or config.reuse_encoder or config.share_layers
+    scoring = Pass(None, reuse_encoder=config.reuse_encoder, timed=not shared, share_layers=config.share_layers)
     return [scoring, Pass(TIMING_PASS, reuse_encoder=False, timed=True)] if shared and config.timing_samples else [scoring]
 
 

@@ -14,6 +14,7 @@ an unpruned 5-minute prompt would otherwise compute 7,500 rows of logits to keep
 from __future__ import annotations
 
 import inspect
+import weakref
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -80,9 +81,15 @@ def prefill_call(module: nn.Module, inputs: dict) -> PrefillCall:
     return PrefillCall(arguments, input_ids, attention_mask, position_ids)
 
 
+#: per entry module, a context each of its prefills runs in (``layer_reuse.share_layers_below``: layers
+#: < K replayed), set only while a sharing block is open
+AROUND_PREFILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def forward_prefill(module: nn.Module, call: PrefillCall):
     """The prefill's forward (the language-model head on the last position only); returns the model's output."""
-    with torch.no_grad(), _last_position_logits(module):
+    around = AROUND_PREFILL.get(module)
+    with torch.no_grad(), _last_position_logits(module), around(call) if around is not None else nullcontext():
         return module(**call.arguments)
 
 

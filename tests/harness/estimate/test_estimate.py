@@ -12,7 +12,7 @@ from kvprune.harness.cli import main
 from kvprune.harness.estimate import floor as floor_module
 from kvprune.harness.estimate.config import MODES, EstimateConfig
 from kvprune.harness.estimate.estimate import chosen_batches, run_estimate, settings_key, timed_runs
-from kvprune.harness.estimate.pricing import _run_figures
+from kvprune.harness.estimate.pricing import _run_figures, payers
 from kvprune.harness.estimate.published import published
 from kvprune.harness.estimate.report import earlier_rows, write_estimate
 from kvprune.harness.estimate.report_rows import FIXED
@@ -72,6 +72,13 @@ def test_an_untimed_ratio_costs_what_a_line_through_its_method_s_timed_ratios_sa
     assert _run_figures(measured, runs, fastv[1]) == pytest.approx([2.0, 1.5, 2.5, 0.6])
     assert _run_figures(measured, runs, fastv[0]) == pytest.approx([1.0, 0.5, 1.5, 0.4])
     assert [runs.index(run) for run in timed_runs(runs, 2)] == [0, fastv[0], fastv[2], fastv[2] + 1, fastv[2] + 3]
+    # sharing layers < K: fastv 0.1 runs them for every later token press at K = 2; a line through the runs
+    # that replayed them (0.5, 0.9), extended, prices 0.3
+    assert payers(runs) == {fastv[0]}
+    measured[fastv[1]] = figures(2.5, 2.0, 3.0, 0.7)
+    middle = runs_of(config(tmp_path, ratios=[0.1, 0.3, 0.5, 0.9]))
+    assert _run_figures({1: measured[fastv[0]], 3: measured[fastv[1]], 4: measured[fastv[2]]}, middle, 2, {1}) == (
+        pytest.approx([2.25, 1.75, 2.75, 0.65]))
 
 
 def test_timed_batches_are_the_first_and_last_full_ones_spread_between_and_a_smaller_last():
