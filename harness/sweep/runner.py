@@ -184,13 +184,14 @@ class SweepRunner:
 
     def _work(self, model_name: str, task, done: set[tuple]) -> dict[str | None, list[tuple[PlannedSample, list[PlannedRun]]]]:
         """Per pass, (sample, runs not done yet) for this process's samples of ``task``: every sample
-        in the scoring pass, the first ``--timing-samples`` in the timing pass."""
+        in the scoring pass, those of the task's first ``--timing-samples`` in the timing pass."""
         settings_id = self.plan.settings_ids[model_name][task.name]
         passes = self._passes()
         work: dict[str | None, list] = {how.name: [] for how in passes}
         for index, planned in enumerate(self._samples[task.name]):
+            place = self.rank + index * self.world_size  # in the task: the timing subset is its first samples
             for how in passes:
-                if how.name == TIMING_PASS and (index >= self.config.timing_samples or planned.sample.problem):
+                if how.name == TIMING_PASS and (place >= self.config.timing_samples or planned.sample.problem):
                     continue
                 todo = [run for run in self.runs
                         if _key(model_name, task.name, run, planned, settings_id, how.name) not in done]

@@ -1,0 +1,131 @@
+"""Check ``kvprune estimate`` against the sweep it prices: run both with the same options, one after
+the other on this machine, and write the table of estimated against measured time per task.
+
+    python scripts/check_estimate.py --out check_demo_cpu                   # the demo sweep (no options)
+    python scripts/check_estimate.py --out check_7b --estimate "--repeats 2 --modes sweep,batch1" -- \\
+        --preset qwen2.5-omni-7b --tasks tau,vox_gender --limit 224 --batch-size 32 --methods fastv --ratios 0.9
+
+Everything after ``--`` is given to both commands (``kvprune estimate`` and ``kvprune sweep``);
+``--estimate`` holds the estimate's own options. Each command runs in its own process with empty
+compilation caches (Inductor's and Triton's), as a first run would. Measured per task: the seconds
+the sweep recorded for it in runs.jsonl (its scoring pass and timing subset, compilations met there
+included); ``fixed``: the rest of the sweep command's wall time (starting, loading, planning, writing
+the outputs); ``total``: the command's wall time. Estimated: the estimate's ``sweep`` rows (median,
+with the fastest-slowest repeats). Writes four files to ``--out``: check.md (the table, the commands,
+the machine, the date), check.csv, estimate.md and sweep_report.md; the two commands' folders go to
+``--work`` (default: a folder under ``--out``'s parent that is left in place).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+FIXED, TOTAL = "fixed", "total"
+
+
+def run(command: list[str], log: Path) -> float:
+    """Run ``command`` with fresh compilation caches; its wall time in seconds (its output in ``log``)."""
+    with tempfile.TemporaryDirectory(prefix="kvprune-check-cache-") as cache:
+        env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=f"{cache}/inductor", TRITON_CACHE_DIR=f"{cache}/triton")
+        start = time.perf_counter()
+        with open(log, "w") as handle:
+            done = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env)
+        seconds = time.perf_counter() - start
+    if done.returncode not in (0, 1):  # 1: a sweep whose runs partly failed still measured its time
+        sys.exit(f"{shlex.join(command)} exited with {done.returncode}; see {log}")
+    return seconds
+
+
+def measured(sweep_out: Path, wall: float) -> dict[str, float]:
+    """Seconds per task from the sweep's runs.jsonl, the rest of its command's wall time, and the whole."""
+    records = [json.loads(line) for line in (sweep_out / "runs.jsonl").read_text().splitlines() if line.strip()]
+    tasks = {r["task"]: r["seconds"] for r in records if r.get("kind") == "time" and r.get("task")}
+    return {**tasks, FIXED: wall - sum(tasks.values()), TOTAL: wall}
+
+
+def estimated(estimate_out: Path) -> pd.DataFrame:
+    """The estimate's sweep rows per task (seconds, fastest, slowest), its fixed costs, and the total."""
+    table = pd.read_csv(estimate_out / "estimate.csv")
+    rows = table[(table["mode"] == "sweep") & (table["task"] != TOTAL)].set_index("task")
+    rows = rows[["seconds", "seconds_low", "seconds_high"]]
+    rows.loc[TOTAL] = rows.sum()
+    return rows
+
+
+def table(estimate: pd.DataFrame, measure: dict[str, float]) -> pd.DataFrame:
+    rows = []
+    for task, row in estimate.iterrows():
+        seen = measure.get(task)
+        rows.append(dict(task=task, estimated_s=row["seconds"], fastest_s=row["seconds_low"], slowest_s=row["seconds_high"],
+                         measured_s=seen, error=None if not seen else row["seconds"] / seen - 1))
+    return pd.DataFrame(rows)
+
+
+def markdown(frame: pd.DataFrame, commands: list[str], device: str, note: str) -> str:
+    lines = ["# kvprune estimate against the sweep it prices\n", f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
+             f"- machine: {device}", f"- commit: {note}", *[f"- `{c}`" for c in commands], "",
+             "| task | estimated s (fastest-slowest) | measured s | error |", "|---|---|---|---|"]
+    for r in frame.itertuples():
+        error = "—" if pd.isna(r.error) else f"{100 * r.error:+.1f}%"
+        lines.append(f"| {r.task} | {r.estimated_s:.1f} ({r.fastest_s:.1f}-{r.slowest_s:.1f}) | "
+                     f"{'—' if pd.isna(r.measured_s) else f'{r.measured_s:.1f}'} | {error} |")
+    return "\n".join(lines) + "\n"
+
+
+def machine() -> str:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name(0)} (torch {torch.__version__})"
+        return f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average " \
+               f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} at the end (torch {torch.__version__})"
+    except ImportError:
+        return platform.platform()
+
+
+def main() -> int:
+    words = sys.argv[1:]
+    shared = words[words.index("--") + 1 :] if "--" in words else []
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="where the four files go")
+    parser.add_argument("--work", type=Path, help="where the estimate's and the sweep's folders go")
+    parser.add_argument("--estimate", default="", help="the estimate's own options, quoted")
+    args = parser.parse_args(words[: words.index("--")] if "--" in words else words)
+    work = args.work or args.out.parent / f"{args.out.name}_work"
+    for folder in (args.out, work):
+        folder.mkdir(parents=True, exist_ok=True)
+    cli = [sys.executable, "-m", "kvprune.harness.cli"]
+    estimate_cmd = [*cli, "estimate", *shared, *shlex.split(args.estimate), "--out", str(work / "estimate"), "--quiet"]
+    sweep_cmd = [*cli, "sweep", *shared, "--out", str(work / "sweep"), "--quiet"]
+    for folder in (work / "estimate", work / "sweep"):
+        shutil.rmtree(folder, ignore_errors=True)
+    estimate_wall = run(estimate_cmd, work / "estimate.log")
+    sweep_wall = run(sweep_cmd, work / "sweep.log")
+    frame = table(estimated(work / "estimate"), measured(work / "sweep", sweep_wall))
+    frame.to_csv(args.out / "check.csv", index=False)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commands = [f"kvprune estimate {shlex.join(estimate_cmd[4:])}  ({estimate_wall:.0f} s)",
+                f"kvprune sweep {shlex.join(sweep_cmd[4:])}  ({sweep_wall:.0f} s)"]
+    (args.out / "check.md").write_text(markdown(frame, commands, machine(), commit or "?"))
+    shutil.copy(work / "estimate" / "estimate.md", args.out / "estimate.md")
+    shutil.copy(work / "sweep" / "report.md", args.out / "sweep_report.md")
+    print((args.out / "check.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
