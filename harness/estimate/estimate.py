@@ -43,14 +43,14 @@ from ..sweep.identity import AudioDigests
 from ..sweep.plan import PlannedRun, load_tasks, runs_of
 from ..sweep.samples import Pass, SampleRunner
 from ..sweep.schedule import batches, sweep_passes
-from ..sweep.store import TIMING_PASS
+from ..sweep.store import TIMING_PASS, ResultStore, read_rows
 from .config import MODES, EstimateConfig
 from .floor import check_floor, layer_parameters, matrix_rate
 from .outputs import outputs_seconds
 from .pricing import frames, mode_cost, payers
 from .report_rows import FIXED, fixed_rows, task_rows
 from .synthetic import GoldAnswers, SyntheticPrompts
-from .timing import Rows, TimedBatches, TimedExecutor
+from .timing import TimedBatches, TimedExecutor
 
 
 def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -79,10 +79,11 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
     timed = timed_runs(runs, config.timed_ratios)
     cache = resolve_cache(config.cache, loaded.device)
     engine, stock = TimedExecutor(loaded, cache, runs), TimedExecutor(loaded, "dynamic", runs)
-    written, counts, planning = Rows(), {}, checking
+    counts, planning = {}, checking
     stamp = dict(call=call, settings=settings_key(config), device=_device(loaded))
     with ExitStack() as lifetime:
-        digests = AudioDigests(Path(lifetime.enter_context(tempfile.TemporaryDirectory(prefix="kvprune-estimate-"))))
+        scratch = Path(lifetime.enter_context(tempfile.TemporaryDirectory(prefix="kvprune-estimate-")))
+        digests, written = AudioDigests(scratch), ResultStore(scratch)  # the sweep's: rows written as it writes them
         threads = lifetime.enter_context(cpu_threads(loaded.model))
         rate = matrix_rate(loaded.device, next(loaded.model.parameters()).dtype)
         layers, per_layer = layer_parameters(loaded.model)
@@ -116,7 +117,8 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
                 after_task(_table(rows))
             bar.update()
         bar.close()
-    outputs = outputs_seconds(written.rows, runs, tasks, counts, plots=True)
+        written.close()
+        outputs = outputs_seconds(read_rows(scratch), runs, tasks, counts, plots=True)
     fixed = dict(start=_process_age(started), load=loading, plan=planning, outputs=outputs)
     return _table(rows + [dict(row, **stamp) for row in fixed_rows(fixed, config)])
 

@@ -6,7 +6,7 @@ both ends), recording what the call ran (its run, rows, prompt and kept lengths,
 whether it compiled or captured a graph). ``TimedBatches.run`` runs one batch exactly as the sweep
 does (its inputs prepared, then every run, the audio encoder output and layers < K shared between
 them as the pass says) and records the batch's wall time: what the calls leave of it is the batch's
-own work (reading audio, building inputs, grading, writing rows). Rows go to a list, not a folder.
+own work (reading audio, building inputs, grading, writing rows: to a scratch folder, as the sweep writes them).
 """
 
 from __future__ import annotations
@@ -69,16 +69,6 @@ class TimedExecutor(Executor):
             [sample.kept_tokens for sample in generation.samples], int(generation.timing.new_tokens),
         ))
         return generation
-
-
-class Rows:
-    """Where an estimate's runs write their rows: a list (the sweep's store writes a file)."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def append(self, row: dict) -> None:
-        self.rows.append(row)
 
 
 @dataclass
