@@ -111,6 +111,8 @@ def _sweep(args) -> int:
     from .sweep.runner import SweepInterrupted, run_sweep  # torch and transformers: once the configuration is checked
     if demo and runs_demo_suite(settings, config):
         print("Running the embedded demo model on its held-out synthetic suite (no download needed).")
+    if config.batch_size == "auto":
+        _choose_batch_size(config, quiet=args.quiet)
     try:
         outcome = run_sweep(config, progress=not args.quiet, command=shlex.join(["kvprune", *args.argv]), source=source)
     except SweepInterrupted as stop:
@@ -125,6 +127,18 @@ def _sweep(args) -> int:
     if source is not None:
         print(f"This was a dry run ({source.dry_run}): its scores are meaningless, its timings and memory are not.")
     return status
+
+
+def _choose_batch_size(config, quiet: bool) -> None:
+    """--batch-size auto: the estimate's cheapest size, said with why (and recorded by the sweep)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ValueError("--batch-size auto chooses in one process: under accelerate launch, give a number (run the "
+                         "sweep once with --batch-size auto, or `kvprune estimate` at the sizes you consider).")
+    from .estimate.auto_batch import choose_batch_size
+
+    choice = choose_batch_size(config, progress=not quiet)
+    print(choice.reason)
+    config.batch_size, config.batch_choice = choice.size, choice.reason
 
 
 def _finish(out: Path, plots: bool) -> int:

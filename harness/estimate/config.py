@@ -8,7 +8,7 @@ import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..sweep.config import SweepConfig, SweepConfigError, add_sweep_arguments
+from ..sweep.config import AUTO, SweepConfig, SweepConfigError, add_sweep_arguments
 
 DESCRIPTION = ("what a sweep will cost on this device, before its first sample: hours per task one sample at a "
                "time, with the sweep's batching and sharing, and AudioMarathon's way")
@@ -43,6 +43,9 @@ class EstimateConfig(SweepConfig):
             _check_checkpoint(self.models[0], self.trust_remote_code)
         if not self.tasks:
             raise SweepConfigError("no task given: pass --tasks (see `kvprune tasks`; a suite such as audiomarathon).")
+        if self.batch_size == AUTO:
+            raise SweepConfigError("an estimate prices one batch size: give a number (`kvprune sweep --batch-size auto` "
+                                   "prices a few and runs the cheapest).")
         if self.data_root is not None and not Path(self.data_root).is_dir():
             raise SweepConfigError(f"data root {self.data_root} is not a directory: pass --data-root DIR, or leave it "
                                    "out to price the tasks by their published sizes.")

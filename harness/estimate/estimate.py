@@ -53,10 +53,12 @@ from .synthetic import GoldAnswers, SyntheticPrompts
 from .timing import TimedBatches, TimedExecutor
 
 
-def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None) -> pd.DataFrame:
+def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None,
+                 outputs: bool = True) -> pd.DataFrame:
     """Time and price every task of ``config``; one row per task and mode, the fixed costs, the totals.
     ``after_task(table)``, if given, receives the table so far after each task (to keep partial results);
-    ``earlier``: the rows of an interrupted estimate of the same settings, whose tasks are not timed again."""
+    ``earlier``: the rows of an interrupted estimate of the same settings, whose tasks are not timed again;
+    ``outputs``: price writing the sweep's outputs (the same at any batch size: ``auto_batch`` leaves it out)."""
     started = time.perf_counter()
     rows = [] if earlier is None else earlier[~earlier["task"].isin(["total", FIXED])].to_dict("records")
     done = {row["task"] for row in rows}
@@ -118,8 +120,8 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
             bar.update()
         bar.close()
         written.close()
-        outputs = outputs_seconds(read_rows(scratch), runs, tasks, counts, plots=True)
-    fixed = dict(start=_process_age(started), load=loading, plan=planning, outputs=outputs)
+        writing = outputs_seconds(read_rows(scratch), runs, tasks, counts, plots=True) if outputs else 0.0
+    fixed = dict(start=_process_age(started), load=loading, plan=planning, outputs=writing)
     return _table(rows + [dict(row, **stamp) for row in fixed_rows(fixed, config)])
 
 

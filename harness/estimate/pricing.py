@@ -1,10 +1,11 @@
 """From the calls and batches an estimate timed to what a whole task costs, in one way of running it.
 
 Each timed call was repeated (``--repeats``); its figure is the median of its warm repeats (those
-that neither compiled nor captured a graph) and its spread their lowest and highest. What a cold
-repeat took beyond the warm median is a cost paid once: a compilation (once per sweep, in the task
-where the sweep meets it, as the estimate met it there), or a graph capture (once per decode state,
-and the sweep meets about as many states per task as the lengths of its batches span buckets).
+that neither compiled nor captured a graph, nor were the first of their run in the process) and its
+spread their lowest and highest. What a cold repeat took beyond the warm median is a cost paid once:
+a compilation or a run's first call (its lazy set-up: once per sweep, in the task where the sweep
+meets it, as the estimate met it there), or a graph capture (once per decode state, and the sweep
+meets about as many states per task as the lengths of its batches span buckets).
 
 A run the estimate did not time (a ratio between its method's timed ones) costs what a line through
 its method's timed ratios says (where layers < K are shared, through those that replayed them, not the
@@ -44,8 +45,9 @@ class ModeCost:
 
 def frames(calls: list[Call], units: list[Unit], task: str, mode: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     pick = lambda c: c.context["task"] == task and c.context["mode"] == mode  # noqa: E731
-    call_rows = [dict(c.context, run=c.run, seconds=c.seconds, prefill_s=c.prefill_s, cold=c.compiled or c.captured > 0,
-                      compiled=c.compiled, rows=c.rows) for c in calls if pick(c)]
+    call_rows = [dict(c.context, run=c.run, seconds=c.seconds, prefill_s=c.prefill_s,
+                      cold=c.compiled or c.captured > 0 or c.first, once=c.compiled or c.first, rows=c.rows)
+                 for c in calls if pick(c)]
     unit_rows = [dict(u.context, wall=u.seconds, audio_seconds=u.audio_seconds, size=u.size) for u in units if pick(u)]
     return pd.DataFrame(call_rows), pd.DataFrame(unit_rows)
 
@@ -85,7 +87,7 @@ def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: 
         lengths = [s for s, _ in near]
         per_row = [np.append(per_unit[u], own[u]) / timed_units.loc[u, "size"] for _, u in near]
         totals += size * np.array([np.interp(seconds, lengths, [p[i] for p in per_row]) for i in range(len(FIGURES) + 1)])
-    once = float(cold.loc[cold["compiled"], "extra"].sum()) + _captures(cold, units, every_unit)
+    once = float(cold.loc[cold["once"], "extra"].sum()) + _captures(cold, units, every_unit)
     median, low, high, prefill, overhead = totals
     return ModeCost(total=median + overhead + once, low=low + overhead + once, high=high + overhead + once,
                     prefill=prefill, decode=median - prefill, overhead=overhead, once=once, units=len(every_unit),
@@ -130,7 +132,7 @@ def _line(x: float, xs: list[float], ys: list[float]) -> float:
 
 def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]]) -> float:
     """Graph captures the timed units met, scaled to the length buckets every unit spans."""
-    captured = float(cold.loc[~cold["compiled"], "extra"].sum())
+    captured = float(cold.loc[~cold["once"], "extra"].sum())
     if not captured:
         return 0.0
     spanned = lambda lengths: len({math.floor(BUCKETS_PER_OCTAVE * math.log2(max(s, 1e-3))) for s in lengths})  # noqa: E731

@@ -35,6 +35,7 @@ class Call:
     decode_s: float
     compiled: bool  # it made torch.compile graphs (a cost once per sweep)
     captured: int  # CUDA graphs it captured (a cost once per decode state shape)
+    first: bool  # the first call of its run in this process (lazy set-up: a cost once per sweep too)
     prompt_tokens: list[int]
     audio_tokens: list[int]
     kept_tokens: list[int | None]
@@ -54,6 +55,7 @@ class TimedExecutor(Executor):
         self.calls: list[Call] = []
         self.context: dict = {}
         self._runs = {id(run.press): index for index, run in enumerate(runs)}
+        self._seen: set[int] = set()
 
     def run(self, inputs: list[dict], press, max_new_tokens: int, answers: list[int] | None = None) -> BatchGeneration:
         device = self.loaded.device
@@ -62,9 +64,11 @@ class TimedExecutor(Executor):
         generation = super().run(inputs, press, max_new_tokens, answers)
         synchronise(device)
         seconds = time.perf_counter() - start
+        run = self._runs[id(press)]
+        first, _ = run not in self._seen, self._seen.add(run)
         self.calls.append(Call(
-            dict(self.context), self._runs[id(press)], len(inputs), seconds, generation.timing.prefill_s,
-            generation.timing.decode_s, generation.compilations > 0, generation.graphs_captured,
+            dict(self.context), run, len(inputs), seconds, generation.timing.prefill_s,
+            generation.timing.decode_s, generation.compilations > 0, generation.graphs_captured, first,
             [int(batch["input_ids"].shape[1]) for batch in inputs], [self.loaded.audio_tokens(b["input_ids"]) for b in inputs],
             [sample.kept_tokens for sample in generation.samples], int(generation.timing.new_tokens),
         ))

@@ -18,7 +18,7 @@ def batching_section(summary: pd.DataFrame, results: pd.DataFrame | None, out_di
     """Markdown for ``report.md`` (empty for a folder of results written before batching existed)."""
     if "timing_source" not in summary:
         return ""
-    parts = ["## How the samples ran\n", _how(summary, results)]
+    parts = ["## How the samples ran\n", _how(summary, results) + _batch_choice(out_dir)]
     throughput = summary.dropna(subset=["samples_per_s"])
     if not throughput.empty:
         table = throughput.groupby(["model", "method", "ratio"], sort=True).agg(
@@ -70,6 +70,13 @@ def _how(summary: pd.DataFrame, results: pd.DataFrame | None) -> str:
     else:
         lines.append("- Timings come from every sample: each ran alone, with nothing shared.")
     return "\n".join(lines) + "\n"
+
+
+def _batch_choice(out_dir: Path) -> str:
+    """Why ``--batch-size auto`` chose its size, as the sweep recorded it."""
+    choices = list(dict.fromkeys(run["config"]["batch_choice"] for run in read_runs(out_dir)
+                                 if (run.get("config") or {}).get("batch_choice")))
+    return "".join(f"- Batch size: {choice}.\n" for choice in choices)
 
 
 def _engine(out_dir: Path) -> str:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from kvprune.specs import MethodSpec
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
+AUTO = "auto"  # --batch-size auto: chosen by the estimate before the sweep runs
 
 
 def default_methods() -> list[MethodSpec]:
@@ -68,7 +69,8 @@ class SweepConfig(CommandConfig):
     encoder: str = "fast"  # fast: kvprune.fast_audio_encoder; stock: the model's own (--stock-encoder)
     protocol: str | None = None  # run every task under this protocol (None: each task's own)
     cache: str = "auto"  # how decoding runs: engine (kvprune's), static or dynamic (stock generate); auto: engine
-    batch_size: int = 1  # samples decoded together (each prefilled on its own)
+    batch_size: int | str = 1  # samples decoded together (each prefilled on its own); "auto": the estimate's cheapest
+    batch_choice: str | None = None  # why --batch-size auto chose the size it did (what the sweep records)
     reuse_encoder: bool = True  # a sample's audio encoder output computed once for all its runs
     share_layers: bool = True  # a sample's layers < K computed once for its token presses at K
     timing_samples: int = 4  # per task, samples also run alone without sharing, for per-sample timings
@@ -120,6 +122,8 @@ class SweepConfig(CommandConfig):
             )
         for name in ("batch_size", "timing_samples"):
             value, least = getattr(self, name), 1 if name == "batch_size" else 0
+            if name == "batch_size" and value == AUTO:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
                 raise SweepConfigError(
                     f"{name}={value!r} is invalid: it must be a whole number, at least {least} (--{name.replace('_', '-')})."
@@ -194,6 +198,16 @@ could not be written (a full disk: what was written is kept; free space and reru
 to resume), 130 interrupted (rerun the same command to resume)."""
 
 
+def _batch_size(text: str) -> int | str:
+    """--batch-size: a whole number, or auto."""
+    if text == AUTO:
+        return AUTO
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or auto") from None
+
+
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     """``kvprune sweep``'s options; those left out (None) keep the YAML's or the default value."""
     parser.epilog = SWEEP_EPILOG
@@ -230,8 +244,9 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "the folder's digest cache for files whose size, modification and status-change times are unchanged "
         "(default: trust it)")
     add("--no-plots", action="store_true", help="write summary.csv and report.md but no figures (default: figures too)")
-    add("--batch-size", type=int, help="samples decoded together, each prefilled on its own (default: 1); answers do not "
-        "depend on it (greedy tokens equal batch 1's; on a GPU in bfloat16 the report says how often they do)")
+    add("--batch-size", type=_batch_size, help="samples decoded together, each prefilled on its own (default: 1); "
+        "answers do not depend on it (greedy tokens equal batch 1's; on a GPU in bfloat16 the report says how often they "
+        "do); auto: the size `kvprune estimate` prices cheapest on this device (1, 8 or 32), said with why")
     add("--timing-samples", type=int, help="per task, the first N samples also run alone, without batching or "
         "sharing, for per-sample prefill and decode times (default: 4; 0: none); the report's timings and the "
         "score-vs-prefill figure use them, batched runs give throughput")
