@@ -7,7 +7,9 @@ the other on this machine, and write the table of estimated against measured tim
 
 Everything after ``--`` is given to both commands (``kvprune estimate`` and ``kvprune sweep``);
 ``--estimate`` holds the estimate's own options. Each command runs in its own process with empty
-compilation caches (Inductor's and Triton's), as a first run would. Measured per task: the seconds
+compilation caches (Inductor's and Triton's), as a first run would. ``--rounds N`` runs the pair N
+times, alternately (estimate, sweep, estimate, sweep...), and compares the medians: on a machine whose
+load drifts (a shared CPU) each side then sees the same drift. Measured per task: the seconds
 the sweep recorded for it in runs.jsonl (its scoring pass and timing subset, compilations met there
 included); ``fixed``: the rest of the sweep command's wall time (starting, loading, planning, writing
 the outputs); ``total``: the command's wall time. Estimated: the estimate's ``sweep`` rows (median,
@@ -47,6 +49,10 @@ def run(command: list[str], log: Path) -> float:
     if done.returncode not in (0, 1):  # 1: a sweep whose runs partly failed still measured its time
         sys.exit(f"{shlex.join(command)} exited with {done.returncode}; see {log}")
     return seconds
+
+
+def median_of(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(frames).groupby(level=0, sort=False).median()
 
 
 def measured(sweep_out: Path, wall: float) -> dict[str, float]:
@@ -104,6 +110,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True, help="where the four files go")
     parser.add_argument("--work", type=Path, help="where the estimate's and the sweep's folders go")
     parser.add_argument("--estimate", default="", help="the estimate's own options, quoted")
+    parser.add_argument("--rounds", type=int, default=1, help="estimate and sweep this many times, alternately")
     args = parser.parse_args(words[: words.index("--")] if "--" in words else words)
     work = args.work or args.out.parent / f"{args.out.name}_work"
     for folder in (args.out, work):
@@ -111,15 +118,20 @@ def main() -> int:
     cli = [sys.executable, "-m", "kvprune.harness.cli"]
     estimate_cmd = [*cli, "estimate", *shared, *shlex.split(args.estimate), "--out", str(work / "estimate"), "--quiet"]
     sweep_cmd = [*cli, "sweep", *shared, "--out", str(work / "sweep"), "--quiet"]
-    for folder in (work / "estimate", work / "sweep"):
-        shutil.rmtree(folder, ignore_errors=True)
-    estimate_wall = run(estimate_cmd, work / "estimate.log")
-    sweep_wall = run(sweep_cmd, work / "sweep.log")
-    frame = table(estimated(work / "estimate"), measured(work / "sweep", sweep_wall))
+    estimates, sweeps, walls = [], [], []
+    for _ in range(args.rounds):
+        for folder in (work / "estimate", work / "sweep"):
+            shutil.rmtree(folder, ignore_errors=True)
+        walls.append((run(estimate_cmd, work / "estimate.log"), run(sweep_cmd, work / "sweep.log")))
+        estimates.append(estimated(work / "estimate"))
+        sweeps.append(pd.DataFrame({"seconds": measured(work / "sweep", walls[-1][1])}))
+    estimate_wall, sweep_wall = (sorted(w)[len(w) // 2] for w in zip(*walls))
+    frame = table(median_of(estimates), median_of(sweeps)["seconds"].to_dict())
     frame.to_csv(args.out / "check.csv", index=False)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rounds = f", median of {args.rounds} rounds: " + "; ".join(f"{e:.0f} s / {s:.0f} s" for e, s in walls) if args.rounds > 1 else ""
     commands = [f"kvprune estimate {shlex.join(estimate_cmd[4:])}  ({estimate_wall:.0f} s)",
-                f"kvprune sweep {shlex.join(sweep_cmd[4:])}  ({sweep_wall:.0f} s)"]
+                f"kvprune sweep {shlex.join(sweep_cmd[4:])}  ({sweep_wall:.0f} s{rounds})"]
     (args.out / "check.md").write_text(markdown(frame, commands, machine(), commit or "?"))
     shutil.copy(work / "estimate" / "estimate.md", args.out / "estimate.md")
     shutil.copy(work / "sweep" / "report.md", args.out / "sweep_report.md")

@@ -54,11 +54,12 @@ from .timing import TimedBatches, TimedExecutor
 
 
 def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None,
-                 outputs: bool = True) -> pd.DataFrame:
+                 outputs: bool = True, loaded=None) -> pd.DataFrame:
     """Time and price every task of ``config``; one row per task and mode, the fixed costs, the totals.
     ``after_task(table)``, if given, receives the table so far after each task (to keep partial results);
     ``earlier``: the rows of an interrupted estimate of the same settings, whose tasks are not timed again;
-    ``outputs``: price writing the sweep's outputs (the same at any batch size: ``auto_batch`` leaves it out)."""
+    ``outputs``: price writing the sweep's outputs (the same at any batch size: ``auto_batch`` leaves it out);
+    ``loaded``: the model, loaded already (``auto_batch``: one load for every size it prices)."""
     started = time.perf_counter()
     rows = [] if earlier is None else earlier[~earlier["task"].isin(["total", FIXED])].to_dict("records")
     done = {row["task"] for row in rows}
@@ -75,7 +76,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
                   static=resolve_cache(config.cache, config.device or "cpu") == "static")
     checking = time.perf_counter() - checking
     loading = time.perf_counter()
-    loaded = model_source.load(name, config, config.device)
+    loaded = loaded or model_source.load(name, config, config.device)
     loading = time.perf_counter() - loading
     tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
     timed = timed_runs(runs, config.timed_ratios)

@@ -38,15 +38,17 @@ class ModeCost:
     prefill: float  # of the calls, in their prefill
     decode: float  # of the calls, the rest of them (decoding, and setting it up)
     overhead: float  # batches' own work
-    once: float  # compilations and graph captures
+    once: float  # compilations, graph captures, and each run's first call in the process (``lazy`` of it)
     units: int
     timed_units: int
+    lazy: float = 0.0  # of ``once``: first calls that neither compiled nor captured (lazy set-up, paid at any batch size)
 
 
 def frames(calls: list[Call], units: list[Unit], task: str, mode: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     pick = lambda c: c.context["task"] == task and c.context["mode"] == mode  # noqa: E731
     call_rows = [dict(c.context, run=c.run, seconds=c.seconds, prefill_s=c.prefill_s,
-                      cold=c.compiled or c.captured > 0 or c.first, once=c.compiled or c.first, rows=c.rows)
+                      cold=c.compiled or c.captured > 0 or c.first, once=c.compiled or c.first,
+                      lazy=c.first and not c.compiled and not c.captured, rows=c.rows)
                  for c in calls if pick(c)]
     unit_rows = [dict(u.context, wall=u.seconds, audio_seconds=u.audio_seconds, size=u.size) for u in units if pick(u)]
     return pd.DataFrame(call_rows), pd.DataFrame(unit_rows)
@@ -88,9 +90,10 @@ def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: 
         per_row = [np.append(per_unit[u], own[u]) / timed_units.loc[u, "size"] for _, u in near]
         totals += size * np.array([np.interp(seconds, lengths, [p[i] for p in per_row]) for i in range(len(FIGURES) + 1)])
     once = float(cold.loc[cold["once"], "extra"].sum()) + _captures(cold, units, every_unit)
+    lazy = float(cold.loc[cold["lazy"], "extra"].sum())
     median, low, high, prefill, overhead = totals
     return ModeCost(total=median + overhead + once, low=low + overhead + once, high=high + overhead + once,
-                    prefill=prefill, decode=median - prefill, overhead=overhead, once=once, units=len(every_unit),
+                    prefill=prefill, decode=median - prefill, overhead=overhead, once=once, lazy=lazy, units=len(every_unit),
                     timed_units=len(per_unit))
 
 

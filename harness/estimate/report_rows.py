@@ -35,7 +35,7 @@ def task_rows(task, planned: list, answers: list[int], runs: list, costs: dict[s
             seconds_per_sample_run=seconds[0] / base["sample_runs"], gpu_hours=seconds[0] / HOUR,
             prefill_hours=cost.prefill / HOUR, decode_hours=cost.decode / HOUR,
             timing_subset_hours=(extra.total if extra is not None else 0.0) / HOUR,
-            overhead_hours=cost.overhead / HOUR, once_hours=cost.once / HOUR,
+            overhead_hours=cost.overhead / HOUR, once_hours=cost.once / HOUR, lazy_seconds=cost.lazy,
             timed=f"{cost.timed_units} of {cost.units} {'batches' if mode == 'sweep' else 'samples'}", note=note,
         ))
     return rows
