@@ -117,13 +117,13 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
             answers = [min(task_source.answer_tokens(p), config.max_new_tokens or task.max_new_tokens) for p in planned]
             rows += [dict(row, compile_record=record, **stamp) for row in task_rows(task, planned, answers, runs, costs, config)]
             if after_task is not None:
-                after_task(_table(rows))
+                after_task(totals_table(rows))
             bar.update()
         bar.close()
         written.close()
         writing = outputs_seconds(read_rows(scratch), runs, tasks, counts, plots=True) if outputs else 0.0
     fixed = dict(start=_process_age(started), load=loading, plan=planning, outputs=writing)
-    return _table(rows + [dict(row, **stamp) for row in fixed_rows(fixed, config)])
+    return totals_table(rows + [dict(row, **stamp) for row in fixed_rows(fixed, config)])
 
 
 def timed_runs(runs: list[PlannedRun], count: int = 3) -> list[PlannedRun]:
@@ -236,7 +236,8 @@ def _process_age(started: float) -> float:
         return 0.0
 
 
-def _table(rows: list[dict]) -> pd.DataFrame:
+def totals_table(rows: list[dict]) -> pd.DataFrame:
+    """The estimate's rows and, per mode, their sums (task ``total``)."""
     table = pd.DataFrame(rows)
     summed = ["seconds", "seconds_low", "seconds_high", "gpu_hours", "prefill_hours", "decode_hours",
               "timing_subset_hours", "overhead_hours", "once_hours", "samples", "sample_runs"]
