@@ -1,9 +1,11 @@
 """Check ``kvprune estimate`` against the sweep it prices: run both with the same options, one after
 the other on this machine, and write the table of estimated against measured time per task.
 
-    python scripts/check_estimate.py --out check_demo_cpu                   # the demo sweep (no options)
-    python scripts/check_estimate.py --out check_7b --estimate "--repeats 2 --modes sweep,batch1" -- \\
-        --preset qwen2.5-omni-7b --tasks tau,vox_gender --limit 224 --batch-size 32 --methods fastv --ratios 0.9
+    python scripts/check_estimate.py --out check_demo_cpu --rounds 3      # the demo sweep (no options), a CPU
+    python scripts/check_estimate.py --out $OUT/demo_gpu --work /tmp/check_demo -- --device cuda
+    python scripts/check_estimate.py --out $OUT/omni7b --work /tmp/check_7b \\
+        --estimate "--repeats 2 --modes sweep,batch1" -- --preset qwen2.5-omni-7b --tasks tau,vox_gender \\
+        --limit 224 --batch-size 32 --methods fastv --ratios 0.9 --timing-samples 2       # a dry run at the 7B shape, 2 x 224 samples
 
 Everything after ``--`` is given to both commands (``kvprune estimate`` and ``kvprune sweep``);
 ``--estimate`` holds the estimate's own options. Each command runs in its own process with empty
