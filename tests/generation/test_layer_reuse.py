@@ -66,3 +66,19 @@ def test_a_full_memory_keeps_what_it_has_and_runs_the_rest():
     assert (reuse.hits, reuse.misses, reuse.held_bytes) == (0, 2, 0)
     layers = FAMILIES["qwen2_5_omni"].family.layers(m)
     assert all("forward" not in layer.__dict__ for layer in layers), "the layers are stock again after the block"
+
+
+def test_sharing_leaves_the_compiled_decode_step_alone():
+    """The layers are replaced only while a prefill runs: the compiled step compiles once, whether the
+    prefills before it shared or not (no recompilation from the layers' forward coming and going)."""
+    from kvprune.generation.graphs import compile_counters
+
+    m, inputs = model("qwen2_5_omni", "sdpa"), FAMILIES["qwen2_5_omni"].inputs(ROWS[:1])
+    generator, reuse = Generator(m, compile=True), LayerReuse()
+    before = compile_counters()
+    for share in (False, True):
+        for press in PRESSES[:3]:
+            with share_layers_below(m, press, reuse) if share else torch.no_grad():
+                generator.generate(inputs, max_new_tokens=3, press=press, **NO_STOP)
+    graphs, recompiles = compile_counters()
+    assert reuse.hits == 2 and recompiles == before[1] and graphs - before[0] <= 2
