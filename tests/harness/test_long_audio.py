@@ -152,7 +152,7 @@ def long_data(tmp_path_factory):
 
 def long_sweep(data, out, *extra):
     return main(["sweep", "--model", "demo", "--tasks", "had", "--methods", "frame", "--ratios", "0.5", "--data-root", str(data),
-                 "--out", str(out), "--device", "cpu", "--quiet", "--no-reuse-encoder", *extra])
+                 "--out", str(out), "--device", "cpu", "--quiet", "--no-reuse-encoder", "--no-share-layers", *extra])
 
 
 def test_a_sweep_records_what_the_model_received_under_each_policy(long_data, tmp_path, omni_limit):

@@ -35,7 +35,7 @@ def data_root(tmp_path_factory):
 def sweep(data_root, out, tasks, *extra) -> list[str]:
     return ["sweep", "--model", "demo", "--tasks", ",".join(tasks), "--methods", "fastv,frame", "--ratios", "0.3,0.7",
             "--data-root", str(data_root), "--out", str(out), "--device", "cpu", "--quiet", "--no-plots",
-            "--max-new-tokens", "4", "--no-reuse-encoder", *extra]
+            "--max-new-tokens", "4", "--no-reuse-encoder", "--no-share-layers", *extra]
 
 
 @pytest.fixture(scope="module")

@@ -49,7 +49,7 @@ def sweep_args(data_root: Path, out: Path) -> list[str]:
     return [
         "sweep", "--model", "demo", "--tasks", ",".join(TASKS), "--methods", "fastv,dart",
         "--ratios", "0.3,0.7", "--limit", "3", "--data-root", str(data_root), "--out", str(out),
-        "--device", "cpu", "--quiet", "--no-reuse-encoder",
+        "--device", "cpu", "--quiet", "--no-reuse-encoder", "--no-share-layers",
     ]
 
 

@@ -52,7 +52,7 @@ def same_answers(a: Path, b: Path) -> None:
 @pytest.fixture(scope="module")
 def batch_one(data_root, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("batch1")
-    assert main(sweep(out, "--no-reuse-encoder", data_root=data_root)) == 0
+    assert main(sweep(out, "--no-reuse-encoder", "--no-share-layers", data_root=data_root)) == 0
     return out
 
 
@@ -90,7 +90,7 @@ def test_reusing_the_encoder_changes_no_answer(data_root, batch_one, tmp_path):
 def test_the_demo_batched_gives_the_answers_of_batch_one(tmp_path, monkeypatch):
     monkeypatch.setenv("KVPRUNE_CACHE", str(tmp_path / "cache"))
     one, four = tmp_path / "one", tmp_path / "four"
-    assert main(sweep(one, "--limit", "5", "--no-reuse-encoder")) == 0
+    assert main(sweep(one, "--limit", "5", "--no-reuse-encoder", "--no-share-layers")) == 0
     assert main(sweep(four, "--limit", "5", "--batch-size", "4")) == 0
     same_answers(one, four)
 
@@ -98,7 +98,7 @@ def test_the_demo_batched_gives_the_answers_of_batch_one(tmp_path, monkeypatch):
 def test_a_tiny_qwen2_audio_checkpoint_batched_gives_batch_ones_answers(data_root, tmp_path):
     folder = qwen2_audio_checkpoint(tmp_path / "qwen2_audio")
     one, four = tmp_path / "one", tmp_path / "four"
-    assert main(sweep(one, "--no-reuse-encoder", data_root=data_root, model_name=str(folder), tasks="had")) == 0
+    assert main(sweep(one, "--no-reuse-encoder", "--no-share-layers", data_root=data_root, model_name=str(folder), tasks="had")) == 0
     assert main(sweep(four, "--batch-size", "4", data_root=data_root, model_name=str(folder), tasks="had")) == 0
     same_answers(one, four)
 

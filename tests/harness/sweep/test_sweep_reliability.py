@@ -39,7 +39,7 @@ def data_root(tmp_path_factory) -> Path:
 
 def args(data_root: Path, out: Path, *extra: str, methods: str = "frame", ratios: str = "0.5", limit: int = 2) -> list[str]:
     return ["sweep", "--model", "demo", "--tasks", "had", "--methods", methods, "--ratios", ratios, "--limit", str(limit),
-            "--data-root", str(data_root), "--out", str(out), "--device", "cpu", "--quiet", "--no-reuse-encoder", *extra]
+            "--data-root", str(data_root), "--out", str(out), "--device", "cpu", "--quiet", "--no-reuse-encoder", "--no-share-layers", *extra]
 
 
 def command(arguments: list[str]) -> list[str]:
