@@ -6,13 +6,12 @@ failures as rows, and write the report after every preset."""
 from __future__ import annotations
 
 import sys
-from contextlib import contextmanager
 
 import pandas as pd
 import torch
 
 from kvprune import fast_audio_encoder, resolve_family
-from kvprune.generation.graphs import RECOMPILE_LIMIT
+from kvprune.compiling import recompile_room
 
 from ..setup.device import release_memory
 from ..setup.environment import environment
@@ -41,7 +40,7 @@ def run_bench(config: BenchConfig) -> pd.DataFrame:
     meta = _run_record(state)
     try:
         check_fits(config, state.device, state.dtype)
-        with _recompile_room():
+        with recompile_room():  # one compiled decode step per cache shape of stock generate's static-cache compile
             for name in config.presets:
                 _bench_preset(state, PRESETS.get(name))
                 if config.out is not None:
@@ -148,16 +147,3 @@ def _forget_compiled() -> None:
     """Drop the compiled decode steps of a model that is gone (they hold its graphs and memory)."""
     if "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
-
-
-@contextmanager
-def _recompile_room():
-    """Room for one compiled decode step per cache shape in a run of stock ``generate``'s static-cache
-    compile (torch's default of 8 recompilations per function would fall back to uncompiled code without
-    a word after the 8th shape); the engine gives its own step the same room."""
-    import torch._dynamo
-
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # its older name
-    with config.patch(**{name: max(RECOMPILE_LIMIT, getattr(config, name))}):
-        yield

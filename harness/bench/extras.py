@@ -11,7 +11,7 @@ from dataclasses import replace
 import torch
 
 from kvprune import fast_audio_encoder, resolve_family
-from kvprune.generation.graphs import out_of_memory
+from kvprune.compiling import out_of_memory
 
 from ..setup.device import release_memory
 from ..setup.options import ENGINE_CACHE

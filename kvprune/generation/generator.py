@@ -24,11 +24,12 @@ import torch
 import torch.nn as nn
 
 from ..compat import cache_argument, kv_cache_bytes, output_cache
+from ..compiling import out_of_memory
 from ..models import resolve_family
 from .attention import decoding_attention, unsupported_attention
 from .clock import Clock
 from .decode_state import DecodeState, state_shape
-from .graphs import StepRunner, compile_counters, out_of_memory
+from .graphs import StepRunner, compile_counters
 from .prefill import Prefill, family_supports_static_decoding, run_prefill
 from .step import Sampling, Stopping, choose, decode_step, finish
 
