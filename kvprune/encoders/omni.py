@@ -125,9 +125,10 @@ def host_output_lengths(encoder: nn.Module):
     return lengths
 
 
-def install(encoder: nn.Module) -> list:
+def install(encoder: nn.Module, compile: bool | None = None) -> list:
     """Batch the windows of every attention module of one ``Qwen2_5OmniAudioEncoder`` and hand its output
-    lengths over from the host; returns the releases."""
+    lengths over from the host; returns the releases. Nothing of it is compiled (``compile`` is ignored):
+    it is exact and at its bound without."""
     runs = WindowRuns()
     return [
         acquire(encoder, "_get_feat_extract_output_lengths", host_output_lengths),
