@@ -5,6 +5,7 @@ failures as rows, and write the report after every preset."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 import pandas as pd
@@ -18,11 +19,12 @@ from ..setup.environment import environment
 from ..setup.options import ENGINE_CACHE
 from ..setup.methods import check_methods
 from .config import BenchConfig
-from .extras import encoder_identical, largest_batches, scoring_costs
+from .extras import encoder_agreement, encoder_flops, largest_batches, scoring_costs
 from .memory import check_fits
 from .presets import PRESETS, Preset, check_weights
 from .report import bench_frame, write_report
 from .requests import describe, describe_request, failed, plan, run_request
+from .roofline import gemm_tflops
 from .rounds import SKIPPED, Request, disturbed, run_rounds, summary
 from .state import BenchState
 
@@ -40,6 +42,7 @@ def run_bench(config: BenchConfig) -> pd.DataFrame:
     meta = _run_record(state)
     try:
         check_fits(config, state.device, state.dtype)
+        meta["gemm_tflops"] = _gemm_rate(state)
         with recompile_room():  # one compiled decode step per cache shape of stock generate's static-cache compile
             for name in config.presets:
                 _bench_preset(state, PRESETS.get(name))
@@ -113,14 +116,28 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
             for request in requests]
     if config.mode == "ratios" and config.k is not None and "error" not in rows[0]:
         rows[0].update(scoring_costs(state, model, prompt))
+    if config.mode != "batch":
+        flops = encoder_flops(state, model, prompt)
+        for row in rows:
+            row["encoder_flops"] = flops
     if config.mode == "compare":
-        identical = encoder_identical(state, model, prompt) if fast_path else True
+        agreement = encoder_agreement(state, model, prompt) if fast_path else dict(encoder_identical=True,
+                                                                                    encoder_max_rel_diff=0.0)
         for row in rows:
             if row["method"] != "stock":
-                row["encoder_identical"] = identical
+                row.update(agreement)
     if config.largest_batch:
         largest_batches(state, model, preset, base, requests, outcomes, prompts, rows)
     state.rows.extend(rows)
+
+
+def _gemm_rate(state: BenchState) -> float:
+    """The device's matrix-product rate in the run's dtype (``roofline.gemm_tflops``; NaN if it fails)."""
+    try:
+        return gemm_tflops(state.meter, state.dtype)
+    except Exception:
+        release_memory()
+        return math.nan
 
 
 def _run_record(state: BenchState) -> dict:

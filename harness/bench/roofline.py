@@ -1,0 +1,104 @@
+"""How close an audio encoder runs to its arithmetic: the FLOPs of the span the bench times as the
+encoder (its first module's start to its projector's end), counted with torch's ``FlopCounterMode``;
+the device's matrix-product rate in the bench's dtype, measured in the same run on one large square
+product; and from them the encoder's floor (its FLOPs at that rate: no encoder can run faster), its
+achieved TFLOP/s and how many times its floor it takes. A time below its floor is a measurement bug.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import torch
+import torch.nn as nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from kvprune.models import resolve_family
+
+from .measure import Meter, takes_logits_to_keep
+
+GEMM_SIZE = {"cuda": 8192, "cpu": 512}  # the side of the square product timed (CPU: small, for tests)
+
+
+def gemm_tflops(meter: Meter, dtype: torch.dtype) -> float:
+    """TFLOP/s of one (n x n) @ (n x n) product on the meter's device in ``dtype``: the median of the
+    meter's timed runs after its warm-up (at least one of each)."""
+    n = GEMM_SIZE.get(meter.device.type, GEMM_SIZE["cpu"])
+    generator = torch.Generator(device=meter.device).manual_seed(0)
+    a, b = (torch.randn(n, n, device=meter.device, dtype=dtype, generator=generator) for _ in range(2))
+    timing = Meter(meter.device, max(meter.warmup, 1), max(meter.repeats, 3))
+    ms = timing.median_ms(lambda: torch.mm(a, b))
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+@torch.no_grad()
+def counted_flops(fn) -> int:
+    """The FLOPs torch counts for one call of ``fn`` (matrix products, convolutions, attention)."""
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+@torch.no_grad()
+def encoder_span_flops(model: nn.Module, inputs: dict) -> int:
+    """The FLOPs of one prefill of ``model`` on ``inputs`` from its audio encoder's start to its projector's
+    end (the span a bench row's ``encoder_ms`` times), run as the model's own code (the stock encoder)."""
+    start, end = resolve_family(model).audio_encoder(model)
+    totals: list[int] = []
+    with FlopCounterMode(display=False) as counter:
+        handles = [start.register_forward_pre_hook(lambda *_: totals.append(counter.get_total_flops())),
+                   end.register_forward_hook(lambda *_: totals.append(counter.get_total_flops()))]
+        try:
+            model(**inputs, use_cache=False, **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}))
+        finally:
+            for handle in handles:
+                handle.remove()
+    return totals[-1] - totals[0]
+
+
+def floor_ms(flops: float, tflops: float) -> float:
+    """The time ``flops`` take at ``tflops`` TFLOP/s."""
+    return flops / (tflops * 1e12) * 1e3
+
+
+def achieved_tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
+# -- the report's columns and lines ---------------------------------------------------------------------------------
+def with_encoder_bound(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (rows with ``encoder_ms``, ``encoder_flops`` and the run's ``gemm_tflops``) with the encoder's
+    achieved TFLOP/s, its floor in ms, its time over its floor and whether it is below it."""
+    flops, ms = pd.to_numeric(frame["encoder_flops"]), pd.to_numeric(frame["encoder_ms"])
+    frame["encoder_tflops_s"] = flops / (ms * 1e9)
+    frame["encoder_floor_ms"] = flops / (pd.to_numeric(frame["gemm_tflops"]) * 1e9)
+    frame["encoder_vs_floor"] = ms / frame["encoder_floor_ms"]
+    frame["encoder_below_floor"] = (ms < frame["encoder_floor_ms"]).fillna(False).astype(bool)
+    return frame
+
+
+def bound_line(rows: pd.DataFrame) -> str:
+    """One preset and audio length's encoder against its floor, in words (empty where not counted)."""
+    counted = rows[rows["encoder_flops"].notna() & rows["encoder_ms"].notna()]
+    if counted.empty or pd.isna(counted["gemm_tflops"].iloc[0]):
+        return ""
+    first = counted.iloc[0]
+    paths = []
+    for encoder in ("fast", "stock"):
+        own = counted[counted["encoder"] == encoder]
+        if not own.empty:
+            best = own["encoder_vs_floor"].min()
+            paths.append(f"{'kvprune' if encoder == 'fast' else 'stock'}'s at {own['encoder_tflops_s'].max():.0f} TFLOP/s, "
+                         f"{best:.2f}x its floor")
+    return (f"Audio encoder (to its projector's end): {first['encoder_flops'] / 1e12:.2f} TFLOP counted; floor "
+            f"{first['encoder_floor_ms']:.1f} ms at the {first['gemm_tflops']:.0f} TFLOP/s of one large matrix product "
+            f"measured in this run; " + "; ".join(paths) + " (best row).")
+
+
+def below_floor_lines(frame: pd.DataFrame) -> list[str]:
+    """A section listing rows whose encoder time is below its FLOP floor (a measurement bug), if any."""
+    below = frame[frame["encoder_below_floor"]]
+    if below.empty:
+        return []
+    return ["", "## Encoder faster than its FLOP floor (a measurement bug: look at these rows)", "",
+            *(f"- {r.preset} {r.audio_seconds:g} s {r.method} {r.ratio:g}: encoder {r.encoder_ms:.1f} ms against a floor of "
+              f"{r.encoder_floor_ms:.1f} ms" for r in below.itertuples())]
