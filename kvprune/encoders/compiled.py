@@ -28,6 +28,8 @@ from ..compiling import from_compiler, reason, recompile_room
 #: SDPA's kernels in the order a compiled piece tries them (each where it supports the inputs)
 ATTENTION_PRIORITY = ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 BIAS_ALIGNMENT = 16  # entries: SDPA's memory-efficient kernel copies, in every call, a bias whose rows are not so aligned
+#: Inductor's options while a piece compiles (those a torch version lacks are left out)
+INDUCTOR_OPTIONS = {"conv_1x1_as_mm": True}
 #: the activations a piece can compute, by their transformers name (a model naming another keeps its stock forward)
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "swish": F.silu}
 
@@ -65,7 +67,8 @@ class Piece:
         try:
             import torch._inductor.config as inductor_config
 
-            with recompile_room(), inductor_config.patch(conv_1x1_as_mm=True), _attention_kernels(ATTENTION_PRIORITY):
+            options = {name: value for name, value in INDUCTOR_OPTIONS.items() if hasattr(inductor_config, name)}
+            with recompile_room(), inductor_config.patch(**options), _attention_kernels(ATTENTION_PRIORITY):
                 return self._compiled(*batched, *args)
         except Exception as error:
             if not from_compiler(error):  # the computation's own error (out of memory, bad inputs)
