@@ -17,16 +17,16 @@ from kvprune.models import resolve_family
 from .measure import Meter, takes_logits_to_keep
 
 GEMM_SIZE = {"cuda": 8192, "cpu": 512}  # the side of the square product timed (CPU: small, for tests)
+GEMM_RUNS = (10, 20)  # warm-up runs (the clocks ramp up), then timed runs
 
 
 def gemm_tflops(meter: Meter, dtype: torch.dtype) -> float:
-    """TFLOP/s of one (n x n) @ (n x n) product on the meter's device in ``dtype``: the median of the
-    meter's timed runs after its warm-up (at least one of each)."""
+    """TFLOP/s of one (n x n) @ (n x n) product on the meter's device in ``dtype``: the median of its timed
+    runs after the warm-up (``GEMM_RUNS``)."""
     n = GEMM_SIZE.get(meter.device.type, GEMM_SIZE["cpu"])
     generator = torch.Generator(device=meter.device).manual_seed(0)
     a, b = (torch.randn(n, n, device=meter.device, dtype=dtype, generator=generator) for _ in range(2))
-    timing = Meter(meter.device, max(meter.warmup, 1), max(meter.repeats, 3))
-    ms = timing.median_ms(lambda: torch.mm(a, b))
+    ms = Meter(meter.device, *GEMM_RUNS).median_ms(lambda: torch.mm(a, b))
     return 2 * n**3 / (ms * 1e-3) / 1e12
 
 

@@ -23,6 +23,8 @@ Flamingo 3's built the stock way before anything is queued, so that its one host
 nothing of the encoder's; a boolean mask is turned once per call into the additive one SDPA makes of
 it in every layer, in aligned rows (which SDPA's memory-efficient kernel would copy it into, again in
 every layer). Without padding no mask is passed, so SDPA takes a fused kernel (flash, cuDNN).
+The output lengths the model reads on the host after the encoder (Aero-1 cuts each chunk to its
+length, Qwen2-Audio moves them) come from the host, as for Qwen2.5-Omni (``lengths.py``).
 Uncompiled (on a CPU by default) the output is
 bit-identical to stock; compiled, fused kernels round in another order (within bf16 rounding).
 Training, another attention implementation than sdpa, an activation ``compiled.ACTIVATIONS`` lacks,
@@ -41,13 +43,15 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPooling
 
 from .compiled import ACTIVATIONS, Norm, Piece, additive_mask, layer_norm, linear, norm
+from .lengths import host_output_lengths
 from .overrides import acquire
 
 CHANGE = (
     "layers: q, k and v as views of their projections (no head-major copies), each layer one compiled function "
     "(LayerNorm, scaling, bias, GELU and residual fused around the matrix products; the number of windows dynamic) "
     "on a GPU, as are the convolution stem and the final norm; a padding mask (only where something is padded) made "
-    "additive once per call in aligned rows, Audio Flamingo 3's built before the encoder is queued"
+    "additive once per call in aligned rows, Audio Flamingo 3's built before the encoder is queued; the output lengths "
+    "the model reads after the encoder handed over from the host"
 )
 
 
@@ -195,9 +199,11 @@ def fast_forward(encoder: nn.Module, style: WhisperStyle, compile: bool | None):
 
 
 def installer(style: WhisperStyle):
-    """The install function of one Whisper-style class: its forward replaced; returns the release."""
+    """The install function of one Whisper-style class: its forward replaced, its output lengths handed over from
+    the host (``lengths.py``); returns the releases."""
 
     def install(encoder: nn.Module, compile: bool | None) -> list:
-        return [acquire(encoder, "forward", lambda module: fast_forward(module, style, compile))]
+        return [acquire(encoder, "forward", lambda module: fast_forward(module, style, compile)),
+                acquire(encoder, "_get_feat_extract_output_lengths", host_output_lengths)]
 
     return install

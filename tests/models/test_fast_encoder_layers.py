@@ -157,6 +157,20 @@ def test_whisper_style_input_of_the_wrong_length_is_refused():
         encoder(torch.zeros(1, encoder.config.num_mel_bins, 100))
 
 
+@pytest.mark.parametrize("family", ["aero", "qwen2_audio", "audioflamingo3"])
+def test_whisper_style_output_lengths_come_from_the_host_with_the_stock_values(family):
+    """The lengths the model reads after the encoder (Aero-1's cut per chunk, Qwen2-Audio's placeholder
+    check) wait for nothing there: on a GPU they were on the host before the encoder was queued."""
+    encoder = encoder_of(tiny(family), family)
+    frames = torch.tensor([128, 37, 100])
+    stock = encoder._get_feat_extract_output_lengths(frames)
+    with fast_audio_encoder(encoder):
+        assert "_get_feat_extract_output_lengths" in encoder.__dict__  # on the CPU the stock lengths are there too
+        fast = encoder._get_feat_extract_output_lengths(frames)
+    assert fast[1].device.type == "cpu" and all(torch.equal(a, b) for a, b in zip(stock, fast))
+    assert "_get_feat_extract_output_lengths" not in encoder.__dict__
+
+
 def test_every_listed_class_is_an_encoder_kind():
     assert {cls for cls, _ in ENCODERS.values()} <= set(ENCODER_KINDS)
 
