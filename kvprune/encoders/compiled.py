@@ -6,7 +6,9 @@ windows or chunks) is dynamic, so a new number of windows compiles nothing new (
 compiled on its own: torch specialises that size). Compilation happens where the caller asks
 (``fast_audio_encoder(compile=...)``: on CUDA by default), and never while gradients are recorded.
 A piece that fails to compile says so once (a warning naming the piece and the compiler's reason)
-and runs uncompiled from then on, with the same math.
+and runs uncompiled from then on, with the same math. A piece's function compiles as one graph: no
+host reads, no generator expressions (older Dynamo breaks the graph on them), integer arithmetic on
+lengths (they may be symbolic).
 
 Compiled, a piece's attention tries SDPA's kernels in ``ATTENTION_PRIORITY`` (torch ranks cuDNN's
 last), and 1x1 convolutions become matrix products (Inductor's ``conv_1x1_as_mm``). Uncompiled, it

@@ -17,7 +17,6 @@ Training or a request for hidden states or attentions keep the stock forward.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import torch
@@ -73,11 +72,11 @@ def _attention(hidden: torch.Tensor, w: BlockWeights, dists: torch.Tensor, heads
     """The block attention with its relative position bias, as ``GraniteSpeechConformerAttention`` computes it."""
     x = layer_norm(hidden, w.attention_norm)
     batch, frames, _ = x.shape
-    blocks, remainder = math.ceil(frames / context), frames % context
+    blocks, remainder = -(-frames // context), frames % context  # integer ceiling: symbolic lengths stay integers
     if remainder > 0:
         x = F.pad(x, (0, 0, 0, context - remainder))
     k, v = F.linear(x, w.kv).chunk(2, dim=-1)
-    q, k, v = (t.reshape(batch * blocks, context, heads, -1).transpose(1, 2) for t in (F.linear(x, w.q), k, v))
+    q, k, v = [t.reshape(batch * blocks, context, heads, -1).transpose(1, 2) for t in (F.linear(x, w.q), k, v)]
     bias = torch.einsum("b h c d, c r d -> b h c r", q, F.embedding(dists, w.rel_pos_emb)) * scale
     if remainder > 0:  # the padded frames of each clip's last block
         mask = torch.ones(context, context, dtype=torch.bool, device=x.device)

@@ -125,11 +125,11 @@ def conformer_block(hidden: torch.Tensor, bias: torch.Tensor, w: BlockWeights, h
                     kernel: int, activations: tuple[str, str, str]) -> torch.Tensor:
     """One conformer block as the stock one computes it (``activations``: the feed-forwards', the GLU's and
     the convolution module's; ``kernel``: the depthwise convolution's size)."""
-    act, glu_act, conv_act = (ACTIVATIONS[name] for name in activations)
+    act, glu_act, conv_act = [ACTIVATIONS[name] for name in activations]
     batch, frames, width = hidden.shape
     residual = hidden + 0.5 * _feed_forward(hidden, w.ff_in, act)
     x = layer_norm(residual, w.attention_norm)
-    q, k, v = (F.linear(x, *p).view(batch, frames, heads, -1).transpose(1, 2) for p in (w.q, w.k, w.v))
+    q, k, v = [F.linear(x, *p).view(batch, frames, heads, -1).transpose(1, 2) for p in (w.q, w.k, w.v)]
     attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scaling)
     hidden = residual + F.linear(attended.transpose(1, 2).reshape(batch, frames, -1), *w.o)
     # the convolution module, on (batch, channels, frames) as stock permutes it

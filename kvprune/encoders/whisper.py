@@ -100,7 +100,7 @@ def encoder_layer(hidden: torch.Tensor, mask: torch.Tensor | None, w: LayerWeigh
     batch, frames, width = hidden.shape
     x = layer_norm(hidden, w.attention_norm)
     q = (F.linear(x, *w.q) * scaling).view(batch, frames, heads, -1).transpose(1, 2)
-    k, v = (F.linear(x, *p).view(batch, frames, heads, -1).transpose(1, 2) for p in (w.k, w.v))
+    k, v = [F.linear(x, *p).view(batch, frames, heads, -1).transpose(1, 2) for p in (w.k, w.v)]
     attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0)
     hidden = hidden + F.linear(attended.transpose(1, 2).reshape(batch, frames, width), *w.out)
     x = layer_norm(hidden, w.final_norm)
