@@ -80,6 +80,10 @@ class Piece:
                           f"on (same math, less fused): {self.failed}", RuntimeWarning, stacklevel=2)
             return self._plain(*batched, *args)
 
+    def reset(self) -> None:
+        """Forget a compilation failure: the next compiled call tries again (after a setting changed)."""
+        self.failed = None
+
     def _plain(self, *args):
         with ExitStack() as stack:
             if self.eager_attention is not None:

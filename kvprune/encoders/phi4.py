@@ -149,6 +149,7 @@ BLOCK = Piece(conformer_block, "conformer block")
 
 
 def takes_fast_path(encoder: nn.Module, kwargs: dict) -> bool:
+    """Whether a call computes what the fast forward computes: inference, sdpa, activations it knows."""
     config = encoder.config
     return (
         not encoder.training
@@ -169,8 +170,8 @@ def fast_forward(encoder: nn.Module, compile: bool | None):
         config = encoder.config
         hidden_states, hs_mask, mask = encoder.forward_embeddings(encoder.encoder_embedding(hidden_states), mask)
         batch, frames, _ = hidden_states.shape
-        pad = -frames % CHUNK if frames > CHUNK else 0
         if frames > CHUNK:  # cut into chunks of CHUNK frames, the last one padded, as stock does
+            pad = -frames % CHUNK
             hidden_states = F.pad(hidden_states, (0, 0, 0, pad))
             hidden_states = hidden_states.reshape(batch, -1, CHUNK, hidden_states.shape[-1]).flatten(0, 1)
             chunk_masks = None

@@ -303,15 +303,17 @@ def test_bench_encoders_script_records_a_failure_and_goes_on(tmp_path, one_threa
     script = load_script("bench_encoders", monkeypatch)
     compare = script.compare
 
-    def failing_for_phi4(module, inputs, meter):
+    def failing_for_phi4(module, inputs, meter, compile):
         if type(module).__name__ == "Phi4MultimodalAudioModel":
             raise torch.OutOfMemoryError("CUDA out of memory (forged)")
-        return compare(module, inputs, meter)
+        return compare(module, inputs, meter, compile)
 
     monkeypatch.setattr(script, "compare", failing_for_phi4)
     script.main(["--tiny", "--out", str(tmp_path), "--seconds", "5", "--warmup", "0", "--repeats", "1",
-                 "--encoders", "phi4-mm,aero-1-audio-1.5b"])
+                 "--encoders", "phi4-mm,aero-1-audio-1.5b", "--variants", "fast,eager"])
     with open(tmp_path / "encoders.csv") as file:
-        rows = {r["encoder"]: r for r in csv.DictReader(file)}
-    assert rows["phi4-mm"]["error"] == "OutOfMemoryError: CUDA out of memory (forged)"
-    assert not rows["aero-1-audio-1.5b"]["error"] and rows["aero-1-audio-1.5b"]["bit_identical"] == "True"
+        rows = {(r["encoder"], r["variant"]): r for r in csv.DictReader(file)}
+    assert list(rows) == [(e, v) for v in ("fast", "eager") for e in ("phi4-mm", "aero-1-audio-1.5b")]
+    assert all(rows["phi4-mm", v]["error"] == "OutOfMemoryError: CUDA out of memory (forged)" for v in ("fast", "eager"))
+    assert all(not rows["aero-1-audio-1.5b", v]["error"] and rows["aero-1-audio-1.5b", v]["bit_identical"] == "True"
+               for v in ("fast", "eager"))
