@@ -250,7 +250,7 @@ def _targets_table(rows: pd.DataFrame) -> str:
     if not found:
         return ""
     columns = {name: _column(name, str) for name in ("target", "measured", "bound", "met")}
-    return ("Targets (the family's, set for 5 min of audio, ``compare.TARGETS``; ratios against the stock rows above):\n\n"
+    return ("Targets (the family's, set for 5 min of audio, `compare.TARGETS`; ratios against the stock rows above):\n\n"
             + _table(pd.DataFrame(found), columns))
 
 

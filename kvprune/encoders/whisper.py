@@ -25,8 +25,8 @@ it in every layer, in aligned rows (which SDPA's memory-efficient kernel would c
 every layer). Without padding no mask is passed, so SDPA takes a fused kernel (flash, cuDNN).
 The output lengths the model reads on the host after the encoder (Aero-1 cuts each chunk to its
 length, Qwen2-Audio moves them) come from the host, as for Qwen2.5-Omni (``lengths.py``).
-Uncompiled (on a CPU by default) the output is
-bit-identical to stock; compiled, fused kernels round in another order (within bf16 rounding).
+Uncompiled (on a CPU by default) the output is bit-identical to stock; compiled, fused kernels round
+in another order (within bf16 rounding).
 Training, another attention implementation than sdpa, an activation ``compiled.ACTIVATIONS`` lacks,
 or a request for hidden states or attentions take the stock forward.
 """
