@@ -13,8 +13,8 @@ which absorb compilation), each alone (CUDA events on a GPU). A row gives the me
 the largest |stock - fast| and the largest relative difference (over the largest |stock|), whether
 the outputs are bit-identical, the FLOPs, each path's achieved TFLOP/s, and the fast path's time over
 its floor (its FLOPs at the measured GEMM rate); a time below its floor is flagged (a measurement
-bug). Each fast path that compiles is timed once per variant of SDPA's kernel order (``--variants``:
-kvprune's, cuDNN first; flash first) and once uncompiled, all encoders of one variant together.
+bug). Each fast path that compiles is timed as kvprune runs it, uncompiled, and with SDPA's cuDNN
+kernel first (``--variants``; torch ranks it last), all encoders of one variant together.
 
 Every measurement is its own try: a failure becomes an error row and the run goes on; rows are
 written as they come (encoders.csv, encoders.md), and a measurement is not started after
@@ -88,7 +88,7 @@ ENCODERS = (
 @dataclass(frozen=True)
 class Variant:
     """How the fast path runs: ``compile`` as ``fast_audio_encoder`` takes it (None: on CUDA), and SDPA's kernel
-    order for a compiled piece (None: kvprune's, ``compiled.ATTENTION_PRIORITY``)."""
+    order for a compiled piece (None: kvprune's, ``compiled.ATTENTION_PRIORITY``, itself None: torch's)."""
 
     compile: bool | None = None
     priority: tuple[str, ...] | None = None
@@ -97,7 +97,7 @@ class Variant:
 VARIANTS = {  # in the order they run (the last is the first left out of a short budget)
     "fast": Variant(),  # what fast_audio_encoder does by default
     "eager": Variant(compile=False),  # the same functions uncompiled: what the compilation adds
-    "flash": Variant(priority=("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")),
+    "cudnn": Variant(priority=("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")),
 }
 SHOWN = ["encoder", "seconds", "variant", "stock_ms", "fast_ms", "speedup", "max_rel_diff", "bit_identical", "tflop",
          "stock_tflops", "fast_tflops", "gemm_tflops", "fast_vs_floor", "below_floor", "error"]

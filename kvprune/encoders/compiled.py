@@ -10,9 +10,11 @@ and runs uncompiled from then on, with the same math. A piece's function compile
 host reads, no generator expressions (older Dynamo breaks the graph on them), integer arithmetic on
 lengths (they may be symbolic).
 
-Compiled, a piece's attention tries SDPA's kernels in ``ATTENTION_PRIORITY`` (torch ranks cuDNN's
-last), and 1x1 convolutions become matrix products (Inductor's ``conv_1x1_as_mm``). Uncompiled, it
-runs exactly the stock operations (with ``eager_attention``: the SDPA kernel the stock code forces).
+Compiled, a piece's attention takes SDPA's kernels in torch's order (flash, memory-efficient, math,
+cuDNN) unless ``ATTENTION_PRIORITY`` names another (``scripts/bench_encoders.py`` times cuDNN first
+beside it), and 1x1 convolutions become matrix products (Inductor's ``conv_1x1_as_mm``).
+Uncompiled, a piece runs exactly the stock operations (with ``eager_attention``: the SDPA kernel
+the stock code forces).
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import torch.nn.functional as F
 
 from ..compiling import from_compiler, reason, recompile_room
 
-#: SDPA's kernels in the order a compiled piece tries them (each where it supports the inputs)
-ATTENTION_PRIORITY = ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+#: SDPA's kernels in the order a compiled piece tries them (each where it supports the inputs); None: torch's
+ATTENTION_PRIORITY: tuple[str, ...] | None = None
 BIAS_ALIGNMENT = 16  # entries: SDPA's memory-efficient kernel copies, in every call, a bias whose rows are not so aligned
 #: Inductor's options while a piece compiles (those a torch version lacks are left out)
 INDUCTOR_OPTIONS = {"conv_1x1_as_mm": True}
@@ -70,7 +72,9 @@ class Piece:
             import torch._inductor.config as inductor_config
 
             options = {name: value for name, value in INDUCTOR_OPTIONS.items() if hasattr(inductor_config, name)}
-            with recompile_room(), inductor_config.patch(**options), _attention_kernels(ATTENTION_PRIORITY):
+            with recompile_room(), inductor_config.patch(**options), ExitStack() as stack:
+                if ATTENTION_PRIORITY is not None:
+                    stack.enter_context(_attention_kernels(ATTENTION_PRIORITY))
                 return self._compiled(*batched, *args)
         except Exception as error:
             if not from_compiler(error):  # the computation's own error (out of memory, bad inputs)
