@@ -28,6 +28,7 @@ class EncoderKind:
 ENCODER_KINDS: dict[str, EncoderKind] = {
     "Qwen2_5OmniAudioEncoder": EncoderKind(omni.install, omni.CHANGE),
     "Phi4MultimodalAudioModel": EncoderKind(phi4.install, phi4.CHANGE),
+    "Phi4MultimodalAudioEmbedding": EncoderKind(phi4.install_sizes, phi4.SIZES_CHANGE),  # the module around it
     "GraniteSpeechCTCEncoder": EncoderKind(granite.install, granite.CHANGE),
     # one Whisper-style forward, each class's differences declared in whisper.STYLES
     **{name: EncoderKind(whisper.installer(style), whisper.CHANGE) for name, style in whisper.STYLES.items()},

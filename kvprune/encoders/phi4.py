@@ -20,9 +20,10 @@ rows already padded (so no layer copies it), for one chunk broadcast over the ot
 is padded (every chunk's mask is then the same); and runs each block as one function of its weights,
 compiled on a GPU (``compiled.Piece``: the elementwise work fused around the matrix products and
 convolutions, 1x1 convolutions as matrix products). Uncompiled (on a CPU by default) the output is
-bit-identical to stock; compiled, within bf16 rounding. Training (which draws random chunk starts),
-invalid chunk settings, another attention implementation than sdpa or an activation
-``compiled.ACTIVATIONS`` lacks keep the stock methods.
+bit-identical to stock; compiled, within bf16 rounding. Around the encoder, the audio embedding reads
+each clip's token count to the host before the encoder runs instead of after (``host_embed_sizes``).
+Training (which draws random chunk starts), invalid chunk settings, another attention implementation
+than sdpa or an activation ``compiled.ACTIVATIONS`` lacks keep the stock methods.
 """
 
 from __future__ import annotations
@@ -192,6 +193,30 @@ def fast_forward(encoder: nn.Module, compile: bool | None):
         return hidden_states
 
     return forward
+
+
+SIZES_CHANGE = "each clip's token count read to the host before the encoder (stock: after it, one read per clip)"
+
+
+def host_embed_sizes(embedding: nn.Module):
+    """The forward of one ``Phi4MultimodalAudioEmbedding`` with ``audio_embed_sizes`` on the host. The stock
+    forward cuts each clip's embeddings to its size after the encoder, reading the size on the host: on a
+    GPU each read waits for the whole encoder, so the host reaches the decoder layers with nothing queued
+    ahead (as the Whisper-style and Omni output lengths did, ``lengths.py``). The same sizes, read first."""
+    stock = embedding.forward
+
+    def forward(*args, audio_embed_sizes=None, **kwargs):
+        if isinstance(audio_embed_sizes, torch.Tensor):
+            audio_embed_sizes = audio_embed_sizes.cpu()
+        return stock(*args, audio_embed_sizes=audio_embed_sizes, **kwargs)
+
+    return forward
+
+
+def install_sizes(embedding: nn.Module, compile: bool | None = None) -> list:
+    """Read the clip sizes of one ``Phi4MultimodalAudioEmbedding`` to the host first; returns the release
+    (nothing of it is compiled)."""
+    return [acquire(embedding, "forward", host_embed_sizes)]
 
 
 def install(encoder: nn.Module, compile: bool | None = None) -> list:

@@ -209,6 +209,31 @@ def test_phi4_training_mode_keeps_the_stock_mask(monkeypatch):
     assert built == [10]
 
 
+class DeviceSizes(torch.Tensor):
+    """Clip sizes that record being read to the host (``.cpu()``), as they would be from a GPU."""
+
+    moved: list = []
+
+    def cpu(self, *args, **kwargs):
+        DeviceSizes.moved.append(self.tolist())
+        return self.as_subclass(torch.Tensor)
+
+
+def test_phi4_clip_sizes_are_read_to_the_host_before_the_audio_embedding_runs():
+    """Stock cuts each clip's embeddings to its size after the encoder, a host read that waits for the whole
+    encoder on a GPU; the fast path hands the sizes over from the host first, with the same outputs."""
+    tiny = model("phi4_multimodal", "sdpa")
+    inputs = FAMILIES["phi4_multimodal"].inputs(MODEL_ROWS["phi4_multimodal"], seed=3)
+    with torch.no_grad():
+        stock = tiny(**inputs).logits
+        DeviceSizes.moved = []
+        with fast_audio_encoder(tiny) as fast:
+            fast_logits = tiny(**dict(inputs, audio_embed_sizes=inputs["audio_embed_sizes"].as_subclass(DeviceSizes))).logits
+    assert DeviceSizes.moved == [inputs["audio_embed_sizes"].tolist()]
+    assert torch.equal(stock, fast_logits)
+    assert any("(Phi4MultimodalAudioEmbedding): each clip's token count read to the host" in c for c in fast.changes)
+
+
 # -- whole models under a press ----------------------------------------------------------------------
 MODEL_ROWS = {
     "qwen2_5_omni": [[("text", 3), ("audio", 12), ("text", 4)], [("text", 2), ("audio", 7), ("text", 5), ("audio", 5), ("text", 2)]],

@@ -94,8 +94,8 @@ def test_bit_identical_and_no_stock_layer_runs(family, dtype, clips, one_thread)
             with fast_audio_encoder(model) if variant == "fast" else contextlib.nullcontext() as fast:
                 logits = model(**batch).logits
         runs[variant] = logits, seen
-        if fast is not None:
-            assert len(fast.changes) == 1 and fast.unchanged == ()
+        if fast is not None:  # Phi-4's audio embedding around its encoder too
+            assert len(fast.changes) == (2 if family == "phi4_multimodal" else 1) and fast.unchanged == ()
     (stock_logits, stock), (fast_logits, fast) = runs["stock"], runs["fast"]
     assert stock["layers"] == stock_layers(model, family) > 0
     assert fast["layers"] == 0
