@@ -100,7 +100,7 @@ VARIANTS = {  # in the order they run (the last is the first left out of a short
     "cudnn": Variant(priority=("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")),
 }
 SHOWN = ["encoder", "seconds", "variant", "stock_ms", "fast_ms", "speedup", "max_rel_diff", "bit_identical", "tflop",
-         "stock_tflops", "fast_tflops", "gemm_tflops", "fast_vs_floor", "below_floor", "error"]
+         "stock_tflops", "fast_tflops", "gemm_tflops", "fast_vs_floor", "below_floor", "uncompiled", "error"]
 
 
 def build(encoder: Encoder, tiny: bool, device, dtype, attn: str):
@@ -146,7 +146,7 @@ def compare(module: nn.Module, inputs: dict, meter: Meter, compile: bool | None 
                 times[variant].append(ms)
     stock_ms, fast_ms = statistics.median(times["stock"]), statistics.median(times["fast"])
     difference = float((stock.float() - fast.float()).abs().max())
-    failed = [piece.what for piece in _pieces() if piece.failed]
+    failed = [f"{piece.what}: {piece.failed}" for piece in _pieces(type(module).__name__) if piece.failed]
     return dict(
         output_frames=stock.shape[:-1].numel(),
         stock_ms=round(stock_ms, 3),
@@ -155,15 +155,18 @@ def compare(module: nn.Module, inputs: dict, meter: Meter, compile: bool | None 
         max_abs_diff=difference,
         max_rel_diff=difference / max(float(stock.float().abs().max()), 1e-30),
         bit_identical=torch.equal(stock, fast),
-        uncompiled=", ".join(failed) or "",
+        uncompiled="; ".join(failed),
         changes="; ".join(fast_path.changes) or "none: " + "; ".join(fast_path.unchanged),
     )
 
 
-def _pieces() -> list:
+def _pieces(encoder_class: str | None = None) -> list:
+    """The compiled pieces an encoder class runs (None: every class's)."""
     from kvprune.encoders import granite, phi4, whisper
 
-    return [whisper.STEM, whisper.LAYER, whisper.TAIL, phi4.BLOCK, granite.BLOCK]
+    pieces = {"Phi4MultimodalAudioModel": [phi4.BLOCK], "GraniteSpeechCTCEncoder": [granite.BLOCK],
+              **{name: [whisper.STEM, whisper.LAYER, whisper.TAIL] for name in whisper.STYLES}}
+    return pieces.get(encoder_class, []) if encoder_class else list(dict.fromkeys(p for own in pieces.values() for p in own))
 
 
 def with_roofline(row: dict, flops: int, gemm: float) -> dict:
