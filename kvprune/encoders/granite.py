@@ -10,7 +10,8 @@ residual addition a pass of its own.
 The fast path runs each block as one function of its weights, the same operations in the same
 order, compiled on a GPU (``compiled.Piece``: the elementwise work fused around the matrix products
 and convolutions, 1x1 convolutions as matrix products, and the attention on SDPA's fused kernels,
-which take the bias as it is: bf16 scores, float32 accumulation). Uncompiled (on a CPU by default)
+which take the bias as it is: bf16 scores, float32 accumulation), the bias written into the aligned
+rows SDPA's memory-efficient kernel would otherwise copy it into. Uncompiled (on a CPU by default)
 it keeps the math kernel and the output is bit-identical to stock; compiled, within bf16 rounding.
 Training or a request for hidden states or attentions keep the stock forward.
 """
@@ -24,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-from .compiled import Norm, Piece, layer_norm, linear, norm, normed_linears
+from .compiled import BIAS_ALIGNMENT, Norm, Piece, layer_norm, linear, norm, normed_linears
 from .overrides import acquire
 
 CHANGE = (
@@ -78,6 +79,7 @@ def _attention(hidden: torch.Tensor, w: BlockWeights, dists: torch.Tensor, heads
     k, v = F.linear(x, w.kv).chunk(2, dim=-1)
     q, k, v = [t.reshape(batch * blocks, context, heads, -1).transpose(1, 2) for t in (F.linear(x, w.q), k, v)]
     bias = torch.einsum("b h c d, c r d -> b h c r", q, F.embedding(dists, w.rel_pos_emb)) * scale
+    bias = F.pad(bias, (0, -context % BIAS_ALIGNMENT))[..., :context]  # in aligned rows, which SDPA would copy it into
     if remainder > 0:  # the padded frames of each clip's last block
         mask = torch.ones(context, context, dtype=torch.bool, device=x.device)
         mask[:remainder, :remainder] = False
