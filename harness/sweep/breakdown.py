@@ -142,13 +142,14 @@ def suite_levels(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.D
     return pd.DataFrame(rows)
 
 
-def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) -> list[str]:
-    """The report's sections for one model: each task's notes, then per task and field a table of
-    the primary score per value (rows) and run (columns), then the suites' aggregates."""
+def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str, judge: str | None = None) -> list[str]:
+    """The report's sections for one model: each task's notes (``task_note``: as the sweep's
+    ``judge`` graded it), then per task and field a table of the primary score per value (rows) and
+    run (columns), then the suites' aggregates."""
     parts = []
     for name, task in sorted(tasks.items()):
-        if task.notes:
-            parts.append(f"**{name}**: {task.notes.strip()}\n")
+        if note := task_note(task, judge):
+            parts.append(f"**{name}**: {note}\n")
     if table.empty:
         return parts
     table = table[table["model"] == model]
@@ -166,6 +167,16 @@ def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) 
         metrics = [c for c in rows.columns if c not in _NOT_METRICS and rows[c].notna().any()]
         parts.append(f"#### {suite}: {name} over its tasks\n\n" + _suite_table(rows, metrics))
     return parts
+
+
+def task_note(task: Task, judge: str | None) -> str:
+    """What a reader of the task's results must know: its notes, which for a task with a refine step
+    say what scoring without the judge means; when the sweep had a judge, that the judge ran it."""
+    if task.refine and judge:
+        return (f"graded with --judge {judge}: as in {task.benchmark or 'the benchmark'}'s official pipeline, the judge "
+                "rewrites each reply of a task the refine step covers before it is scored; a reply it could not refine is "
+                "an error row, never scored as it was.")
+    return task.notes.strip()
 
 
 _NOT_METRICS = {"model", "task", "method", "ratio", "layer", "method_id", "settings_id", "field", "value", "samples", "metric",

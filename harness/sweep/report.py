@@ -25,10 +25,10 @@ from .config import BASELINE
 from .held import other_runs, other_runs_banner
 from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
 from .identity import SweepPlan, read_plan
-from .judging import judge_section
+from .judging import judge_section, judge_spec
 from .plots import plot_summary, slug
 from .store import read_rows, read_runs, recorded_tasks
-from .summary import direction, failures, select_results, summarize, task_averages
+from .summary import direction, failure_effect, failures, select_results, summarize, task_averages
 
 
 @dataclass
@@ -39,6 +39,7 @@ class Outputs:
     results: pd.DataFrame
     summary: pd.DataFrame
     others: pd.DataFrame | None  # the folder's runs the summary leaves out (None: it covers everything)
+    tasks: dict  # the tasks as the sweep ran them (``recorded_tasks``)
 
 
 def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -> Outputs:
@@ -60,7 +61,7 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
     plan = None if everything else recorded_plan
     others = other_runs(out_dir, rows, plan) if plan is not None else None
     written.append(write_report(summary, out_dir, results, breakdown, plan, others))
-    return Outputs([p for p in written if p.exists()], results, summary, others)
+    return Outputs([p for p in written if p.exists()], results, summary, others, tasks)
 
 
 def _number(digits: int) -> Callable:
@@ -122,13 +123,14 @@ def _provenance(out_dir: Path) -> str:
     return "## Where it ran\n\nEach start or resume of a model:\n\n" + "\n".join(lines) + "\n"
 
 
-def failure_banner(results: pd.DataFrame) -> str:
-    """A warning block listing failed runs by kind, or nothing when every run succeeded."""
+def failure_banner(results: pd.DataFrame, tasks: dict | None = None) -> str:
+    """A warning block listing failed runs by kind and saying what the scores make of them (by each
+    task's primary metric), or nothing when every run succeeded."""
     failed, total, kinds = failures(results)
     if not failed:
         return ""
     listed = "\n".join(f"> - {count} × {example}" for count, example in kinds)
-    return (f"> **Warning: {failed} of {total} runs failed.** Each counts as a wrong answer in the scores below. "
+    return (f"> **Warning: {failed} of {total} runs failed.** {failure_effect(results, tasks)} "
             "The `error` field of results.jsonl has every message; rerunning the sweep with `--retry-errors` reruns them.\n>\n"
             f"{listed}\n")
 
@@ -181,9 +183,10 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
     ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections);
     returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n"]
+    tasks = recorded_tasks(out_dir)
     if results is not None:
         planned = (other_runs_banner(out_dir, others), incomplete_banner(plan, results)) if plan is not None else ()
-        banners = (*planned, failure_banner(results), long_audio_banner(results))
+        banners = (*planned, failure_banner(results, tasks), long_audio_banner(results))
         parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), batching_section(summary, results, out_dir),
               _provenance(out_dir), judge_section(out_dir),
@@ -192,7 +195,6 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
               "that compiled left out; the prefill speedup is the unpruned run's median prefill time over this run's; "
               "the KV cache held is measured right after prefill (a static cache's room for new tokens left out), and "
               "the share saved is against the unpruned run's.\n"]
-    tasks = recorded_tasks(out_dir) if breakdown is not None else {}
     for model, frame in summary.groupby("model"):
         parts.append(f"### {model}\n")
         parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n"
@@ -206,7 +208,8 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
             metric = rows["metric"].iloc[0] + ("" if rows["higher_is_better"].iloc[0] else f", {direction(False)}")
             parts.append(f"#### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
         if breakdown is not None:
-            parts += report_sections(breakdown, {name: t for name, t in tasks.items() if name in set(frame["task"])}, model)
+            ran = {name: t for name, t in tasks.items() if name in set(frame["task"])}
+            parts += report_sections(breakdown, ran, model, judge_spec(out_dir))
     path = out_dir / "report.md"
     path.write_text("\n".join(p for p in parts if p))
     return path

@@ -40,9 +40,9 @@ from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .execute import Executor
-from .judging import record_judge, sweep_judge
+from .judging import record_judge, sweep_judge, unreachable
 from .plan import PlannedRun, PlannedSample, model_path, plan_sweep, runs_of, tasks_by_model
-from .rescore import rescore
+from .rescore import regrade_judge_failures, rescore
 from .samples import Pass, SampleRunner
 from .store import ENGINE_RECORD, TIMING_PASS, ResultStore, append_run, run_key
 
@@ -102,6 +102,8 @@ class SweepRunner:
                 self.judge = sweep_judge(self.config.judge, out)
                 self._tidy(folder)
                 todo = sum(self._run_model(model_name) for model_name in self.config.models)
+                if unreachable(self.judge):
+                    folder.notes.append(unreachable(self.judge))
                 if not todo:
                     folder.notes.append(f"nothing left to run: every run this sweep asks for has a result in {out} "
                                         "already (--retry-errors reruns the failed ones); the outputs are written again "
@@ -130,6 +132,12 @@ class SweepRunner:
             folder.notes.append(f"scored {rows} stored result(s) of {samples} sample(s) again from their stored outputs: "
                                 "their answers or metadata changed, their prompt and audio did not (nothing was generated "
                                 "again for them).")
+        if self.config.retry_errors and self.judge is not None:
+            tried, graded = regrade_judge_failures(self.store, self.plan, list(tasks.values()), self._samples, self.judge)
+            if tried:
+                folder.record(self.plan, self._digests)
+                folder.notes.append(f"--retry-errors: graded {graded} of the {tried} stored output(s) whose grading the "
+                                    "judge had failed again with it (nothing was generated again for them).")
 
     def _check_methods(self) -> None:
         """Every method at every ratio against each model's skeleton (its modules on the meta device:

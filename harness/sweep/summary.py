@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..tasks.metrics import METRICS, NO_ANSWER
 from ..tasks.task import Task, get_task
 from .config import BASELINE
 from .identity import SweepPlan, read_plan
@@ -246,6 +247,26 @@ def failures(results: pd.DataFrame) -> tuple[int, int, list[tuple[int, str]]]:
         example = messages.iloc[0]
         kinds.append((len(messages), example if len(example) <= 200 else example[:199] + "…"))
     return len(errors), len(results), sorted(kinds, key=lambda kind: -kind[0])
+
+
+def failure_effect(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> str:
+    """One sentence on what the scores make of the failed runs, by the primary metric of each task
+    that has some (``Metric.no_answer``): counted as wrong answers, or left out as the benchmark's
+    scorer leaves out a question without an answer; '' when no run failed."""
+    scoring, _ = scoring_passes(results)
+    failed = scoring.loc[scoring["error"].notna(), "task"].unique() if "error" in scoring else []
+    by_rule: dict[str, list[str]] = {}
+    for name in sorted(failed):
+        task = (tasks or {}).get(name) or get_task(name)
+        by_rule.setdefault(METRICS.get(task.primary_metric).no_answer, []).append(name)
+    if not by_rule:
+        return ""
+    if len(by_rule) == 1:
+        rule = next(iter(by_rule))
+        return f"Each {NO_ANSWER[rule]}" + (" (a score of — means that no run answered)." if rule == "skipped" else ".")
+    parts = [f"in {', '.join(names)} {'it' if i else 'a failed run'} {NO_ANSWER[rule]}"
+             for i, (rule, names) in enumerate(sorted(by_rule.items(), reverse=True))]  # "wrong" first
+    return "; ".join(parts).capitalize() + "."
 
 
 def task_average(summary: pd.DataFrame) -> pd.DataFrame:

@@ -253,7 +253,9 @@ def load_task_file(path: Path | str) -> Task:
     - ``name`` (default: the file name), ``title``, ``abbreviation``; ``data_dir``: the task's folder
       under the data root; ``benchmark``: the benchmark it belongs to; ``data_layout``: ``official``
       (the benchmark's published layout), ``provisional`` (ours, until one is published) or
-      ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
+      ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md; a task with
+      a ``refine`` step notes what scoring without the judge means, and the report of a sweep with
+      ``--judge`` says instead that the judge ran it);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
     - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``,
       ``caption`` (what stands for the audio in a prompt without it) and ``transcription`` (the model's
