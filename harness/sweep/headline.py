@@ -104,8 +104,9 @@ def _any_noise(summary: pd.DataFrame) -> bool:
 
 
 def noise_share(summary: pd.DataFrame) -> float:
-    """The fraction of pruned runs whose prefill speedup is within the timing noise."""
-    pruned = summary[summary["method"] != BASELINE]
+    """The fraction of pruned runs with a prefill speedup whose speedup is within the timing noise
+    (NaN when none has one: nothing was timed)."""
+    pruned = summary[(summary["method"] != BASELINE) & summary["prefill_speedup"].notna()]  # those with a speedup
     if "prefill_within_noise" not in pruned or not len(pruned):
         return math.nan
     return float(pruned["prefill_within_noise"].eq(True).mean())

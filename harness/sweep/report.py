@@ -60,7 +60,7 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
         written += plot_summary(summary, out_dir) + plot_duration(breakdown, out_dir) + plot_radar(summary, out_dir, tasks)
     plan = None if everything else recorded_plan
     others = other_runs(out_dir, rows, plan) if plan is not None else None
-    written.append(write_report(summary, out_dir, results, breakdown, plan, others))
+    written.append(write_report(summary, out_dir, results, breakdown, plan, others, figures_drawn=plots))
     return Outputs([p for p in written if p.exists()], results, summary, others, tasks)
 
 
@@ -178,10 +178,11 @@ def timing_note(summary: pd.DataFrame) -> str:
 
 def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None,
                  breakdown: pd.DataFrame | None = None, plan: SweepPlan | None = None,
-                 others: pd.DataFrame | None = None) -> Path:
+                 others: pd.DataFrame | None = None, figures_drawn: bool = True) -> Path:
     """Write ``report.md`` next to the results (with ``results``, the banners, and with the folder's
-    ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections);
-    returns its path."""
+    ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections),
+    linking the figures the folder holds (``figures_drawn``: whether they were drawn from these
+    results just before; if not, the report says they are as last drawn); returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n"]
     tasks = recorded_tasks(out_dir)
     if results is not None:
@@ -197,10 +198,7 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
               "the share saved is against the unpruned run's.\n"]
     for model, frame in summary.groupby("model"):
         parts.append(f"### {model}\n")
-        parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n"
-                     f"![KV saved]({slug(model)}_kv_saved.png)\n")
-        parts += [f"![{path.stem}]({path.name})\n" for path in sorted(out_dir.glob(f"{slug(model)}_*radar.png"))
-                  + sorted(out_dir.glob(f"{slug(model)}_*_duration.png"))]
+        parts += _figures(out_dir, model, figures_drawn)
         if frame["task"].nunique() > 1:
             for title, rows in task_averages(frame):
                 parts.append(f"#### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
@@ -213,6 +211,23 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
     path = out_dir / "report.md"
     path.write_text("\n".join(p for p in parts if p))
     return path
+
+
+FIGURES = (("score vs ratio", "score_vs_ratio"), ("score vs prefill", "score_vs_prefill"), ("KV saved", "kv_saved"))
+
+
+def _figures(out_dir: Path, model: str, drawn: bool) -> list[str]:
+    """Links to the model's figures that exist (none after ``--no-plots`` on a new folder), with a
+    word when they were not drawn from these results (``kvprune plot`` draws them again)."""
+    stem = slug(model)
+    paths = [(title, out_dir / f"{stem}_{name}.png") for title, name in FIGURES]
+    paths += [(path.stem, path) for path in sorted(out_dir.glob(f"{stem}_*radar.png")) + sorted(out_dir.glob(f"{stem}_*_duration.png"))]
+    links = [f"![{title}]({path.name})" for title, path in paths if path.is_file()]
+    if not links:
+        return []
+    stale = "" if drawn else (f"Figures as they were last drawn, not from this report's run: `kvprune plot {out_dir}` draws "
+                              "them again from these results.\n\n")
+    return [stale + "\n".join(links) + "\n"]
 
 
 def _ordered(frame: pd.DataFrame) -> pd.DataFrame:

@@ -36,6 +36,8 @@ MIB = 2**20
 AUDIO_FIELDS = ["audio_seconds", "audio_tokens", "kept_tokens"]
 MIN_PAIRS = 3  # timed samples a speedup needs before it can stand out of the noise
 TIMING_SUBSET = "timing subset"
+EVERY_SAMPLE = "every sample"
+NOT_TIMED = "none"  # a batched or sharing scoring pass and no timing subset (--timing-samples 0)
 
 
 def summarize_folder(out_dir: Path | str, everything: bool = False) -> pd.DataFrame:
@@ -86,8 +88,8 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             audio_seconds=scoring["audio_seconds"].mean(),
             audio_tokens=scoring["audio_tokens"].mean(),
             kept_tokens=scoring["kept_tokens"].mean(),
-            timed_samples=len(timed),
-            timing_source=TIMING_SUBSET if len(timing) else "every sample",
+            timed_samples=int(timed["prefill_s"].notna().sum()),
+            timing_source=_timing_source(scoring, timing),
             prefill_ms_mean=timed["prefill_s"].mean() * MS,
             prefill_ms_median=timed["prefill_s"].median() * MS,
             decode_ms_mean=timed["decode_s"].mean() * MS,
@@ -106,6 +108,14 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     summary = _against_baseline(summary)
     summary = summary.merge(timing_spread(results), on=["model", "task", "method_id", "settings_id", "ratio"], how="left")
     return distinguish_labels(summary)
+
+
+def _timing_source(scoring: pd.DataFrame, timing: pd.DataFrame) -> str:
+    """Where a group's timings come from: the timing subset, every sample (the scoring pass timed
+    each), or nowhere (no row holds a per-sample prefill time)."""
+    if len(timing):
+        return TIMING_SUBSET
+    return EVERY_SAMPLE if "prefill_s" in scoring and scoring["prefill_s"].notna().any() else NOT_TIMED
 
 
 def scoring_passes(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

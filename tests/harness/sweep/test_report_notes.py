@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from kvprune.harness.cli import main
 from kvprune.harness.sweep.breakdown import task_note
 from kvprune.harness.sweep.report import failure_banner
 from kvprune.harness.sweep.summary import failure_effect
@@ -70,3 +71,26 @@ def test_the_refine_note_says_whether_the_judge_ran_it():
     with_judge = task_note(task, "openai:http://127.0.0.1:8000/v1@judge")
     assert "Without --judge" not in with_judge and "graded with --judge openai:http://127.0.0.1:8000/v1@judge" in with_judge
     assert task_note(get_task("mmau"), "openai:http://127.0.0.1:8000/v1@judge") == get_task("mmau").notes.strip()
+
+
+def demo_sweep(out, *extra) -> list[str]:
+    return ["sweep", "--tasks", "demo_pitch", "--methods", "frame", "--ratios", "0.5", "--limit", "3", "--out", str(out),
+            "--device", "cpu", "--quiet", "--max-new-tokens", "2", *extra]
+
+
+def test_no_timing_subset_and_no_figures_say_so(tmp_path):
+    """``--timing-samples 0`` beside the shared scoring pass times nothing: the report says so (not
+    "every sample", no share of speedups within the noise); ``--no-plots`` links no figure."""
+    out = tmp_path / "out"
+    assert main(demo_sweep(out, "--timing-samples", "0", "--no-plots")) == 0
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["prefill_ms_median"].isna().all() and set(summary["timing_source"]) == {"none"}
+    assert (summary["timed_samples"] == 0).all()
+    report = (out / "report.md").read_text()
+    assert "- Timings: none. `--timing-samples 0` asked for no timing subset" in report
+    assert "every sample" not in report and "timing noise" not in report
+    assert ".png" not in report and not list(out.glob("*.png"))
+
+    assert main(["plot", str(out)]) == 0 and main(["report", str(out)]) == 0  # figures drawn apart: linked, said so
+    report = (out / "report.md").read_text()
+    assert "![score vs ratio](demo_score_vs_ratio.png)" in report and "as they were last drawn" in report
