@@ -39,7 +39,10 @@ FENSE_DIR_VARIABLE = "KVPRUNE_FENSE_DIR"
 
 
 def entries_and_replies(rows: list[dict]) -> tuple[list[dict], list[str | None]]:
-    """The rows' official entries and parsed replies, in order."""
+    """The rows' official entries and parsed replies, in order; a row without an entry (an item that
+    could not be read, written before such rows kept theirs) has no reply either, and is left out as
+    the evaluator leaves out an entry without a reply."""
+    rows = [r for r in rows if isinstance(meta(r).get("entry"), dict)]
     return [meta(r)["entry"] for r in rows], [parsed_of(r) for r in rows]
 
 

@@ -1,0 +1,44 @@
+"""Sweeps that show videos, as a new user runs them: a missing media file is that sample's error row,
+which keeps its AVI-Bench entry, so the report (and ``kvprune report``) still score the others."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from kvprune.harness.cli import main
+from kvprune.harness.sweep.store import read_rows
+from tests.harness.sweep.test_avibench_sweep import omni, sweep  # noqa: F401  (the tiny Qwen2.5-Omni fixture)
+from tests.support import benchmark_fixtures
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    return benchmark_fixtures.written(tmp_path_factory.mktemp("avibench"), benchmark_fixtures.avibench_asqa,
+                                      benchmark_fixtures.avibench_visual)
+
+
+def test_a_missing_media_file_is_an_error_row_and_the_report_still_scores(omni, data_root, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(data_root, root)
+    (root / "AVI-Bench" / "levels" / "reasoning" / "AVQA" / "input" / "1.mp4").unlink()
+    (root / "AVI-Bench" / "levels" / "sensation" / "ASQA" / "input" / "00001.wav").unlink()
+    out = tmp_path / "out"
+    assert main(sweep(omni, root, out, ["avibench_avqa", "avibench_asqa"], "frame", "--limit", "5")) == 1
+    rows = read_rows(out)
+    failed = [r for r in rows if r["error"]]
+    assert {(r["task"], r["sample_id"]) for r in failed} == {("avibench_avqa", "1"), ("avibench_asqa", "00001")}
+    assert all("file not found" in r["error"] and r["meta"]["entry"]["id"] == r["sample_id"] for r in failed)
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["score"].notna().all(), "the other entries are scored; the failed one is left out as no reply"
+    assert "> **Warning: 4 of" in (out / "report.md").read_text()
+
+    for row in rows:  # a folder written before failed rows kept their entry: kvprune report still scores it
+        if row["error"]:
+            row["meta"] = {}
+    (out / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert main(["report", str(out)]) == 0
+    assert pd.read_csv(out / "summary.csv")["score"].tolist() == summary["score"].tolist()
