@@ -4,8 +4,10 @@ Before anything runs, a start takes its folder (``folder``: created if needed, l
 writer), checks every method at every ratio against each model's skeleton (a layer out of range is
 an error before the first sample, not one per sample), works out its plan (``plan``: what every
 run's results depend on) and refuses a folder whose results were made with other settings. A start
-that fails leaves the folder as it found it. Then it sets aside the lines of its results file that
-hold no result and scores again the stored outputs whose samples' labels changed (``rescore``).
+that fails leaves the folder as it found it; a model that cannot take the images or videos of a task
+(``media.check_media``: a family that does not see, a chat template that drops them) fails it so.
+Then it sets aside the lines of its results file that hold no result and scores again the stored
+outputs whose samples' labels changed (``rescore``).
 
 Samples are the outer loop (``samples.SampleRunner``): a sample's inputs are prepared once, then the
 unpruned baseline and every method x ratio run on them back to back, each result line appended
@@ -40,6 +42,7 @@ from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .execute import Executor
+from .media import check_media
 from .judging import record_judge, sweep_judge, unreachable
 from .plan import PlannedRun, PlannedSample, model_path, plan_sweep, runs_of, tasks_by_model
 from .rescore import regrade_judge_failures, rescore
@@ -95,6 +98,7 @@ class SweepRunner:
                 self._check_methods()
                 self._digests = AudioDigests(out, rehash=self.config.rehash_audio)
                 self.plan, planned = plan_sweep(self.config, self.tasks, self.runs, self.cache, self._digests)
+                check_media(self.config, self.tasks, planned)
                 self._samples = {name: samples[self.rank :: self.world_size] for name, samples in planned.items()}
                 folder.check(self.plan, self.config.overwrite)
                 barrier()

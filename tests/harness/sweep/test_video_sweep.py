@@ -1,5 +1,7 @@
-"""Sweeps that show videos, as a new user runs them: a missing media file is that sample's error row,
-which keeps its AVI-Bench entry, so the report (and ``kvprune report``) still score the others."""
+"""Sweeps that show videos, as a new user runs them: a model that does not see, or whose chat
+template drops videos, is refused before the first sample; a missing media file is that sample's
+error row, which keeps its AVI-Bench entry, so the report (and ``kvprune report``) still score the
+others."""
 
 from __future__ import annotations
 
@@ -13,12 +15,29 @@ from kvprune.harness.cli import main
 from kvprune.harness.sweep.store import read_rows
 from tests.harness.sweep.test_avibench_sweep import omni, sweep  # noqa: F401  (the tiny Qwen2.5-Omni fixture)
 from tests.support import benchmark_fixtures
+from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
 
 
 @pytest.fixture(scope="module")
 def data_root(tmp_path_factory):
     return benchmark_fixtures.written(tmp_path_factory.mktemp("avibench"), benchmark_fixtures.avibench_asqa,
                                       benchmark_fixtures.avibench_visual)
+
+
+def test_a_model_whose_template_drops_videos_is_refused_before_the_first_sample(data_root, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(sweep("demo", data_root, out, ["avibench_asqa", "avibench_avqa"], "frame")) == 2
+    error = capsys.readouterr().err
+    assert ("model demo cannot be shown the videos of task avibench_avqa (1 of 1 samples hold one): its chat template "
+            "writes no <|VIDEO|> placeholder for video items") in error
+    assert "leave avibench_avqa out of --tasks" in error and not out.exists(), "nothing ran, nothing written"
+
+
+def test_a_model_that_does_not_see_is_refused_before_the_first_sample(data_root, tmp_path, capsys):
+    model = qwen2_audio_checkpoint(tmp_path / "qwen2_audio")
+    assert main(sweep(model, data_root, tmp_path / "out", ["avibench_avqa"], "frame")) == 2
+    assert "cannot be shown the videos of task avibench_avqa (1 of 1 samples hold one): Qwen2-Audio takes no videos" in (
+        capsys.readouterr().err)
 
 
 def test_a_missing_media_file_is_an_error_row_and_the_report_still_scores(omni, data_root, tmp_path):
