@@ -19,11 +19,12 @@ import pandas as pd
 
 from ..markdown import markdown_table
 from .batching_report import batching_section
+from .received import input_banners
 from .analyses import plot_duration, plot_radar
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .held import other_runs, other_runs_banner
-from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
+from .headline import headline_markdown, input_label, input_labelled, noise_share, ratio_text, row_speedup, score_text
 from .identity import SweepPlan, read_plan
 from .judging import judge_section, judge_spec
 from .plots import plot_summary, slug
@@ -94,6 +95,19 @@ TASK_COLUMNS = {
     "kv_saved": ("KV cache saved after prefill", _percent), "cache": ("decoding cache", _text),
     "errors": ("failed runs", _count), "samples": ("samples", _count),
 }
+VIDEO_COLUMN = {"kept_video_tokens": ("video tokens kept (mean; frames and images)", _count)}
+
+
+def _task_columns(rows: pd.DataFrame) -> dict:
+    """The task table's columns: the kept video tokens beside the kept audio tokens, for a task whose
+    prompts hold video or images."""
+    if "video_tokens" not in rows or not rows["video_tokens"].fillna(0).gt(0).any():
+        return TASK_COLUMNS
+    columns = list(TASK_COLUMNS.items())
+    at = [name for name, _ in columns].index("kept_tokens") + 1
+    return dict(columns[:at] + list(VIDEO_COLUMN.items()) + columns[at:])
+
+
 AVERAGE_COLUMNS = {
     "method": ("method", str), "ratio": ("ratio", ratio_text), "score": ("mean score", score_text),
     "tasks": ("tasks", _count), "prefill_speedup": ("mean prefill speedup", None),
@@ -104,7 +118,7 @@ def _table(frame: pd.DataFrame, columns: dict) -> str:
     """A markdown table of ``frame``'s ``columns`` under their titles, each in its format (speedups
     marked when within the timing noise)."""
     rows = (
-        [speedup_text(row.get(name), row.get("prefill_within_noise")) if form is None else form(row.get(name))
+        [row_speedup(row, name) if form is None else form(row.get(name))
          for name, (_, form) in columns.items()]
         for row in frame.to_dict("records")
     )
@@ -148,23 +162,6 @@ def incomplete_banner(plan: SweepPlan, results: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def long_audio_banner(results: pd.DataFrame) -> str:
-    """A note on the samples whose audio was split or truncated to fit the model."""
-    if "long_audio" not in results:
-        return ""
-    notes = results.drop_duplicates(subset=["model", "task", "sample_id"])["long_audio"].dropna()
-    if notes.empty:
-        return ""
-    cut = notes.str.contains("truncated|kept about").sum()
-    lines = [f"> **Long audio: {len(notes)} sample(s) did not fit the model as one clip.**"]
-    if cut:
-        lines.append(f"> {cut} of them were truncated: the model heard only part of their audio "
-                     "(`audio_seconds_received` in results.jsonl).")
-    for note, count in notes.value_counts().head(5).items():
-        lines.append(f"> - {count} × {note}")
-    return "\n".join(lines) + "\n"
-
-
 def timing_note(summary: pd.DataFrame) -> str:
     share = noise_share(summary)
     if pd.isna(share):
@@ -187,7 +184,7 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
     tasks = recorded_tasks(out_dir)
     if results is not None:
         planned = (other_runs_banner(out_dir, others), incomplete_banner(plan, results)) if plan is not None else ()
-        banners = (*planned, failure_banner(results, tasks), long_audio_banner(results))
+        banners = (*planned, failure_banner(results, tasks), *input_banners(results))
         parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), batching_section(summary, results, out_dir),
               _provenance(out_dir), judge_section(out_dir),
@@ -204,7 +201,8 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
                 parts.append(f"#### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
         for task, rows in frame.groupby("task"):
             metric = rows["metric"].iloc[0] + ("" if rows["higher_is_better"].iloc[0] else f", {direction(False)}")
-            parts.append(f"#### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
+            label = input_label(rows.iloc[0].to_dict())
+            parts.append(f"#### {task}{label} ({metric})\n\n" + _table(input_labelled(_ordered(rows)), _task_columns(rows)))
         if breakdown is not None:
             ran = {name: t for name, t in tasks.items() if name in set(frame["task"])}
             parts += report_sections(breakdown, ran, model, judge_spec(out_dir))

@@ -33,7 +33,8 @@ from .store import TIMING_PASS, read_rows, recorded_tasks, unique_runs
 GROUP = ["model", "task", "method", "layer", "method_id", "settings_id", "ratio"]
 MS = 1000.0
 MIB = 2**20
-AUDIO_FIELDS = ["audio_seconds", "audio_tokens", "kept_tokens"]
+AUDIO_FIELDS = ["audio_seconds", "audio_tokens", "kept_tokens", "video_tokens", "kept_video_tokens", "audio_input"]
+AUDIO = "audio"  # the prompts held their audio (``audio_input`` of rows without the field: every sweep but --no-audio)
 MIN_PAIRS = 3  # timed samples a speedup needs before it can stand out of the noise
 TIMING_SUBSET = "timing subset"
 EVERY_SAMPLE = "every sample"
@@ -88,6 +89,10 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             audio_seconds=scoring["audio_seconds"].mean(),
             audio_tokens=scoring["audio_tokens"].mean(),
             kept_tokens=scoring["kept_tokens"].mean(),
+            video_tokens=scoring["video_tokens"].mean(),
+            kept_video_tokens=scoring["kept_video_tokens"].mean(),
+            pruned_tokens=_pruned(scoring),
+            audio_input=_audio_input(scoring),
             timed_samples=int(timed["prefill_s"].notna().sum()),
             timing_source=_timing_source(scoring, timing),
             prefill_ms_mean=timed["prefill_s"].mean() * MS,
@@ -108,6 +113,20 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     summary = _against_baseline(summary)
     summary = summary.merge(timing_spread(results), on=["model", "task", "method_id", "settings_id", "ratio"], how="left")
     return distinguish_labels(summary)
+
+
+def _pruned(rows: pd.DataFrame) -> float:
+    """The mean number of tokens the runs' presses removed, audio and visual together (0 for a run whose
+    scope held nothing: a prompt without audio under an audio press)."""
+    audio = pd.to_numeric(rows["audio_tokens"], errors="coerce") - pd.to_numeric(rows["kept_tokens"], errors="coerce")
+    visual = pd.to_numeric(rows["video_tokens"], errors="coerce") - pd.to_numeric(rows["kept_video_tokens"], errors="coerce")
+    return float((audio.fillna(0) + visual.fillna(0)).mean())
+
+
+def _audio_input(rows: pd.DataFrame) -> str:
+    """What stood for the audio in the group's prompts: ``audio``, ``none`` (``--no-audio``),
+    ``caption`` (the task's caption in its place), or both of the last two joined by ``+``."""
+    return "+".join(sorted(set(rows["audio_input"].astype(object).fillna(AUDIO)))) or AUDIO
 
 
 def _timing_source(scoring: pd.DataFrame, timing: pd.DataFrame) -> str:
@@ -190,6 +209,9 @@ def _against_baseline(summary: pd.DataFrame) -> pd.DataFrame:
     merged["decode_speedup"] = merged["decode_ms_per_token_median_baseline"] / merged["decode_ms_per_token_median"]
     merged["kv_saved"] = 1.0 - merged["kv_held_mib_median"] / merged["kv_held_mib_median_baseline"]
     merged["score_change"] = merged["score"] - merged["score_baseline"]
+    # a press that removed no token and saved no KV cache (its scope held nothing: --no-audio under an audio press)
+    # has no prefill speedup to show, only timing noise
+    merged["nothing_pruned"] = (merged["method"] != BASELINE) & merged["pruned_tokens"].eq(0) & merged["kv_saved"].le(0)
     return merged.drop(columns=[f"{c}_baseline" for c in compared])
 
 
@@ -286,6 +308,8 @@ def task_average(summary: pd.DataFrame) -> pd.DataFrame:
     (accuracy, WER) are averaged apart."""
     summary = summary[[task in common_tasks(summary, model, higher)
                        for model, task, higher in zip(summary["model"], summary["task"], summary["higher_is_better"])]]
+    if "nothing_pruned" in summary:  # a run that pruned nothing has no speedup to average, only timing noise
+        summary = summary.assign(prefill_speedup=summary["prefill_speedup"].where(~summary["nothing_pruned"].eq(True)))
     grouped = summary.groupby(["model", "method", "ratio", "higher_is_better"], sort=True)
     average = grouped.agg(score=("score", "mean"), tasks=("task", "nunique"), prefill_ms_median=("prefill_ms_median", "mean"),
                           prefill_speedup=("prefill_speedup", "mean"), samples=("samples", "sum"))

@@ -51,6 +51,10 @@ class LoadedModel:
     def audio_tokens(self, input_ids: torch.Tensor) -> int:
         return int((input_ids == self.family.audio_token_id(self.model)).sum())
 
+    def placeholder_counts(self, input_ids: torch.Tensor) -> dict[str, int]:
+        """Placeholders of each modality the model has (audio; video and image for the Omni families)."""
+        return {modality: int((input_ids == token).sum()) for modality, token in self.family.placeholder_ids(self.model).items()}
+
 
 def _to(value, device, dtype):
     if not isinstance(value, torch.Tensor):

@@ -18,10 +18,7 @@ from tests.support import benchmark_fixtures
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    benchmark_fixtures.avibench_asqa(root)
-    benchmark_fixtures.mmau(root)
-    return root
+    return benchmark_fixtures.written(tmp_path_factory.mktemp("data"), benchmark_fixtures.avibench_asqa, benchmark_fixtures.mmau)
 
 
 @pytest.mark.parametrize(("name", "replies", "failed"), [

@@ -1,5 +1,7 @@
-"""Sweeps that show videos, as a new user runs them: a model that does not see, or whose chat
-template drops videos, is refused before the first sample; a missing media file is that sample's
+"""Sweeps that show videos, as a new user runs them: a model whose chat template drops videos is
+refused before the first sample; video and audio tokens are counted apart (a press with a visual
+scope prunes video tokens, never reported as audio); a video without a sound track on a task that
+gives the model each video with its sound is recorded and said; a missing media file is that sample's
 error row, which keeps its AVI-Bench entry, so the report (and ``kvprune report``) still score the
 others."""
 
@@ -38,6 +40,42 @@ def test_a_model_that_does_not_see_is_refused_before_the_first_sample(data_root,
     assert main(sweep(model, data_root, tmp_path / "out", ["avibench_avqa"], "frame")) == 2
     assert "cannot be shown the videos of task avibench_avqa (1 of 1 samples hold one): Qwen2-Audio takes no videos" in (
         capsys.readouterr().err)
+
+
+def test_video_tokens_are_counted_apart_from_audio_tokens(omni, data_root, tmp_path):
+    out = tmp_path / "out"
+    assert main(sweep(omni, data_root, out, ["avibench_avqa"], "fastv:scope=video,fastv")) == 0
+    rows = [r for r in read_rows(out) if r.get("pass") is None]
+    by_method = {r["method_id"]: r for r in rows}
+    unpruned = by_method["none"]
+    assert unpruned["video_tokens"] > 0 and unpruned["audio_tokens"] > 0
+    assert (unpruned["kept_tokens"], unpruned["kept_video_tokens"]) == (unpruned["audio_tokens"], unpruned["video_tokens"])
+    visual = [r for r in rows if r["method"] != "none" and r["kept_video_tokens"] < r["video_tokens"]]
+    audio = [r for r in rows if r["method"] != "none" and r["kept_tokens"] < r["audio_tokens"]]
+    assert len(visual) == len(audio) == 1 and visual[0]["method_id"] != audio[0]["method_id"]
+    assert visual[0]["kept_tokens"] == visual[0]["audio_tokens"], "scope=video keeps every audio token"
+    assert audio[0]["kept_video_tokens"] == audio[0]["video_tokens"], "scope=audio keeps every video token"
+    summary = pd.read_csv(out / "summary.csv").set_index("method")
+    report = (out / "report.md").read_text()
+    assert "| audio tokens kept (mean) | video tokens kept (mean; frames and images) |" in report
+    for label, row in summary.iterrows():
+        assert row["kept_tokens"] <= row["audio_tokens"] and row["kept_video_tokens"] <= row["video_tokens"], label
+
+
+def test_a_video_without_its_sound_track_is_recorded_and_said(omni, data_root, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(data_root, root)
+    folder = root / "AVI-Bench" / "levels" / "reasoning" / "AVQA" / "input"
+    benchmark_fixtures.write_video(folder / "0.mp4", sound=False)  # its entries (0 and pre_0) now show a silent video
+    out = tmp_path / "out"
+    assert main(sweep(omni, root, out, ["avibench_avqa"], "frame", "--limit", "3")) == 0
+    rows = [r for r in read_rows(out) if r.get("pass") is None]
+    silent = {r["sample_id"]: r["silent_videos"] for r in rows}
+    assert silent == {"0": 1, "pre_0": 1, "1": 0}
+    assert all(r["audio_tokens"] == 0 for r in rows if r["sample_id"] != "1")
+    report = (out / "report.md").read_text()
+    assert "> **Videos without a sound track: 2 sample(s) showed a video whose file has none**" in report
+    assert "> - avibench_avqa: 2 of 3 sample(s) with a video" in report
 
 
 def test_a_missing_media_file_is_an_error_row_and_the_report_still_scores(omni, data_root, tmp_path):
