@@ -7,14 +7,17 @@ tells them apart (``fastv (layer 3)``). A folder is summarised as its last sweep
 (``plan.json``): exactly its models, tasks, methods, ratios and samples (what else the folder holds:
 ``held``).
 
-Metrics use every sample, failed ones included (an error is an unanswered question), and are those
-of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
+Metrics use every sample, failed ones included (an error is an unanswered question, which each metric
+counts wrong or leaves out as its benchmark does: ``Metric.no_answer``, said by ``failure_effect``),
+and are those of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
 summarises after its task was renamed or edited. Timings use only samples that ran and were not the
 warm-up, and not calls that compiled (a static cache on a GPU compiles at every new length). Speedups
 and KV savings compare medians with the unpruned baseline of the same model, task and settings; KV
 savings compare the entries held after the prefill (a static cache's preallocated room left out). The
 spread of the per-sample speedups (each sample against its own baseline run) says whether a speedup
-stands out of the timing noise.
+stands out of the timing noise. Audio and video tokens (and those kept) are counted apart; a pruned
+run that removed none and saved no KV cache is ``nothing_pruned`` (its speedup is timing noise), and
+``audio_input`` says what stood for the audio under ``--no-audio``.
 """
 
 from __future__ import annotations
