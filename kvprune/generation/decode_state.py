@@ -155,6 +155,7 @@ class DecodeState:
         # each layer's mask, chosen here on the host: the step reads no layout numbers (which a compiled step
         # that met two layouts would take as dynamic integers)
         self.layer_masks = tuple(self.masks[g] for g in shape.layer_group)
+        self.layer_columns = tuple(self.columns[g] for g in shape.layer_group)  # each row's last visible slot
         self.tokens = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros((*template.next_positions.shape[:-2], batch, 1), dtype=torch.long, device=device)
         self.step = torch.zeros(1, dtype=torch.long, device=device)

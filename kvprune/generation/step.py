@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from ..slots import to_device
-from .attention import FUSED_KWARG, MASKS_KWARG
+from .attention import FUSED_KWARG, LAST_SLOTS_KWARG, MASKS_KWARG
 from .decode_state import DecodeState
 
 
@@ -93,8 +93,8 @@ def decode_step(module: nn.Module, state: DecodeState, sampling: Sampling, stopp
         mask.scatter_(-1, columns.view(-1, 1, 1, 1).expand(-1, mask.shape[1], 1, 1), True)
     masks = state.layer_masks
     output = module(
-        input_ids=state.tokens, position_ids=state.positions, attention_mask=masks[0],
-        use_cache=True, **{cache_name: state.cache, MASKS_KWARG: masks, FUSED_KWARG: fused_attention},
+        input_ids=state.tokens, position_ids=state.positions, attention_mask=masks[0], use_cache=True,
+        **{cache_name: state.cache, MASKS_KWARG: masks, LAST_SLOTS_KWARG: state.layer_columns, FUSED_KWARG: fused_attention},
     )
     token = choose(output.logits[:, -1, :].float(), sampling, stopping)
     token, done = finish(token, state.done, stopping)
