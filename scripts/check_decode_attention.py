@@ -250,9 +250,7 @@ def mixed_lengths(setup: Setup, out) -> None:
 
 
 def sweep(setup: Setup, out, deadline: float) -> None:
-    print("3b. mixed lengths: a batch whose rows end at 20-100 % of the bucket, the kernel told each row's last slot
-   (``last_slots``, as the decode step does) against the kernel reading the whole bucket;
-4. sweep (per-row masks): microseconds per call; * = default launch", file=out)
+    print("4. sweep (per-row masks): microseconds per call; * = default launch", file=out)
     print(f"{'batch':>5} {'slots':>6} {'block':>5} {'warps':>5} {'stages':>6} {'splits x slots':>15} {'us':>8}", file=out)
     for batch in setup.batches:
         for length in setup.lengths:
