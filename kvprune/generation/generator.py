@@ -29,12 +29,10 @@ from .attention import decoding_attention, unsupported_attention
 from .clock import Clock
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner, compile_counters, out_of_memory
-from .lanes import Lanes, LaneStreams, prefill_rows
 from .prefill import Prefill, family_supports_static_decoding, run_prefill
 from .step import Sampling, Stopping, choose, decode_step, finish
 
 ENGINE, FALLBACK = "kvprune", "transformers.generate"
-OVERLAP_ROWS = 512  # rows from which a call decodes as two lanes on CUDA (``Generator.overlap_rows``)
 
 
 @dataclass
@@ -70,7 +68,6 @@ class GenerationOutput:
     cache_bytes: int = 0  # the decode state's buffers (bucketed room for the new tokens included)
     new_state: bool = False  # this call allocated its decode state (False: it refilled one kept from an earlier call)
     step_compiled: bool | None = None  # its decoding ran a compiled step (None: no decoding step; see ``fallbacks``)
-    lanes: int = 0  # decode states its rows were split into (2: two lanes run at once; 0: no decoding step)
 
 
 @dataclass
@@ -88,9 +85,6 @@ class Generator:
       "auto": on CUDA, 3/4 of the memory free when the generator is made (the model loaded), else 8 GiB.
       A call that runs out of memory while earlier calls' states are kept drops them and runs again once.
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation).
-    * ``overlap_rows``: calls of at least this many rows decode as two lanes whose steps run at once on two
-      CUDA streams, one lane's matrix products beside the other's attention (``lanes.py``); None: never.
-      "auto": 512 rows with CUDA graphs (below that the weights, which each lane reads, weigh too much), else never.
     """
 
     model: nn.Module
@@ -102,7 +96,6 @@ class Generator:
     per_octave: int = 8
     max_state_bytes: int | str = "auto"
     check_every: int = 16
-    overlap_rows: int | str | None = "auto"
     _states: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _runners: dict = field(default_factory=dict, init=False, repr=False)
     _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
@@ -119,9 +112,6 @@ class Generator:
         self.fast_linear = (cuda and self.compile) if self.fast_linear == "auto" else bool(self.fast_linear)
         if self.cuda_graphs and not cuda:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
-        if self.overlap_rows == "auto":
-            self.overlap_rows = OVERLAP_ROWS if self.cuda_graphs else None
-        self._streams = LaneStreams()
         if self.max_state_bytes == "auto":
             self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
         self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)
@@ -163,7 +153,7 @@ class Generator:
         memory back to the allocator, e.g. before a batch that needs all of it."""
         self._states.clear()
         for runner in self._runners.values():
-            runner.release_pools()
+            runner.release_pool()
 
     def _generate(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
         graphs_before, (compiled_before, _) = self._captures(), compile_counters()
@@ -172,9 +162,7 @@ class Generator:
         start = clock.mark()
         rows = sum(batch["input_ids"].shape[0] for batch in batches)
         longest = max(batch["input_ids"].shape[1] for batch in batches)
-        lanes = Lanes.of(rows, self.overlap_rows)
-        states: list[DecodeState | None] = [None] * lanes.count
-        stopping, firsts, outcomes, offset, held, first_end = None, [], [], 0, 0, None
+        state, stopping, firsts, outcomes, offset, held, first_end = None, None, [], [], 0, 0, None
         previous = None
         for batch in batches:
             # a batch given again as the same object (several answers to one prompt) is prefilled once
@@ -185,12 +173,8 @@ class Generator:
             first = choose(prefill.logits, sampling, stopping)
             first, done = finish(first, torch.zeros_like(first, dtype=torch.bool), stopping)
             if max_new_tokens > 1:
-                stretch = longest / batch["input_ids"].shape[1]
-                for lane, part, lane_offset in lanes.parts(offset, prefill.batch):
-                    rows_part = prefill_rows(prefill, part)
-                    states[lane] = self._state_for(states[lane], rows_part, lanes.rows(lane), max_new_tokens, lane_offset,
-                                                   stretch, lane)
-                    states[lane].load(rows_part, lane_offset, first[part], done[part])
+                state = self._state_for(state, prefill, rows, max_new_tokens, offset, longest / batch["input_ids"].shape[1])
+                state.load(prefill, offset, first, done)
             firsts.append(first)
             outcomes.append(prefill.outcome)
             held += sum(t.numel() * t.element_size() for entries in prefill.layers for t in (entries.keys, entries.values))
@@ -199,8 +183,8 @@ class Generator:
         prefill_end = clock.mark()
         loop_start = prefill_end
         compiled = None
-        if max_new_tokens > 1:
-            new, loop_start, compiled = self._decode(states, lanes, max_new_tokens, sampling, stopping, clock)
+        if state is not None:
+            new, loop_start, compiled = self._decode(state, rows, max_new_tokens, sampling, stopping, clock)
         else:
             new = torch.cat(firsts)[:, None]
         end = clock.mark()
@@ -211,8 +195,7 @@ class Generator:
             sequences=_joined([batch["input_ids"] for batch in batches], new, pad), new_tokens=new, timing=timing,
             outcome=outcomes[0] if len(outcomes) == 1 else outcomes, graphs_captured=self._captures() - graphs_before,
             compilations=compile_counters()[0] - compiled_before, kv_held_bytes=held,
-            cache_bytes=sum(state.nbytes for state in states if state is not None), new_state=self._made > made_before,
-            step_compiled=compiled, lanes=lanes.count if max_new_tokens > 1 else 0,
+            cache_bytes=state.nbytes if state is not None else 0, new_state=self._made > made_before, step_compiled=compiled,
         )
 
     @property
@@ -240,52 +223,45 @@ class Generator:
 
     # -- decoding -------------------------------------------------------------------------------------
     def _state_for(self, state: DecodeState | None, prefill: Prefill, rows: int, max_new_tokens: int, offset: int,
-                   stretch: float, lane: int) -> DecodeState:
+                   stretch: float) -> DecodeState:
         """The decode state for ``rows`` rows that this prefill's rows fit: the one in use if it has room
         (a later prefilled batch may hold more entries), else a kept or new one of a larger bucket, with
         the rows loaded so far copied over. The first is sized for the longest prompt of the call
         (``stretch``: its length over this prefill's, the kept entries scaled alike), so that a call
-        rarely grows through states (each a new allocation and graph capture). Each lane has states of its own."""
+        rarely grows through states (each a new allocation and graph capture)."""
         if state is None:
-            first = self._state(state_shape(prefill, rows, max_new_tokens, self.per_octave, stretch), prefill, lane)
+            first = self._state(state_shape(prefill, rows, max_new_tokens, self.per_octave, stretch), prefill)
             first.reset()  # a kept state holds an earlier call's rows and step
             return first
         needed = state_shape(prefill, rows, max_new_tokens, self.per_octave)
         if state.shape.fits(needed):
             return state
         needed = replace(needed, capacities=tuple(map(max, needed.capacities, state.shape.capacities)))  # per group
-        grown = self._state(needed, prefill, lane)
+        grown = self._state(needed, prefill)
         grown.reset()
         grown.copy_rows_from(state, offset)
         return grown
 
-    def _decode(self, states: list[DecodeState], lanes: Lanes, max_new_tokens: int, sampling, stopping,
-                clock) -> tuple[torch.Tensor, object, bool]:
+    def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping, clock) -> tuple[torch.Tensor, object, bool]:
         """The new tokens, the clock's mark where the token loop began (after a graph capture, if any), and
-        whether the step ran compiled (in every lane). The lanes' steps run at once where they replay graphs."""
-        runners = [self._runner(sampling, stopping, state.shape.batch) for state in states]
-        steps = [lambda runner=runner, state=state: runner.run(state) for runner, state in zip(runners, states)]
+        whether the step ran compiled."""
+        runner = self._runner(sampling, stopping, state.shape.batch)
         with torch.no_grad(), decoding_attention(self.config):
-            for lane, (runner, state) in enumerate(zip(runners, states)):
-                runner.prepare(state, lane)
-            concurrent = all(state.graph for state in states)
+            runner.prepare(state)
             loop_start = clock.mark()
             for step in range(1, max_new_tokens):
-                self._streams.run(steps, concurrent)
-                if step % self.check_every == 0 and all(bool(state.done.all()) for state in states):
+                runner.run(state)
+                if step % self.check_every == 0 and bool(state.done.all()):
                     break
-        new = torch.cat([state.out[: lanes.rows(lane), :max_new_tokens] for lane, state in enumerate(states)])
-        return new, loop_start, all(runner.compiled_for(state) for runner, state in zip(runners, states))
+        return state.out[:rows, :max_new_tokens].clone(), loop_start, runner.compiled_for(state)
 
-    def _state(self, shape, template: Prefill, lane: int) -> DecodeState:
-        """A kept state of ``shape`` for ``lane``, or a new one (the least recently used go beyond
-        ``max_state_bytes``)."""
-        key = (shape, lane)
-        state = self._states.pop(key, None)
+    def _state(self, shape, template: Prefill) -> DecodeState:
+        """A kept state of ``shape``, or a new one (the least recently used go beyond ``max_state_bytes``)."""
+        state = self._states.pop(shape, None)
         if state is None:
             state = DecodeState(shape, template)
             self._made += 1
-        self._states[key] = state  # most recently used last
+        self._states[shape] = state  # most recently used last
         while len(self._states) > 1 and self.state_bytes > self.max_state_bytes:
             self._states.popitem(last=False)
         return state

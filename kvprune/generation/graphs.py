@@ -1,8 +1,8 @@
 """Running the decode step: compiled (``torch.compile``, one compilation for every cache length: the
 lengths are dynamic) and captured as a CUDA graph per decode state, replayed once per token.
 
-Every captured graph allocates its temporaries from a memory pool shared by the graphs of a runner that
-never run at once (one pool per lane: ``lanes.py``), so graphs cost little memory beyond their states' buffers.
+Every captured graph allocates its temporaries from one memory pool shared by all graphs of a
+``Generator`` (they never run at once), so graphs cost little memory beyond their states' buffers.
 A step that cannot be captured (a model whose forward reads a device value on the host, such as
 Phi-4's LongRoPE switch) is never silently slower: ``StepRunner.fallbacks`` says which states decode
 without a graph and why, and ``Generator`` reports it.
@@ -115,7 +115,8 @@ class StepRunner:
     fallbacks: dict[str, int] = field(default_factory=dict)  # why a state or the step fell back, by reason: how often
     _compiled: Callable | None = None
     _failed: set = field(default_factory=set)  # layouts (``StateShape.layout``) whose step could not compile
-    _pools: dict = field(default_factory=dict)  # lane -> (memory pool, its keeper: see _pool_keeper)
+    _pool: object = None
+    _keeper: object = None  # see _pool_keeper
 
     def __post_init__(self) -> None:
         if self.compile:
@@ -152,10 +153,9 @@ class StepRunner:
         """Whether ``state``'s step runs compiled (asked for, and its layout did not fail to compile)."""
         return self._compiled is not None and state.shape.layout not in self._failed
 
-    def prepare(self, state: DecodeState, lane: int = 0) -> None:
+    def prepare(self, state: DecodeState) -> None:
         """Capture ``state``'s step as a CUDA graph if that is asked for and not done yet: a warm-up
-        step (compiling if needed) on a side stream, undone, then the capture (into ``lane``'s memory pool:
-        the graphs of different lanes run at the same time)."""
+        step (compiling if needed) on a side stream, undone, then the capture."""
         if not self.cuda_graphs or state.graph is not None or state.graph is False:
             return
         saved = state.snapshot()
@@ -166,11 +166,11 @@ class StepRunner:
                 self.function(state)
             torch.cuda.current_stream().wait_stream(stream)
             state.restore(saved)
-            if lane not in self._pools:
-                pool = torch.cuda.graph_pool_handle()
-                self._pools[lane] = (pool, _pool_keeper(pool))
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+                self._keeper = _pool_keeper(self._pool)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pools[lane][0]):
+            with torch.cuda.graph(graph, pool=self._pool):
                 self.function(state)
             state.graph = graph
             self.captures += 1
@@ -182,9 +182,9 @@ class StepRunner:
             state.graph = False
             self._note(f"no CUDA graph: {_reason(error)}")
 
-    def release_pools(self) -> None:
-        """Let the graphs' memory pools go once their graphs are gone (the next capture opens new ones)."""
-        self._pools.clear()
+    def release_pool(self) -> None:
+        """Let the graphs' memory pool go once its graphs are gone (the next capture opens a new one)."""
+        self._pool = self._keeper = None
 
     def _note(self, reason: str) -> None:
         self.fallbacks[reason] = self.fallbacks.get(reason, 0) + 1
