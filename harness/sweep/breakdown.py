@@ -9,7 +9,8 @@ are left out of that field's table. A suite with an ``aggregate`` (``tasks.suite
 model x method x ratio that ran all its tasks: the mean of each aggregated metric over them
 (STAR-Bench's Final MA). A suite with ``groups`` or ``levels`` adds one row per group (AudioMarathon's
 categories) or level (AVI-Bench's stages, Overall, L1) and model x method x ratio. Every task whose
-samples span two duration buckets is also scored per bucket (``analyses``: field ``audio duration``).
+samples span two duration buckets is also scored per bucket, and AudioMarathon's suite over its tasks
+together (``analyses``: field ``audio duration``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def breakdown_table(results: pd.DataFrame, tasks: Mapping[str, Task], summary: p
     suites): what ``breakdown.csv`` holds."""
     suites = list_suites()
     results, _ = scoring_passes(results)  # every sample once: not the timing subset's repeats
-    return pd.concat([breakdown(results, tasks), duration_breakdown(results, tasks), suite_scores(summary, suites),
+    return pd.concat([breakdown(results, tasks), duration_breakdown(results, tasks, suites), suite_scores(summary, suites),
                       suite_groups(summary, suites), suite_levels(results, tasks, summary, suites)], ignore_index=True)
 
 
@@ -169,7 +170,7 @@ def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) 
 
 
 _NOT_METRICS = {"model", "task", "method", "ratio", "layer", "method_id", "settings_id", "field", "value", "samples", "metric",
-                "score"}
+                "score", "tasks"}
 
 
 def _run_label(method: str, ratio: float) -> str:
@@ -181,9 +182,11 @@ def _pivot(rows: pd.DataFrame, index: str) -> str:
     order = sorted(set(runs["run"]), key=lambda run: (run != "baseline", run))
     values = list(dict.fromkeys(runs[index]))  # in the order the rows came (sorted values; groups as the suite lists them)
     table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(index=values, columns=order)
-    samples = runs[runs["run"] == order[0]].set_index(index)["samples"]
-    cells = ([str(value), str(samples.get(value, "—")), *map(_cell, values)] for value, values in zip(table.index, table.to_numpy()))
-    return markdown_table([index, "samples", *order], cells) + "\n"
+    first = runs[runs["run"] == order[0]].set_index(index)
+    named = "tasks" in first and first["tasks"].notna().any()  # a suite's view by duration: which tasks each value holds
+    cells = ([str(value), str(first["samples"].get(value, "—")), *([str(first["tasks"].get(value, "—"))] if named else []),
+              *map(_cell, values)] for value, values in zip(table.index, table.to_numpy()))
+    return markdown_table([index, "samples", *(["tasks"] if named else []), *order], cells) + "\n"
 
 
 def _suite_table(rows: pd.DataFrame, metrics: list[str]) -> str:
