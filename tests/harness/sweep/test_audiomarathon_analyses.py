@@ -21,10 +21,7 @@ LONGER = ("GTZAN", "DESED")  # one clip of each 12 s long, every other clip 1 s
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    root = tmp_path_factory.mktemp("audiomarathon")
-    with task_fixtures.clip_seconds(1.0):
-        for writer in task_fixtures.WRITERS.values():
-            writer(root)
+    root = task_fixtures.every_task(tmp_path_factory.mktemp("audiomarathon"))
     for folder in LONGER:
         task_fixtures.write_audio(sorted((root / folder).rglob("*.wav"))[0], seconds=12.0)
     out = tmp_path_factory.mktemp("out")
