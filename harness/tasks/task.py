@@ -19,6 +19,7 @@ from pathlib import Path
 from kvprune.registry import Registry
 
 from ..channels import MEAN, Channels
+from ..official.audiomarathon_durations import DurationBuckets, task_buckets
 from . import task_fields
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
 from .dataset_layouts import Layout
@@ -69,6 +70,12 @@ class Task:
     def needs_judge(self) -> bool:
         """Whether a metric of the task is judged (the sweep then needs --judge)."""
         return any(METRICS.get(name).judged for name in self.metrics)
+
+    @property
+    def duration_buckets(self) -> DurationBuckets:
+        """The buckets its score against audio duration uses: its AudioMarathon script's (by benchmark
+        and abbreviation, so that results recorded before keep theirs), analyse_all's for any other task."""
+        return task_buckets(self.benchmark, self.abbreviation)
 
     @property
     def higher_is_better(self) -> bool:
