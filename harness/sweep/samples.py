@@ -23,6 +23,7 @@ import uuid
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 
+from kvprune.clips import SCOPE_MODALITIES
 from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.models.loading import LoadedModel
 
@@ -34,6 +35,21 @@ from .config import SweepConfig
 from .execute import BatchGeneration, Executor
 from .plan import PlannedRun, PlannedSample
 from .store import ResultStore
+
+
+VISUAL = SCOPE_MODALITIES["video"]  # the placeholders of the visual scope: video frames and images
+
+
+def kept_counts(base: dict, kept: dict[str, int] | None) -> dict:
+    """A row's kept tokens, audio and visual apart: ``kept_tokens`` (audio) and, for a model that sees,
+    ``kept_video_tokens`` (video frames and images); a modality outside the press's scope (or a run
+    without a press, or one that failed) kept all of its tokens."""
+    kept = kept or {}
+    counts = {"kept_tokens": kept.get("audio", base.get("audio_tokens"))}
+    if "video_tokens" in base:
+        visual = [kept[modality] for modality in VISUAL if modality in kept]
+        counts["kept_video_tokens"] = sum(visual) if visual else base["video_tokens"]
+    return counts
 
 
 @dataclass
@@ -107,13 +123,28 @@ class SampleRunner:
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
             item=sample.item, input_hash=planned.input_hash, grade_hash=planned.grade_hash, settings_id=settings_id,
             reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
+            **self._audio_input(planned),
         )
+
+    def _audio_input(self, planned: PlannedSample) -> dict:
+        """Under ``--no-audio``, what stood for the sample's audio (``audio_input``: ``none``, or the
+        task's ``caption``); nothing otherwise (the prompt held its audio)."""
+        if not self.config.no_audio:
+            return {}
+        return {"audio_input": "caption" if planned.prompt is not None and planned.prompt.captioned else "none"}
 
     def _prepare(self, loaded: LoadedModel, task: Task, planned: PlannedSample) -> dict:
         """The model inputs of a sample, its audio read by the task's channel policy and fitted to
         what the model takes (the task's long-audio policy), with how much audio the model received."""
         waves, model_prompt = planned.prompt.load(task.channels)
-        return model_inputs(loaded, waves, model_prompt, self.config.long_audio_policy(task.name))
+        prepared = model_inputs(loaded, waves, model_prompt, self.config.long_audio_policy(task.name))
+        placeholders = loaded.placeholder_counts(prepared["inputs"]["input_ids"])
+        if set(placeholders) & set(VISUAL):  # a model that sees: its video and image tokens, apart from audio's
+            prepared["video_tokens"] = sum(placeholders.get(modality, 0) for modality in VISUAL)
+        silent = planned.prompt.silent_videos(model_prompt)
+        if silent is not None:  # the prompt's videos were to bring their sound tracks: how many had none
+            prepared["silent_videos"] = silent
+        return prepared
 
     def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, how: Pass, sample=None,
                 generation: BatchGeneration | None = None, batch: dict | None = None, error=None) -> None:
@@ -129,7 +160,7 @@ class SampleRunner:
             output=output,
             parsed=grade.parsed,
             **grade.scores,
-            kept_tokens=sample.kept_tokens if sample is not None and sample.kept_tokens is not None else base.get("audio_tokens"),
+            **kept_counts(base, sample.kept if sample is not None else None),
             error=None if error is None else f"{type(error).__name__}: {error}",
             time=now(),
         )
