@@ -5,8 +5,8 @@ compilation serves every layer of every encoder of the same shapes; the batch ax
 windows or chunks) is dynamic, so a new number of windows compiles nothing new (a batch of one is
 compiled on its own: torch specialises that size). Compilation happens where the caller asks
 (``fast_audio_encoder(compile=...)``: on CUDA by default), and never while gradients are recorded.
-A piece that fails to compile says so once (a warning naming the piece and the compiler's reason)
-and runs uncompiled from then on, with the same math. A piece's function compiles as one graph: no
+A piece that fails to compile says so once (a warning naming the piece and the compiler's reason; the
+compiler's own logging of it is kept out) and runs uncompiled from then on, with the same math. A piece's function compiles as one graph: no
 host reads, no generator expressions (older Dynamo breaks the graph on them), integer arithmetic on
 lengths (they may be symbolic).
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..compiling import from_compiler, reason, recompile_room
+from ..compiling import compiler_failures_unlogged, from_compiler, reason, recompile_room
 
 #: SDPA's kernels in the order a compiled piece tries them (each where it supports the inputs); None: torch's
 ATTENTION_PRIORITY: tuple[str, ...] | None = None
@@ -72,7 +72,8 @@ class Piece:
             import torch._inductor.config as inductor_config
 
             options = {name: value for name, value in INDUCTOR_OPTIONS.items() if hasattr(inductor_config, name)}
-            with recompile_room(), inductor_config.patch(**options), ExitStack() as stack:
+            with recompile_room(), inductor_config.patch(**options), compiler_failures_unlogged(), \
+                    ExitStack() as stack:
                 if ATTENTION_PRIORITY is not None:
                     stack.enter_context(_attention_kernels(ATTENTION_PRIORITY))
                 return self._compiled(*batched, *args)

@@ -10,19 +10,14 @@ without a graph and why, and ``Generator`` reports it.
 
 from __future__ import annotations
 
-import logging
 import sys
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
-from ..compiling import from_compiler, out_of_memory, reason, recompile_room
+from ..compiling import compiler_failures_unlogged, from_compiler, out_of_memory, reason, recompile_room
 from .decode_state import DecodeState
-
-
-COMPILER_LOGGERS = ("torch._guards", "torch._dynamo", "torch._inductor", "torch.fx")
 
 
 def _pool_keeper(pool) -> torch.cuda.CUDAGraph:
@@ -33,32 +28,6 @@ def _pool_keeper(pool) -> torch.cuda.CUDAGraph:
     with torch.cuda.graph(graph, pool=pool):
         torch.ones(1, device="cuda").add_(1)
     return graph
-
-
-class _CompilerFailures(logging.Filter):
-    """Drops the compiler's warnings and errors: what it logs of a failure the runner reports itself."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno < logging.WARNING or not record.name.startswith(COMPILER_LOGGERS)
-
-
-@contextmanager
-def _compiler_failures_unlogged():
-    """torch's compiler logs a failure (a guard it cannot build: 66-132 lines of traceback) before raising it;
-    the runner reports the failure in one line (``fallbacks``), so inside the block those records reach no
-    handler (the filter sits on the handlers: the compiler's modules, and their loggers, are imported while
-    it compiles). Debug and info records (``TORCH_LOGS``) pass."""
-    dropped = _CompilerFailures()
-    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)
-                                      if name == "torch" or name.startswith(COMPILER_LOGGERS))]
-    handlers = {handler for logger in loggers for handler in logger.handlers} | {logging.lastResort} - {None}
-    for handler in handlers:
-        handler.addFilter(dropped)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(dropped)
 
 
 def _distinct_lengths():
@@ -112,7 +81,7 @@ class StepRunner:
         patches = dict(pre_grad_custom_pass=GroupLinearsPass()) if self.group_linears else {}
         state.mark_lengths_dynamic()
         try:
-            with recompile_room(), inductor_config.patch(**patches), _distinct_lengths(), _compiler_failures_unlogged():
+            with recompile_room(), inductor_config.patch(**patches), _distinct_lengths(), compiler_failures_unlogged():
                 return self._compiled(state)
         except Exception as error:
             if not from_compiler(error):  # the model's own error (out of memory, bad inputs): the caller's
