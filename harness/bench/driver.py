@@ -24,7 +24,7 @@ from .memory import check_fits
 from .presets import PRESETS, Preset, check_weights
 from .report import bench_frame, write_report
 from .requests import describe, describe_request, failed, plan, run_request
-from .roofline import gemm_tflops
+from .roofline import copy_tb_s, gemm_tflops
 from .rounds import SKIPPED, Request, disturbed, run_rounds, summary
 from .state import BenchState
 
@@ -42,7 +42,8 @@ def run_bench(config: BenchConfig) -> pd.DataFrame:
     meta = _run_record(state)
     try:
         check_fits(config, state.device, state.dtype)
-        meta["gemm_tflops"] = _gemm_rate(state)
+        meta["gemm_tflops"] = _rate(gemm_tflops, state, state.dtype)
+        meta["copy_tb_s"] = _rate(copy_tb_s, state)
         with recompile_room():  # one compiled decode step per cache shape of stock generate's static-cache compile
             for name in config.presets:
                 _bench_preset(state, PRESETS.get(name))
@@ -131,10 +132,11 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
     state.rows.extend(rows)
 
 
-def _gemm_rate(state: BenchState) -> float:
-    """The device's matrix-product rate in the run's dtype (``roofline.gemm_tflops``; NaN if it fails)."""
+def _rate(measure, state: BenchState, *args) -> float:
+    """One of the device's rates (``roofline.gemm_tflops``: matrix products in the run's dtype;
+    ``roofline.copy_tb_s``: copy bandwidth), measured now; NaN if it fails."""
     try:
-        return gemm_tflops(state.meter, state.dtype)
+        return measure(state.meter, *args)
     except Exception:
         release_memory()
         return math.nan

@@ -20,7 +20,7 @@ from . import batch as batching
 from .measure import takes_logits_to_keep
 from .presets import Preset, Prompt
 from .requests import describe, failed, run_request
-from .roofline import encoder_span_flops
+from .roofline import decode_step_work, encoder_span_flops
 from .rounds import GIB
 from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms
 from .state import BenchState
@@ -141,5 +141,7 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
         release_memory()
     for row in rows:
         predicted, largest, timing, tried = found.get((row["method"], row["ratio"]), (math.nan, math.nan, None, ""))
+        flops, nbytes = decode_step_work(model, largest, timing.kv_bytes) if timing is not None else (math.nan, math.nan)
         row.update(max_batch_predicted=predicted, max_batch=largest, max_batch_tries=tried,
-                   **batching.throughput_at(timing, largest))
+                   max_batch_step_ms=timing.decode_ms_per_token if timing is not None else math.nan,
+                   max_batch_step_flops=flops, max_batch_step_bytes=nbytes, **batching.throughput_at(timing, largest))

@@ -14,7 +14,7 @@ from ..markdown import markdown_table
 from .compare import compiled_words, targets, variant
 from .figures import IDEAL, STOCK, UNPRUNED, plot_prefill, plot_throughput
 from .presets import PRESETS
-from .roofline import below_floor_lines, bound_line, with_encoder_bound
+from .roofline import below_floor_lines, bound_line, with_decode_bound, with_encoder_bound
 
 GROUP = ["preset", "audio_seconds"]
 MIB = 2.0**20
@@ -31,17 +31,18 @@ MEASURED = (
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
-    "max_batch_decode_tokens_per_s max_batch_requests_per_s error"
+    "max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops max_batch_step_bytes error"
 ).split()
 #: computed from the measured rows of the same model, audio length and batch size
 DERIVED = (
     "prefill_vs_unpruned ideal_ms ideal_llm_ms prefill_vs_ideal llm_vs_ideal below_ideal ideal_note vs_frame_ms "
     "score_share kv_mib kv_vs_unpruned decode_vs_unpruned requests_per_s prefill_tokens_per_s decode_tokens_per_s "
     "encoder_speedup_vs_stock prefill_speedup_vs_stock request_speedup_vs_stock_dynamic request_speedup_vs_stock_static "
-    "encoder_tflops_s encoder_floor_ms encoder_vs_floor encoder_below_floor"
+    "encoder_tflops_s encoder_floor_ms encoder_vs_floor encoder_below_floor max_batch_matmul_bound_ms "
+    "max_batch_bytes_bound_ms max_batch_vs_bound"
 ).split()
 #: the same for every row of a run
-META = "mode card device dtype attn repeats warmup decode_tokens gemm_tflops torch transformers kvprune date command".split()
+META = "mode card device dtype attn repeats warmup decode_tokens gemm_tflops copy_tb_s torch transformers kvprune date command".split()
 COLUMNS = MEASURED + DERIVED + META
 
 
@@ -52,7 +53,7 @@ def bench_frame(rows: list[dict], meta: dict) -> pd.DataFrame:
     frame = _with_derived(frame)
     for name in META:
         frame[name] = meta.get(name)  # gemm_tflops: None where the run did not measure it
-    return with_encoder_bound(frame)[COLUMNS]
+    return with_decode_bound(with_encoder_bound(frame))[COLUMNS]
 
 
 def _pick(frame: pd.DataFrame, mask, columns: dict[str, str], by: list[str]) -> pd.DataFrame:
@@ -228,9 +229,15 @@ def _largest_batch_table(rows: pd.DataFrame) -> str:
         "method": _column("method", str), "ratio": _column("ratio", "{:g}"),
         "largest batch that ran": _column("max_batch", "{:.0f}"), "predicted": _column("max_batch_predicted", "{:.0f}"),
         "decoded tokens/s": _column("max_batch_decode_tokens_per_s", "{:,.0f}"),
-        "requests/s": _column("max_batch_requests_per_s", "{:.2f}"), "tries": _column("max_batch_tries", str),
+        "requests/s": _column("max_batch_requests_per_s", "{:.2f}"), "step ms": _column("max_batch_step_ms", "{:.2f}"),
+        "matmul bound ms": _column("max_batch_matmul_bound_ms", "{:.2f}"),
+        "bytes bound ms": _column("max_batch_bytes_bound_ms", "{:.2f}"),
+        "step / larger bound": _column("max_batch_vs_bound", "{:.2f}x"), "tries": _column("max_batch_tries", str),
     }
-    table = "Largest batch that fits (predicted from the peaks above, then run; its throughput from a second, warm run):\n\n"
+    table = ("Largest batch that fits (predicted from the peaks above, then run; its throughput from a second, warm run). "
+             "Its decode step beside its two bounds: the step's matrix products at the matrix rate and its bytes "
+             "(weights, every row's keys and values) at the copy bandwidth, both measured in this run; a step "
+             "whose two kinds of work run one after the other takes their sum:\n\n")
     return table + _table(largest, columns) + _largest_batch_gain(largest)
 
 

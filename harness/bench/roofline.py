@@ -1,8 +1,17 @@
-"""How close an audio encoder runs to its arithmetic: the FLOPs of the span the bench times as the
-encoder (its first module's start to its projector's end), counted with torch's ``FlopCounterMode``;
-the device's matrix-product rate in the bench's dtype, measured in the same run on one large square
-product; and from them the encoder's floor (its FLOPs at that rate: no encoder can run faster), its
-achieved TFLOP/s and how many times its floor it takes. A time below its floor is a measurement bug.
+"""How close an audio encoder and a decode step run to their arithmetic and their bytes.
+
+The device's two rates are measured in the same run: its matrix-product rate in the bench's dtype (one
+large square product) and its copy bandwidth (bytes read plus written by one large device copy).
+
+* The audio encoder: the FLOPs of the span the bench times as the encoder (its first module's start to its
+  projector's end), counted with torch's ``FlopCounterMode``; its floor (those FLOPs at the matrix rate: no
+  encoder can run faster), achieved TFLOP/s and how many times its floor it takes.
+* A decode step at the largest batch: its matrix products (each linear layer and the head, 2 x weights x
+  rows; attention, 4 x heads x head_dim x every cached entry) at the matrix rate, and its bytes (the
+  decoder's weights once, every row's keys and values once) at the copy rate: one step can be no faster
+  than the larger of the two, and takes their sum where the two run one after the other.
+
+A time below its floor is a measurement bug.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from .measure import Meter, takes_logits_to_keep
 
 GEMM_SIZE = {"cuda": 8192, "cpu": 512}  # the side of the square product timed (CPU: small, for tests)
 GEMM_RUNS = (10, 20)  # warm-up runs (the clocks ramp up), then timed runs
+COPY_BYTES = {"cuda": 2 << 30, "cpu": 16 << 20}  # the tensor copied to time the copy bandwidth
 
 
 def gemm_tflops(meter: Meter, dtype: torch.dtype) -> float:
@@ -28,6 +38,30 @@ def gemm_tflops(meter: Meter, dtype: torch.dtype) -> float:
     a, b = (torch.randn(n, n, device=meter.device, dtype=dtype, generator=generator) for _ in range(2))
     ms = Meter(meter.device, *GEMM_RUNS).median_ms(lambda: torch.mm(a, b))
     return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+def copy_tb_s(meter: Meter) -> float:
+    """TB/s of one device-to-device copy (bytes read plus written), the median of its timed runs (``GEMM_RUNS``)."""
+    n = COPY_BYTES.get(meter.device.type, COPY_BYTES["cpu"]) // 4
+    source = torch.randn(n, device=meter.device, generator=torch.Generator(device=meter.device).manual_seed(0))
+    target = torch.empty_like(source)
+    ms = Meter(meter.device, *GEMM_RUNS).median_ms(lambda: target.copy_(source))
+    return 2 * 4 * n / (ms * 1e-3) / 1e12
+
+
+def decode_step_work(model: nn.Module, rows: int, kv_bytes: float) -> tuple[float, float]:
+    """(matrix FLOPs, bytes) of one decode step of ``rows`` rows whose caches hold ``kv_bytes`` of keys and
+    values in all (module docstring)."""
+    family = resolve_family(model)
+    decoder, head = family.decoder(model), family.entry(model).get_output_embeddings()
+    config = decoder.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    linears = [m.weight for m in decoder.modules() if isinstance(m, nn.Linear)] + [head.weight]
+    kv_entry_bytes = 2 * config.num_key_value_heads * head_dim * linears[0].element_size()  # a key and a value, every head
+    flops = 2 * sum(w.numel() for w in linears) * rows + 4 * config.num_attention_heads * head_dim * kv_bytes / kv_entry_bytes
+    embedding = decoder.get_input_embeddings().weight  # a step reads one row of it per token, not all of it
+    weights = sum(p.numel() * p.element_size() for p in decoder.parameters()) - embedding.numel() * embedding.element_size()
+    return flops, weights + head.weight.numel() * head.weight.element_size() + kv_bytes
 
 
 @torch.no_grad()
@@ -73,6 +107,16 @@ def with_encoder_bound(frame: pd.DataFrame) -> pd.DataFrame:
     frame["encoder_floor_ms"] = flops / (pd.to_numeric(frame["gemm_tflops"]) * 1e9)
     frame["encoder_vs_floor"] = ms / frame["encoder_floor_ms"]
     frame["encoder_below_floor"] = (ms < frame["encoder_floor_ms"]).fillna(False).astype(bool)
+    return frame
+
+
+def with_decode_bound(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with the largest batch's decode step against its bounds: the step's matrix FLOPs at the run's
+    ``gemm_tflops``, its bytes at its ``copy_tb_s``, and the step's time over the larger of the two."""
+    frame["max_batch_matmul_bound_ms"] = pd.to_numeric(frame["max_batch_step_flops"]) / (pd.to_numeric(frame["gemm_tflops"]) * 1e9)
+    frame["max_batch_bytes_bound_ms"] = pd.to_numeric(frame["max_batch_step_bytes"]) / (pd.to_numeric(frame["copy_tb_s"]) * 1e9)
+    bound = frame[["max_batch_matmul_bound_ms", "max_batch_bytes_bound_ms"]].max(axis=1, skipna=False)
+    frame["max_batch_vs_bound"] = pd.to_numeric(frame["max_batch_step_ms"]) / bound
     return frame
 
 

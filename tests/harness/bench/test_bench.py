@@ -524,14 +524,20 @@ def test_a_deadline_keeps_the_rounds_already_timed():
 def test_the_report_compares_throughput_each_at_its_largest_batch():
     from kvprune.harness.bench.report import _largest_batch_table
 
+    from kvprune.harness.bench.roofline import with_decode_bound
+
     rows = pd.DataFrame([
         dict(method="none", ratio=0.0, max_batch=100.0, max_batch_predicted=110.0, max_batch_tries="110: out of memory; 99: ran",
-             max_batch_decode_tokens_per_s=4000.0, max_batch_requests_per_s=1.5),
+             max_batch_decode_tokens_per_s=4000.0, max_batch_requests_per_s=1.5, max_batch_step_ms=25.0,
+             max_batch_step_flops=2e12, max_batch_step_bytes=80e9),
         dict(method="fastv", ratio=0.9, max_batch=700.0, max_batch_predicted=700.0, max_batch_tries="700: ran",
-             max_batch_decode_tokens_per_s=18000.0, max_batch_requests_per_s=9.0),
-    ])
-    text = _largest_batch_table(rows)
-    assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 110: out of memory; 99: ran |" in text
+             max_batch_decode_tokens_per_s=18000.0, max_batch_requests_per_s=9.0, max_batch_step_ms=38.9,
+             max_batch_step_flops=10e12, max_batch_step_bytes=40e9),
+    ]).assign(gemm_tflops=800.0, copy_tb_s=4.0)
+    text = _largest_batch_table(with_decode_bound(rows))
+    # none: 2 TFLOP at 800 TFLOP/s = 2.5 ms, 80 GB at 4 TB/s = 20 ms, a step of 25 ms = 1.25x the larger
+    assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 25.00 | 2.50 | 20.00 | 1.25x | 110: out of memory; 99: ran |" in text
+    assert "| fastv | 0.9 | 700 | 700 | 18,000 | 9.00 | 38.90 | 12.50 | 10.00 | 3.11x | 700: ran |" in text
     assert "- fastv at 0.9: 4.50x the unpruned model's decoded tokens/s, each at its largest batch" in text
 
 
@@ -558,3 +564,23 @@ def test_the_report_lists_the_rows_that_decoded_uncompiled():
     assert line.startswith("Decoding uncompiled") and line.endswith(": fastv 0.9 at batch 16, fastv 0.9 at batch 64.")
     assert _uncompiled_line(rows.assign(decode_fell_back=False)) == ""
     assert _uncompiled_line(rows.drop(columns="decode_fell_back")) == ""
+
+
+def test_a_decode_step_s_work_counts_every_linear_weight_per_row_and_every_cached_entry():
+    """The FLOPs and bytes of one decode step, against a count made here from the tiny model's config."""
+    from kvprune.harness.bench.roofline import decode_step_work
+
+    preset = bench_presets.PRESETS.get("tiny-omni")
+    model = preset.build(torch.device("cpu"), torch.float32, "sdpa")
+    text = model.config.text_config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    hidden, inter, vocab, layers = text.hidden_size, text.intermediate_size, text.vocab_size, text.num_hidden_layers
+    q, kv = text.num_attention_heads * head_dim, text.num_key_value_heads * head_dim
+    per_layer = hidden * (q + 2 * kv) + q * hidden + 3 * hidden * inter  # q, k, v, o; gate, up, down
+    entries = 1000  # cached (token, layer, row) entries, each a key and a value of every key-value head, float32
+    kv_bytes = entries * 2 * kv * 4
+    flops, nbytes = decode_step_work(model, rows=3, kv_bytes=kv_bytes)
+    assert flops == 2 * (layers * per_layer + vocab * hidden) * 3 + 4 * text.num_attention_heads * head_dim * entries
+    biases = layers * (q + 2 * kv)  # Qwen2's q, k, v projections have biases
+    norms = layers * 2 * hidden + hidden
+    assert nbytes == 4 * (layers * per_layer + biases + norms + vocab * hidden) + kv_bytes
