@@ -145,14 +145,15 @@ def _finish(out: Path, plots: bool) -> int:
     """Write the outputs, print the headline, the failures and where to look; 1 if runs failed."""
     from .sweep.headline import headline_text
     from .sweep.report import write_outputs
-    from .sweep.summary import failures
+    from .sweep.summary import failure_effect, failures
 
     outputs = _writing(out, lambda: write_outputs(out, plots=plots))
     print()
     print(headline_text(outputs.summary))
     failed, total, kinds = failures(outputs.results)
     if failed:
-        print(f"{failed} of {total} runs failed (each counts as a wrong answer; rerun with --retry-errors after fixing):")
+        print(f"{failed} of {total} runs failed. {failure_effect(outputs.results, outputs.tasks)} Rerun with --retry-errors "
+              "after fixing:")
         for count, example in kinds:
             print(f"  {count} × {example}")
     others = outputs.others

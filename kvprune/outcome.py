@@ -69,6 +69,20 @@ class PressOutcome:
         batch, length = self._prompt_shape
         return [torch.arange(length) for _ in range(batch)]  # nothing dropped: every position, in order
 
+    def kept_by_modality(self) -> list[dict[str, int]]:
+        """Per row, the placeholders kept of each modality in the token-dropping press's scope that the
+        row holds (``"audio"``, ``"video"``, ``"image"``): ``stats`` split by modality, so that kept
+        audio and kept visual tokens are never added up."""
+        if self._outcome is None:
+            return []
+        rows = []
+        for row_clips, row_kept in zip(*self._outcome[:2]):
+            counts: dict[str, int] = {}
+            for clip, kept in zip(row_clips, row_kept):
+                counts[clip.modality] = counts.get(clip.modality, 0) + len(kept)
+            rows.append(counts)
+        return rows
+
     # -- written by the engine -------------------------------------------------------------------
     def start_prefill(self, prompt_shape: tuple[int, int]) -> None:
         """Forget the previous prefill's outcome; a new one of ``prompt_shape`` (B, S) starts."""

@@ -20,6 +20,8 @@ first slot only (every later split of its cache sees nothing).
    method once per input set (at least 28 sets, as many layers, and twice the L2 cache in keys and
    values, so no call finds its cache in L2): the kernel (default launch), the matmul path compiled
    (``torch.compile(dynamic=True)``: the decode step's lengths are dynamic) and SDPA (``enable_gqa``);
+3b. mixed lengths: a batch whose rows end at 20-100 % of the bucket, the kernel told each row's last slot
+   (``last_slots``, as the decode step does) against the kernel reading the whole bucket;
 4. sweep (per-row masks): the kernel's time for other tile sizes, warps, stages and splits, to tune the
    defaults (stops when the run has lasted ``--budget`` seconds).
 
@@ -184,12 +186,13 @@ def input_sets(setup: Setup, batch: int, length: int, per_head: bool) -> list[tu
 
 
 def time_per_call(setup: Setup, function, sets: list[tuple]) -> float:
-    """Median microseconds per call of ``function`` over ``sets`` (one graph: one call per set)."""
+    """Median microseconds per call of ``function(*inputs, scaling)`` over the ``sets`` of inputs (one graph:
+    one call per set)."""
     scaling = setup.dim**-0.5
 
     def every_set():
-        for query, key, value, mask in sets:
-            function(query, key, value, mask, scaling)
+        for inputs in sets:
+            function(*inputs, scaling)
 
     if not setup.graphs:
         start = time.perf_counter()
@@ -228,6 +231,22 @@ def speed(setup: Setup, compiled_matmul, out) -> None:
                 print(f"{batch:>5} {length:>6} {'head' if per_head else 'row':>5} {len(sets):>5} " + " ".join(cells)
                       + f"  {kv_bytes / kernel_us / 1e3:>10.0f}", file=out)
                 del sets
+
+
+def mixed_lengths(setup: Setup, out) -> None:
+    """A batch whose rows hold 20-100 % of the bucket (prompts of 60-300 s in one batch): the kernel told each
+    row's last slot against the kernel reading the whole bucket (the mask alone hides the rest)."""
+    batch, length = setup.batches[-1], setup.lengths[-1]
+    sets = []
+    for seed, (query, key, value, mask) in enumerate(input_sets(setup, batch, length, False)):
+        generator = torch.Generator(setup.device).manual_seed(1000 + seed)
+        ends = torch.randint(length // 5, length + 1, (batch,), generator=generator, device=setup.device)
+        sets.append((query, key, value, mask & (torch.arange(length, device=setup.device) < ends.view(-1, 1, 1, 1)), ends - 1))
+
+    own_us = time_per_call(setup, lambda q, k, v, m, last, scaling: fused.flash_decode(q, k, v, m, scaling, last), sets)
+    bucket_us = time_per_call(setup, lambda q, k, v, m, last, scaling: fused.flash_decode(q, k, v, m, scaling), sets)
+    print(f"3b. mixed lengths (batch {batch}, rows ending at 20-100 % of {length} slots): each row's own slots "
+          f"{own_us:.1f} us, the whole bucket {bucket_us:.1f} us ({bucket_us / own_us:.2f}x)", file=out)
 
 
 def sweep(setup: Setup, out, deadline: float) -> None:
@@ -286,6 +305,7 @@ def main(argv=None, out=None) -> int:
     ok &= capture(setup, compiled_matmul, out)
     print(f"   ({time.monotonic() - start:.0f} s)", file=out)
     speed(setup, compiled_matmul, out)
+    mixed_lengths(setup, out)
     print(f"   ({time.monotonic() - start:.0f} s)", file=out)
     if args.sweep:
         sweep(setup, out, start + args.budget)

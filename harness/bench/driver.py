@@ -5,25 +5,26 @@ failures as rows, and write the report after every preset."""
 
 from __future__ import annotations
 
+import math
 import sys
-from contextlib import contextmanager
 
 import pandas as pd
 import torch
 
 from kvprune import fast_audio_encoder, resolve_family
-from kvprune.generation.graphs import RECOMPILE_LIMIT
+from kvprune.compiling import recompile_room
 
 from ..setup.device import release_memory
 from ..setup.environment import environment
 from ..setup.options import ENGINE_CACHE
 from ..setup.methods import check_methods
 from .config import BenchConfig
-from .extras import encoder_identical, largest_batches, scoring_costs
+from .extras import encoder_agreement, encoder_flops, largest_batches, scoring_costs
 from .memory import check_fits
 from .presets import PRESETS, Preset, check_weights
 from .report import bench_frame, write_report
 from .requests import describe, describe_request, failed, plan, run_request
+from .roofline import copy_tb_s, gemm_tflops
 from .rounds import SKIPPED, Request, disturbed, run_rounds, summary
 from .state import BenchState
 
@@ -41,7 +42,9 @@ def run_bench(config: BenchConfig) -> pd.DataFrame:
     meta = _run_record(state)
     try:
         check_fits(config, state.device, state.dtype)
-        with _recompile_room():
+        meta["gemm_tflops"] = _rate(gemm_tflops, state, state.dtype)
+        meta["copy_tb_s"] = _rate(copy_tb_s, state)
+        with recompile_room():  # one compiled decode step per cache shape of stock generate's static-cache compile
             for name in config.presets:
                 _bench_preset(state, PRESETS.get(name))
                 if config.out is not None:
@@ -114,14 +117,29 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
             for request in requests]
     if config.mode == "ratios" and config.k is not None and "error" not in rows[0]:
         rows[0].update(scoring_costs(state, model, prompt))
+    if config.mode != "batch":
+        flops = encoder_flops(state, model, prompt)
+        for row in rows:
+            row["encoder_flops"] = flops
     if config.mode == "compare":
-        identical = encoder_identical(state, model, prompt) if fast_path else True
+        agreement = encoder_agreement(state, model, prompt) if fast_path else dict(encoder_identical=True,
+                                                                                    encoder_max_rel_diff=0.0)
         for row in rows:
             if row["method"] != "stock":
-                row["encoder_identical"] = identical
+                row.update(agreement)
     if config.largest_batch:
         largest_batches(state, model, preset, base, requests, outcomes, prompts, rows)
     state.rows.extend(rows)
+
+
+def _rate(measure, state: BenchState, *args) -> float:
+    """One of the device's rates (``roofline.gemm_tflops``: matrix products in the run's dtype;
+    ``roofline.copy_tb_s``: copy bandwidth), measured now; NaN if it fails."""
+    try:
+        return measure(state.meter, *args)
+    except Exception:
+        release_memory()
+        return math.nan
 
 
 def _run_record(state: BenchState) -> dict:
@@ -148,16 +166,3 @@ def _forget_compiled() -> None:
     """Drop the compiled decode steps of a model that is gone (they hold its graphs and memory)."""
     if "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
-
-
-@contextmanager
-def _recompile_room():
-    """Room for one compiled decode step per cache shape in a run of stock ``generate``'s static-cache
-    compile (torch's default of 8 recompilations per function would fall back to uncompiled code without
-    a word after the 8th shape); the engine gives its own step the same room."""
-    import torch._dynamo
-
-    config = torch._dynamo.config
-    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"  # its older name
-    with config.patch(**{name: max(RECOMPILE_LIMIT, getattr(config, name))}):
-        yield

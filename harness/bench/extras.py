@@ -1,6 +1,7 @@
-"""What a bench mode adds to the timed rows of one audio length: the cost of scoring (ratios mode),
-whether kvprune's audio encoder gives the stock one's output (compare mode), and the largest batch
-that fits (batch mode with ``--largest-batch``). Each records its own failure without losing the rows."""
+"""What a bench mode adds to the timed rows of one audio length: the cost of scoring (ratios mode), the
+FLOPs of the audio encoder (ratios and compare modes), how close kvprune's audio encoder comes to the
+stock one's output (compare mode), and the largest batch that fits (batch mode with ``--largest-batch``).
+Each records its own failure without losing the rows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import replace
 import torch
 
 from kvprune import fast_audio_encoder, resolve_family
-from kvprune.generation.graphs import out_of_memory
+from kvprune.compiling import out_of_memory
 
 from ..setup.device import release_memory
 from ..setup.options import ENGINE_CACHE
@@ -19,6 +20,7 @@ from . import batch as batching
 from .measure import takes_logits_to_keep
 from .presets import Preset, Prompt
 from .requests import describe, failed, run_request
+from .roofline import decode_step_work, encoder_span_flops
 from .rounds import GIB
 from .scoring import ScoringInputs, eager_matrix_cost, last_row_ms
 from .state import BenchState
@@ -42,19 +44,23 @@ def scoring_costs(state: BenchState, model, prompt: Prompt) -> dict:
 
 
 @torch.no_grad()
-def encoder_identical(state: BenchState, model, prompt: Prompt) -> bool | None:
-    """Whether kvprune's audio encoder gives exactly the stock encoder's output on this prompt (None:
-    not checked, for lack of time or because the check failed)."""
+def encoder_agreement(state: BenchState, model, prompt: Prompt) -> dict:
+    """Whether kvprune's audio encoder gives exactly the stock encoder's output on this prompt, and the largest
+    |stock - fast| over the largest |stock| (None and NaN: not checked, for lack of time or because it failed)."""
+    unchecked = dict(encoder_identical=None, encoder_max_rel_diff=math.nan)
     if state.expired():
-        return None
+        return unchecked
     try:
-        return _same_encoder_output(model, prompt)
+        stock, fast = _encoder_outputs(model, prompt)
+        difference = float((stock.float() - fast.float()).abs().max())
+        return dict(encoder_identical=torch.equal(stock, fast),
+                    encoder_max_rel_diff=difference / max(float(stock.float().abs().max()), 1e-30))
     except Exception:
         release_memory()
-        return None
+        return unchecked
 
 
-def _same_encoder_output(model, prompt: Prompt) -> bool:
+def _encoder_outputs(model, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]:
     end = resolve_family(model).audio_encoder(model)[1]
     outputs = []
     handle = end.register_forward_hook(
@@ -66,7 +72,19 @@ def _same_encoder_output(model, prompt: Prompt) -> bool:
                 model(**prompt.inputs, use_cache=False, **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}))
     finally:
         handle.remove()
-    return torch.equal(outputs[0], outputs[1])
+    return outputs[0], outputs[1]
+
+
+def encoder_flops(state: BenchState, model, prompt: Prompt) -> float:
+    """The FLOPs of the span the rows time as the audio encoder (``roofline.encoder_span_flops``; NaN: not
+    counted, for lack of time or because counting failed)."""
+    if state.expired():
+        return math.nan
+    try:
+        return float(encoder_span_flops(model, prompt.inputs))
+    except Exception:
+        release_memory()
+        return math.nan
 
 
 def largest_batches(state: BenchState, model, preset: Preset, base: dict, requests, outcomes, prompts, rows) -> None:
@@ -123,5 +141,7 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, reques
         release_memory()
     for row in rows:
         predicted, largest, timing, tried = found.get((row["method"], row["ratio"]), (math.nan, math.nan, None, ""))
+        flops, nbytes = decode_step_work(model, largest, timing.kv_bytes) if timing is not None else (math.nan, math.nan)
         row.update(max_batch_predicted=predicted, max_batch=largest, max_batch_tries=tried,
-                   **batching.throughput_at(timing, largest))
+                   max_batch_step_ms=timing.decode_ms_per_token if timing is not None else math.nan,
+                   max_batch_step_flops=flops, max_batch_step_bytes=nbytes, **batching.throughput_at(timing, largest))

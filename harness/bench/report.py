@@ -1,5 +1,6 @@
 """Write a bench run: ``bench.csv`` (every number), ``bench.md`` (one table per model and audio length,
-in the shape of the run's mode) and a figure (prefill against ratio; throughput against batch size)."""
+in the shape of the run's mode) and a figure (``figures.py``: prefill against ratio; throughput against
+batch size)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..markdown import markdown_table
 from .compare import compiled_words, targets, variant
+from .figures import IDEAL, STOCK, UNPRUNED, plot_prefill, plot_throughput
 from .presets import PRESETS
+from .roofline import below_floor_lines, bound_line, with_decode_bound, with_encoder_bound
 
-UNPRUNED, IDEAL, STOCK = "none", "ideal", "stock"
 GROUP = ["preset", "audio_seconds"]
 MIB = 2.0**20
 #: a press row is flagged when its LLM time is below its ideal's by more than twice their combined
@@ -29,17 +30,19 @@ MEASURED = (
     "compiled_in_timing "
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
-    "eager_score_extra_gib last_row_score_ms encoder_identical max_batch_predicted max_batch max_batch_tries "
-    "max_batch_decode_tokens_per_s max_batch_requests_per_s error"
+    "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
+    "max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops max_batch_step_bytes error"
 ).split()
 #: computed from the measured rows of the same model, audio length and batch size
 DERIVED = (
     "prefill_vs_unpruned ideal_ms ideal_llm_ms prefill_vs_ideal llm_vs_ideal below_ideal ideal_note vs_frame_ms "
     "score_share kv_mib kv_vs_unpruned decode_vs_unpruned requests_per_s prefill_tokens_per_s decode_tokens_per_s "
-    "encoder_speedup_vs_stock prefill_speedup_vs_stock request_speedup_vs_stock_dynamic request_speedup_vs_stock_static"
+    "encoder_speedup_vs_stock prefill_speedup_vs_stock request_speedup_vs_stock_dynamic request_speedup_vs_stock_static "
+    "encoder_tflops_s encoder_floor_ms encoder_vs_floor encoder_below_floor max_batch_matmul_bound_ms "
+    "max_batch_bytes_bound_ms max_batch_vs_bound"
 ).split()
 #: the same for every row of a run
-META = "mode card device dtype attn repeats warmup decode_tokens torch transformers kvprune date command".split()
+META = "mode card device dtype attn repeats warmup decode_tokens gemm_tflops copy_tb_s torch transformers kvprune date command".split()
 COLUMNS = MEASURED + DERIVED + META
 
 
@@ -49,8 +52,8 @@ def bench_frame(rows: list[dict], meta: dict) -> pd.DataFrame:
     frame["batch"] = frame["batch"].fillna(1).astype(int)
     frame = _with_derived(frame)
     for name in META:
-        frame[name] = meta[name]
-    return frame[COLUMNS]
+        frame[name] = meta.get(name)  # gemm_tflops: None where the run did not measure it
+    return with_decode_bound(with_encoder_bound(frame))[COLUMNS]
 
 
 def _pick(frame: pd.DataFrame, mask, columns: dict[str, str], by: list[str]) -> pd.DataFrame:
@@ -153,6 +156,7 @@ TABLES: dict[str, dict[str, Callable]] = {
         "LLM vs ideal": _vs_ideal,
         "score ms (% prefill)": _score,
         "encoder ms": _column("encoder_ms", "{:.1f}"),
+        "encoder TFLOP/s": _column("encoder_tflops_s", "{:.0f}"),
         "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
         "peak GiB": _column("peak_gib", "{:.2f}"),
         "KV MiB": _column("kv_mib", "{:.1f}"),
@@ -173,6 +177,8 @@ TABLES: dict[str, dict[str, Callable]] = {
     "compare": {
         "run": lambda row: variant(row),
         "encoder ms": _column("encoder_ms", "{:.1f}"),
+        "encoder TFLOP/s": _column("encoder_tflops_s", "{:.0f}"),
+        "encoder × floor": _column("encoder_vs_floor", "{:.2f}×"),
         "prefill ms": _column("prefill_ms", "{:.1f}"),
         "LLM ms": _column("llm_ms", "{:.1f}"),
         "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
@@ -223,9 +229,15 @@ def _largest_batch_table(rows: pd.DataFrame) -> str:
         "method": _column("method", str), "ratio": _column("ratio", "{:g}"),
         "largest batch that ran": _column("max_batch", "{:.0f}"), "predicted": _column("max_batch_predicted", "{:.0f}"),
         "decoded tokens/s": _column("max_batch_decode_tokens_per_s", "{:,.0f}"),
-        "requests/s": _column("max_batch_requests_per_s", "{:.2f}"), "tries": _column("max_batch_tries", str),
+        "requests/s": _column("max_batch_requests_per_s", "{:.2f}"), "step ms": _column("max_batch_step_ms", "{:.2f}"),
+        "matmul bound ms": _column("max_batch_matmul_bound_ms", "{:.2f}"),
+        "bytes bound ms": _column("max_batch_bytes_bound_ms", "{:.2f}"),
+        "step / larger bound": _column("max_batch_vs_bound", "{:.2f}x"), "tries": _column("max_batch_tries", str),
     }
-    table = "Largest batch that fits (predicted from the peaks above, then run; its throughput from a second, warm run):\n\n"
+    table = ("Largest batch that fits (predicted from the peaks above, then run; its throughput from a second, warm run). "
+             "Its decode step beside its two bounds: the step's matrix products at the matrix rate and its bytes "
+             "(weights, every row's keys and values) at the copy bandwidth, both measured in this run; a step "
+             "whose two kinds of work run one after the other takes their sum:\n\n")
     return table + _table(largest, columns) + _largest_batch_gain(largest)
 
 
@@ -245,7 +257,7 @@ def _targets_table(rows: pd.DataFrame) -> str:
     if not found:
         return ""
     columns = {name: _column(name, str) for name in ("target", "measured", "bound", "met")}
-    return ("Targets (set for the 7B shape at 5 min of audio; ratios against the stock rows above):\n\n"
+    return ("Targets (the family's, set for 5 min of audio, `compare.TARGETS`; ratios against the stock rows above):\n\n"
             + _table(pd.DataFrame(found), columns))
 
 
@@ -302,7 +314,7 @@ def markdown(frame: pd.DataFrame) -> str:
         if note:
             lines += ["", f"*{preset}: {note}.*"]
         lines += ["", _table(rows, TABLES[mode])]
-        for extra in (_scoring_line(rows), _uncompiled_line(rows) if mode != "compare" else "",  # compare: in each label
+        for extra in (bound_line(rows), _scoring_line(rows), _uncompiled_line(rows) if mode != "compare" else "",  # compare: in each label
                       _largest_batch_table(rows) if mode == "batch" else "",
                       _targets_table(rows) if mode == "compare" else ""):
             if extra:
@@ -312,6 +324,7 @@ def markdown(frame: pd.DataFrame) -> str:
         lines += ["", "## Faster than the ideal beyond noise (a measurement problem: look at these rows)", ""]
         lines += [f"- {r.preset} {r.audio_seconds:g} s {r.method} {r.ratio:g}: LLM {r.llm_ms:.1f} ms against the "
                   f"ideal's {r.ideal_llm_ms:.1f} ms" for r in below.itertuples()]
+    lines += below_floor_lines(frame)
     compiling = frame[frame["compiled_in_timing"].eq(True)]
     if not compiling.empty:
         lines += ["", "## Compiled during timed rounds (too few warm-up rounds: these timings include compilation)", ""]
@@ -321,66 +334,3 @@ def markdown(frame: pd.DataFrame) -> str:
         lines += ["", "## Errors", ""]
         lines += [f"- {r.preset} {r.audio_seconds:g} s {r.method} {r.ratio:g}: {r.error}" for r in errors.itertuples()]
     return "\n".join(lines) + "\n"
-
-
-# -- figures -----------------------------------------------------------------------------------------
-def _panels(frame: pd.DataFrame, draw, path: Path) -> None:
-    """One panel per model (row) and audio length (column), drawn by ``draw(ax, rows, title)``."""
-    presets = list(dict.fromkeys(frame["preset"]))
-    lengths = list(dict.fromkeys(frame["audio_seconds"]))
-    fig, axes = plt.subplots(
-        len(presets), len(lengths), figsize=(max(4.5 * len(lengths), 7.0), 3.6 * len(presets)), squeeze=False
-    )
-    for i, preset in enumerate(presets):
-        for j, seconds in enumerate(lengths):
-            rows = frame[(frame["preset"] == preset) & (frame["audio_seconds"] == seconds)]
-            draw(axes[i][j], rows, f"{preset}, {seconds:g} s")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    if handles:
-        columns = min(len(labels), 3 if len(lengths) == 1 else 6)  # a lone panel is narrow: wrap the legend
-        fig.legend(handles, labels, loc="lower center", ncol=columns, frameon=False)
-    fig.tight_layout(rect=(0, 0.16 if len(lengths) == 1 else 0.08, 1, 1))
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-
-
-def plot_prefill(frame: pd.DataFrame, path: Path) -> None:
-    """Prefill ms against ratio: each press, the unpruned prefill (and stock HF's) and the ideal."""
-    _panels(frame[frame["batch"] == 1], _prefill_panel, path)
-
-
-def _prefill_panel(ax, rows: pd.DataFrame, title: str) -> None:
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("ratio (fraction of audio tokens removed)")
-    ax.set_ylabel("prefill ms")
-    rows = rows.dropna(subset=["prefill_ms"])
-    for (method, cache), style in {(UNPRUNED, None): dict(color="black", linestyle="--"),
-                                   (STOCK, "dynamic"): dict(color="tab:red", linestyle="-."),
-                                   (STOCK, "static"): dict(color="tab:red", linestyle=":")}.items():
-        line = rows[(rows["method"] == method) & ((rows["cache"] == cache) if cache else True)]["prefill_ms"]
-        if not line.empty:
-            ax.axhline(line.iloc[0], label="unpruned" if method == UNPRUNED else f"stock HF ({cache})", **style)
-    for method, group in rows[~rows["method"].isin([UNPRUNED, STOCK])].groupby("method", sort=False):
-        group = group.sort_values("ratio")
-        style = dict(color="gray", linestyle=":", marker="s") if method == IDEAL else dict(marker="o")
-        ax.plot(group["ratio"], group["prefill_ms"], label=method, **style)
-    if rows.empty:
-        ax.text(0.5, 0.5, "no measurement", ha="center", va="center", transform=ax.transAxes)
-
-
-def plot_throughput(frame: pd.DataFrame, path: Path) -> None:
-    """Requests per second against batch size, one line per method and ratio."""
-    _panels(frame, _throughput_panel, path)
-
-
-def _throughput_panel(ax, rows: pd.DataFrame, title: str) -> None:
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("requests/s")
-    rows = rows.dropna(subset=["requests_per_s"])
-    for (method, ratio), group in rows.groupby(["method", "ratio"], sort=False):
-        group = group.sort_values("batch")
-        label = "unpruned" if method == UNPRUNED else f"{method} {ratio:g}"
-        ax.plot(group["batch"], group["requests_per_s"], marker="o", label=label)
-    if rows.empty:
-        ax.text(0.5, 0.5, "no measurement", ha="center", va="center", transform=ax.transAxes)

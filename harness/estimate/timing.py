@@ -38,7 +38,7 @@ class Call:
     first: bool  # the first call of its run in this process (lazy set-up: a cost once per sweep too)
     prompt_tokens: list[int]
     audio_tokens: list[int]
-    kept_tokens: list[int | None]
+    kept_tokens: list[int | None]  # audio placeholders each row kept (None: its press pruned no audio)
     generated: int  # tokens generated per row (the longest row's)
 
 
@@ -70,7 +70,7 @@ class TimedExecutor(Executor):
             dict(self.context), run, len(inputs), seconds, generation.timing.prefill_s,
             generation.timing.decode_s, generation.compilations > 0, generation.graphs_captured, first,
             [int(batch["input_ids"].shape[1]) for batch in inputs], [self.loaded.audio_tokens(b["input_ids"]) for b in inputs],
-            [sample.kept_tokens for sample in generation.samples], int(generation.timing.new_tokens),
+            [(sample.kept or {}).get("audio") for sample in generation.samples], int(generation.timing.new_tokens),
         ))
         return generation
 

@@ -3,9 +3,10 @@
 A judge turns chat messages (``[{"role": "system" | "user" | "assistant", "content": str}, ...]``)
 into one reply. Two backends exist (an OpenAI-compatible endpoint, a local Hugging Face model); both
 derive from ``CachedJudge``, which looks the request up in the cache before asking, retries
-transient failures with exponential backoff, and counts what it did so a report can say how many
-judgements were asked, answered from the cache, or failed. A judge that keeps failing raises
-``JudgeError``: callers turn it into an error row, never into a score.
+transient failures with exponential backoff, stops asking an endpoint that does not reply (its
+``CircuitBreaker``, shared by all its requests), and counts what it did so a report can say how
+many judgements were asked, answered from the cache, failed, or were not asked. A judge that keeps
+failing raises ``JudgeError``: callers turn it into an error row, never into a score.
 """
 
 from __future__ import annotations
@@ -15,17 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, runtime_checkable
 
+from .breaker import CircuitBreaker
 from .cache import JudgementCache
+from .errors import JudgeError, JudgeUnavailable, JudgeUnreachable, TransientJudgeError
 
 ROLES = ("system", "user", "assistant")
-
-
-class JudgeError(RuntimeError):
-    """A judgement that could not be had: the message names the judge and the last failure."""
-
-
-class TransientJudgeError(JudgeError):
-    """A failure worth retrying (connection refused or reset, timeout, HTTP 429 or 5xx)."""
 
 
 @dataclass(frozen=True)
@@ -68,12 +63,14 @@ class RetryPolicy:
 @dataclass
 class JudgeStats:
     """What a judge did: requests sent to the backend (each try counts), judgements answered from
-    the cache, retries after a transient failure, and judgements that failed for good."""
+    the cache, retries after a transient failure, judgements that failed for good, and judgements
+    not asked because the circuit breaker was open (``skipped``)."""
 
     requests: int = 0
     cache_hits: int = 0
     retries: int = 0
     failures: int = 0
+    skipped: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -93,16 +90,18 @@ class Judge(Protocol):
 
 
 class CachedJudge:
-    """Cache, retries and counts around one backend request (``_request``, which subclasses give).
-    Subclasses set ``identity`` (the cache's notion of "the same judge") and ``label`` (how errors
-    name it)."""
+    """Cache, retries, the circuit breaker and counts around one backend request (``_request``,
+    which subclasses give). Subclasses set ``identity`` (the cache's notion of "the same judge") and
+    ``label`` (how errors name it)."""
 
     identity: str
     label: str
 
-    def __init__(self, cache: JudgementCache | None = None, retry: RetryPolicy | None = None):
+    def __init__(self, cache: JudgementCache | None = None, retry: RetryPolicy | None = None,
+                 breaker: CircuitBreaker | None = None):
         self.cache = cache
         self.retry = retry or RetryPolicy()
+        self.breaker = breaker or CircuitBreaker()
         self.stats = JudgeStats()
 
     def complete(self, messages: Sequence[Mapping[str, str]], settings: JudgeSettings = JudgeSettings(),
@@ -124,6 +123,11 @@ class CachedJudge:
         return reply
 
     def _ask(self, messages: list[dict[str, str]], settings: JudgeSettings) -> str:
+        try:
+            self.breaker.check()
+        except JudgeUnavailable:
+            self.stats.skipped += 1
+            raise
         last: JudgeError | None = None
         for attempt in range(self.retry.attempts):
             if attempt:
@@ -131,12 +135,25 @@ class CachedJudge:
                 self.retry.sleep(self.retry.delay(attempt))
             self.stats.requests += 1
             try:
-                return self._request(messages, settings)
-            except TransientJudgeError as error:
+                reply = self._request(messages, settings)
+            except JudgeUnreachable as error:
                 last = error
+                try:
+                    self.breaker.unreachable(self.label, error)
+                except JudgeUnavailable:
+                    self.stats.failures += 1
+                    raise
+                continue
+            except TransientJudgeError as error:
+                self.breaker.replied()
+                last = error
+                continue
             except JudgeError:
+                self.breaker.replied()
                 self.stats.failures += 1
                 raise
+            self.breaker.replied()
+            return reply
         self.stats.failures += 1
         raise JudgeError(f"judge {self.label} failed after {self.retry.attempts} attempts; last: {last}") from last
 

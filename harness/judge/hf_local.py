@@ -13,8 +13,10 @@ import hashlib
 import os
 from pathlib import Path
 
-from .base import CachedJudge, JudgeError, JudgeSettings, RetryPolicy
+from .base import CachedJudge, JudgeSettings, RetryPolicy
+from .breaker import CircuitBreaker
 from .cache import JudgementCache
+from .errors import JudgeError
 
 DEFAULT_MAX_NEW_TOKENS = 1024
 _WHOLE_FILE_LIMIT = 16 * 2**20
@@ -26,8 +28,9 @@ class HFJudge(CachedJudge):
     ``dtype``: a torch dtype name (``"bfloat16"``) or ``None`` for the checkpoint's."""
 
     def __init__(self, path: str | os.PathLike, device: str = "cpu", dtype: str | None = None,
-                 cache: JudgementCache | None = None, retry: RetryPolicy | None = None):
-        super().__init__(cache, retry)
+                 cache: JudgementCache | None = None, retry: RetryPolicy | None = None,
+                 breaker: CircuitBreaker | None = None):
+        super().__init__(cache, retry, breaker)
         self.path = Path(path)
         if not (self.path / "config.json").is_file():
             raise ValueError(f"judge model folder {self.path} has no config.json; give a folder written by "

@@ -6,7 +6,8 @@ spoken to with the standard library only.
 is read, at each request, from the environment variable the judge was given (default
 ``KVPRUNE_JUDGE_API_KEY``); without it no ``Authorization`` header is sent (local servers need none).
 Connection errors, timeouts, HTTP 429 and 5xx, and an empty ``content`` are retried; any other HTTP
-error fails at once with the server's words.
+error fails at once with the server's words. Tries that get no reply at all (refused, reset, a name
+that does not resolve, a timeout) also count towards the judge's circuit breaker (``breaker``).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import socket
 import urllib.error
 import urllib.request
 
-from .base import CachedJudge, JudgeError, JudgeSettings, RetryPolicy, TransientJudgeError
+from .base import CachedJudge, JudgeSettings, RetryPolicy
+from .breaker import CircuitBreaker
 from .cache import JudgementCache
+from .errors import JudgeError, JudgeUnreachable, TransientJudgeError
 
 DEFAULT_KEY_ENV = "KVPRUNE_JUDGE_API_KEY"
 DEFAULT_TIMEOUT = 120.0
@@ -28,8 +31,9 @@ class OpenAIJudge(CachedJudge):
     """``base_url`` is the API root (``http://host:port/v1``); ``model`` the served model's name."""
 
     def __init__(self, base_url: str, model: str, key_env: str = DEFAULT_KEY_ENV, timeout: float = DEFAULT_TIMEOUT,
-                 cache: JudgementCache | None = None, retry: RetryPolicy | None = None):
-        super().__init__(cache, retry)
+                 cache: JudgementCache | None = None, retry: RetryPolicy | None = None,
+                 breaker: CircuitBreaker | None = None):
+        super().__init__(cache, retry, breaker)
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"judge base URL must start with http:// or https://, got {base_url!r}")
         if not model:
@@ -57,7 +61,7 @@ class OpenAIJudge(CachedJudge):
         except urllib.error.HTTPError as error:
             raise self._http_error(error) from error
         except (urllib.error.URLError, ConnectionError, socket.timeout, TimeoutError) as error:
-            raise TransientJudgeError(f"{self.label}: {error}") from error
+            raise JudgeUnreachable(f"{self.label}: {getattr(error, 'reason', None) or error}") from error
         return self._content(payload)
 
     def _http_error(self, error: urllib.error.HTTPError) -> JudgeError:

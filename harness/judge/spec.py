@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 from .base import Judge, RetryPolicy
+from .breaker import CircuitBreaker
 from .cache import JudgementCache
 from .hf_local import HFJudge
 from .openai_compat import DEFAULT_KEY_ENV, DEFAULT_TIMEOUT, OpenAIJudge
@@ -24,8 +25,10 @@ FORMS = ("openai:<base URL>@<model>[;key_env=NAME][;timeout=SECONDS]", "hf:<fold
 OPTIONS = {"openai": ("key_env", "timeout"), "hf": ("device", "dtype")}
 
 
-def parse_judge_spec(spec: str, cache_dir: str | os.PathLike | None = None, retry: RetryPolicy | None = None) -> Judge:
-    """The judge ``spec`` names, caching its judgements under ``cache_dir`` (none if ``None``)."""
+def parse_judge_spec(spec: str, cache_dir: str | os.PathLike | None = None, retry: RetryPolicy | None = None,
+                     breaker: CircuitBreaker | None = None) -> Judge:
+    """The judge ``spec`` names, caching its judgements under ``cache_dir`` (none if ``None``), with
+    ``retry`` and ``breaker`` (the defaults if ``None``)."""
     kind, _, rest = spec.partition(":")
     if kind not in OPTIONS or not rest:
         raise ValueError(_bad(spec, "it must start with 'openai:' or 'hf:' and name a target"))
@@ -35,7 +38,8 @@ def parse_judge_spec(spec: str, cache_dir: str | os.PathLike | None = None, retr
     if kind == "hf":
         if not target:
             raise ValueError(_bad(spec, "hf: needs a model folder"))
-        return HFJudge(target, device=options.get("device", "cpu"), dtype=options.get("dtype"), cache=cache, retry=retry)
+        return HFJudge(target, device=options.get("device", "cpu"), dtype=options.get("dtype"), cache=cache, retry=retry,
+                       breaker=breaker)
     base_url, at, model = target.rpartition("@")
     if not at or not base_url or not model:
         raise ValueError(_bad(spec, "openai: needs '<base URL>@<model>'"))
@@ -44,7 +48,8 @@ def parse_judge_spec(spec: str, cache_dir: str | os.PathLike | None = None, retr
     key_env = options.get("key_env", DEFAULT_KEY_ENV)
     if not key_env.isidentifier():
         raise ValueError(_bad(spec, f"key_env {key_env!r} is not an environment variable name"))
-    return OpenAIJudge(base_url, model, key_env=key_env, timeout=_seconds(spec, options), cache=cache, retry=retry)
+    return OpenAIJudge(base_url, model, key_env=key_env, timeout=_seconds(spec, options), cache=cache, retry=retry,
+                       breaker=breaker)
 
 
 def _options(spec: str, kind: str, pairs: list[str]) -> dict[str, str]:

@@ -10,7 +10,7 @@ benchmark's own metadata), each saying which official function it mirrors:
 - ``audiomarathon``: AudioMarathon's per-task answer extraction (its Qwen2.5-Omni scripts) and its
   pruning arithmetic (kept count, frame offsets); ``audiomarathon_scores``: its F1 variants and ASR
   WER; ``audiomarathon_models``: the extractors and scoring rules of its Phi-4-MM, Aero-1 and
-  Voxtral scripts.
+  Voxtral scripts; ``audiomarathon_durations``: the duration buckets of its analysis scripts.
 - ``staudioqa``: provisional ST-AudioQA metrics from its paper (no official scorer is public).
 - ``classification``: the F1 and average-precision arithmetic the modules share.
 

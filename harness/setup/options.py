@@ -45,8 +45,8 @@ SHARED_OPTIONS: dict[str, dict] = {
     ),
     "stock_encoder": dict(
         action="store_true",
-        help="run the model's stock audio encoder instead of kvprune.fast_audio_encoder (same outputs, slower); "
-        "default: the fast encoder",
+        help="run the model's stock audio encoder instead of kvprune.fast_audio_encoder (the same outputs, within "
+        "bf16 rounding where the fast one compiles on a GPU; slower); default: the fast encoder",
     ),
 }
 

@@ -1,12 +1,18 @@
 """Two analyses AudioMarathon reports, for any task: score against audio duration, and a radar chart of
 scores per task.
 
-Duration: samples are bucketed by the audio the model heard (``audio_seconds``), on the bucket edges
-of AudioMarathon's ``analyse_audio_duration`` scripts (0, 10, 20, 25, 28, 30, 32, 35, 40, 45, 60, 90,
-120, 180 s and beyond); each bucket is scored with the task's own metrics, as the breakdowns are
-(``duration_breakdown``: rows of breakdown.csv and report.md under the field ``audio duration``),
-and drawn per model and task, one line per run (``plot_duration``). A task whose samples all fall
-in one bucket has nothing to show and is left out.
+Duration: samples are bucketed by the audio the model heard (``audio_seconds``) as AudioMarathon's
+``analyse_audio_duration`` scripts bucket durations, each task by its own script's edges, labels
+and boundaries (``Task.duration_buckets``: ``official.audiomarathon_durations``; Vox_age's script
+has none, so it and every task outside AudioMarathon take ``analyse_all.py``'s); each bucket is
+scored with the task's own metrics, as the breakdowns are (the scripts only count; scoring per
+bucket is ours). ``duration_breakdown`` writes them as rows of breakdown.csv and report.md under
+the field ``audio duration``, and ``plot_duration`` draws them per model and task, one line per
+run. A suite with a view of its tasks together (AudioMarathon's, on ``analyse_all.py``'s buckets,
+as that script counts the ten tasks' durations together) adds rows under its own name: per bucket,
+the samples of all its tasks and the mean of the primary scores of the tasks with samples there
+(``tasks`` names them: a bucket's tasks differ, so buckets compare tasks as much as durations).
+A task (suite) whose samples all fall in one bucket has nothing to show and is left out.
 
 Radar (``plot_radar``): one figure per model, one panel per ratio, a polygon per method (the
 unpruned run in each), spokes the tasks' primary scores (error rates such as WER drawn as 100 minus
@@ -16,51 +22,76 @@ the rate, so outward is better everywhere), as AudioMarathon's leaderboard figur
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from ..tasks.suites import Suite
 from ..tasks.task import Task, get_task
 from .config import BASELINE
 from .plots import slug
 from .summary import GROUP
 
-DURATION_EDGES = (0, 10, 20, 25, 28, 30, 32, 35, 40, 45, 60, 90, 120, 180, math.inf)
 DURATION_FIELD = "audio duration"
+SUITE_METRIC = "mean primary score"  # a suite's score per bucket
 
 
-def bucket(seconds: float) -> str | None:
-    """The duration bucket of ``seconds`` (``"90-120 s"``, ``"180+ s"``); None when unknown."""
-    if seconds is None or pd.isna(seconds):
-        return None
-    for low, high in zip(DURATION_EDGES, DURATION_EDGES[1:]):
-        if low <= seconds < high:
-            return f"{low}+ s" if math.isinf(high) else f"{low}-{high} s"
-    return None
-
-
-def duration_breakdown(results: pd.DataFrame, tasks: Mapping[str, Task]) -> pd.DataFrame:
-    """Per run identity and duration bucket (in increasing order): samples and the task's metrics
-    (``score``: the primary one), for the tasks whose samples span two buckets or more."""
+def duration_breakdown(results: pd.DataFrame, tasks: Mapping[str, Task], suites: Sequence[Suite] = ()) -> pd.DataFrame:
+    """Per run identity and duration bucket of the task's own buckets (shortest first): samples and
+    the task's metrics (``score``: the primary one), for the tasks whose samples span two buckets or
+    more; then the views of ``suites`` over their tasks together."""
     if results.empty or "audio_seconds" not in results:
         return pd.DataFrame()
-    frame = results.reindex(columns=list(dict.fromkeys([*results.columns, *GROUP]))).assign(
-        bucket=results["audio_seconds"].map(bucket))
-    order = {bucket(low): i for i, low in enumerate(DURATION_EDGES[:-1])}
+    frame = results.reindex(columns=list(dict.fromkeys([*results.columns, *GROUP])))
     rows = []
     for (model, task_name, method, layer, method_id, settings_id, ratio), group in frame.groupby(GROUP, sort=True, dropna=False):
-        if group["bucket"].nunique() < 2:
-            continue
-        task = tasks[task_name] if task_name in tasks else get_task(task_name)
+        task = _task(task_name, tasks)
         identity = dict(model=model, task=task_name, method=method, ratio=ratio, layer=None if pd.isna(layer) else int(layer),
                         method_id=method_id, settings_id=settings_id)
-        for value, subset in sorted(group.dropna(subset=["bucket"]).groupby("bucket"), key=lambda item: order[item[0]]):
+        for value, subset in _buckets(group, task.duration_buckets):
             metrics = task.summarize(subset.drop(columns="bucket").to_dict("records"))
             rows.append(dict(identity, field=DURATION_FIELD, value=value, samples=len(subset), metric=task.primary_metric,
                              score=metrics[task.primary_metric], **metrics))
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows + _suite_rows(frame, tasks, suites))
+
+
+def _suite_rows(frame: pd.DataFrame, tasks: Mapping[str, Task], suites: Sequence[Suite]) -> list[dict]:
+    """Per suite with a view of its tasks together, model and run that ran two of its tasks or more,
+    and bucket: the samples of its tasks there, and the mean of those tasks' primary scores on them."""
+    rows = []
+    run = ["model", "method", "layer", "method_id", "ratio"]
+    for suite in suites:
+        if suite.duration_buckets is None:
+            continue
+        own = frame[frame["task"].str.split("@").str[0].isin(suite.tasks)]
+        for (model, method, layer, method_id, ratio), group in own.groupby(run, sort=True, dropna=False):
+            if group["task"].nunique() < 2:
+                continue
+            for value, subset in _buckets(group, suite.duration_buckets):
+                scores = {}
+                for task_name, part in subset.groupby("task", sort=True):
+                    task = _task(task_name, tasks)
+                    scores[task.abbreviation] = task.summarize(part.drop(columns="bucket").to_dict("records"))[task.primary_metric]
+                rows.append(dict(model=model, task=suite.name, method=method, ratio=ratio,
+                                 layer=None if pd.isna(layer) else int(layer), method_id=method_id, field=DURATION_FIELD,
+                                 value=value, samples=len(subset), metric=SUITE_METRIC,
+                                 score=sum(scores.values()) / len(scores), tasks=", ".join(sorted(scores))))
+    return rows
+
+
+def _buckets(group: pd.DataFrame, buckets) -> list[tuple[str, pd.DataFrame]]:
+    """``group``'s rows per bucket that holds some, shortest first (none when they fill fewer than two)."""
+    labelled = group.assign(bucket=[None if pd.isna(s) else buckets.assign(float(s)) for s in group["audio_seconds"]])
+    labelled = labelled.dropna(subset=["bucket"])
+    if labelled["bucket"].nunique() < 2:
+        return []
+    return sorted(labelled.groupby("bucket"), key=lambda item: buckets.order(item[0]))
+
+
+def _task(name: str, tasks: Mapping[str, Task]) -> Task:
+    return tasks[name] if name in tasks else get_task(name)
 
 
 def plot_duration(table: pd.DataFrame, out_dir: Path) -> list[Path]:

@@ -11,7 +11,7 @@ import pandas as pd
 from ..markdown import markdown_table
 from .headline import ratio_text
 from .store import ENGINE_RECORD, TIMING_PASS, read_runs
-from .summary import MIB, TIMING_SUBSET
+from .summary import MIB, NOT_TIMED, TIMING_SUBSET
 
 
 def batching_section(summary: pd.DataFrame, results: pd.DataFrame | None, out_dir: Path) -> str:
@@ -60,15 +60,7 @@ def _how(summary: pd.DataFrame, results: pd.DataFrame | None) -> str:
         lines.append(f"- Shared between the runs of a sample: its audio encoder output ({reused} of {len(scoring)} "
                      f"scoring runs reused one computed by an earlier run of the same sample), {shared}: the same "
                      "tensors, so answers are unchanged.")
-    subset = summary["timing_source"].eq(TIMING_SUBSET)
-    if subset.any():
-        timed = summary.loc[subset, "timed_samples"]
-        lines.append(f"- Timings (prefill, decoding, KV cache, speedups and the score-vs-prefill figure) come from the "
-                     f"timing subset: up to {timed.max():.0f} samples per task and run, each run alone with nothing "
-                     "shared (a call that compiled or captured a graph is run again, warm). Scores use every sample once, "
-                     "from the scoring pass.")
-    else:
-        lines.append("- Timings come from every sample: each ran alone, with nothing shared.")
+    lines.append(_timings(summary))
     return "\n".join(lines) + "\n"
 
 
@@ -77,6 +69,25 @@ def _batch_choice(out_dir: Path) -> str:
     choices = list(dict.fromkeys(run["config"]["batch_choice"] for run in read_runs(out_dir)
                                  if (run.get("config") or {}).get("batch_choice")))
     return "".join(f"- Batch size: {choice}.\n" for choice in choices)
+
+
+def _timings(summary: pd.DataFrame) -> str:
+    """Where the timings come from, as the summary's rows say: the timing subset, every sample, or
+    nowhere (``--timing-samples 0`` beside a batched or sharing scoring pass); runs that failed or
+    compiled, and the warm-up, are never timed."""
+    sources, timed = set(summary["timing_source"]), summary["timed_samples"].max()
+    if timed == 0:
+        empty = "the prefill, decoding and KV cache columns, the speedups and the score-vs-prefill figure are empty"
+        if sources == {NOT_TIMED}:
+            return ("- Timings: none. `--timing-samples 0` asked for no timing subset while the scoring pass batched "
+                    f"samples or shared their audio encoder's output or first layers, so no run was timed alone: {empty}. "
+                    "`--timing-samples N` runs the first N samples of each task alone, for their timings.")
+        return f"- Timings: none. Every run that could have been timed failed, was the warm-up or compiled: {empty}."
+    if TIMING_SUBSET in sources:
+        return (f"- Timings (prefill, decoding, KV cache, speedups and the score-vs-prefill figure) come from the timing "
+                f"subset: up to {timed:.0f} samples per task and run, each run alone with nothing shared (a call that "
+                "compiled or captured a graph is run again, warm). Scores use every sample once, from the scoring pass.")
+    return "- Timings come from every sample: each ran alone, with nothing shared."
 
 
 def _engine(out_dir: Path) -> str:

@@ -4,12 +4,20 @@ A task's ``breakdown_by`` fields (category, sub-category, difficulty, modality..
 the item's value of that field (``a+b``: by the pair of values, as a paper's table crosses two
 fields: ST-AudioQA's family and attribute); each part is scored with the task's own metrics, so a metric that
 works per item or per sub-category (STAR-Bench's perception parts average their sub-categories)
-does so within the part, as the official tables do. Rows whose item has no value for the field
-are left out of that field's table. A suite with an ``aggregate`` (``tasks.suites``) adds one row per
-model x method x ratio that ran all its tasks: the mean of each aggregated metric over them
-(STAR-Bench's Final MA). A suite with ``groups`` or ``levels`` adds one row per group (AudioMarathon's
-categories) or level (AVI-Bench's stages, Overall, L1) and model x method x ratio. Every task whose
-samples span two duration buckets is also scored per bucket (``analyses``: field ``audio duration``).
+does so within the part, as the official tables do; ``samples`` counts its runs, ``items`` its
+distinct items. Rows whose item has no value for the field are left out of that field's table. A
+field whose groups count whole (``breakdown_whole``: STAR-Bench perception's categories, made of
+sub-categories) scores each group under the value of its first row (a row of no group under none),
+yet counts ``samples`` and ``items`` over the rows labelled with the value, and ``n_<group field>``
+the groups it scored, as ``PerceptionDataset.evaluate`` fills its cells: where a group's rows carry
+two values, the rows scored under a value and the rows counted differ.
+
+A suite with an ``aggregate`` (``tasks.suites``) adds one row per model x method x ratio that ran
+all its tasks: the mean of each aggregated metric over them (STAR-Bench's Final MA). A suite with
+``groups`` or ``levels`` adds one row per group (AudioMarathon's categories) or level (AVI-Bench's
+stages, Overall, L1) and model x method x ratio. Every task whose samples span two duration buckets
+is also scored per bucket, and AudioMarathon's suite over its tasks together (``analyses``: field
+``audio duration``).
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ def breakdown_table(results: pd.DataFrame, tasks: Mapping[str, Task], summary: p
     suites): what ``breakdown.csv`` holds."""
     suites = list_suites()
     results, _ = scoring_passes(results)  # every sample once: not the timing subset's repeats
-    return pd.concat([breakdown(results, tasks), duration_breakdown(results, tasks), suite_scores(summary, suites),
+    return pd.concat([breakdown(results, tasks), duration_breakdown(results, tasks, suites), suite_scores(summary, suites),
                       suite_groups(summary, suites), suite_levels(results, tasks, summary, suites)], ignore_index=True)
 
 
@@ -54,30 +62,31 @@ def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
         identity = dict(model=model, task=task_name, method=method, ratio=ratio, layer=None if pd.isna(layer) else int(layer),
                         method_id=method_id, settings_id=settings_id)
         for field in task.breakdown_by:
-            by_value: dict[str, list[dict]] = {}
-            for record, value in zip(records, _values(records, field, task.breakdown_whole.get(field))):
-                if value is not None:
-                    by_value.setdefault(_text(value), []).append(record)
-            for value, subset in sorted(by_value.items()):
-                metrics = task.summarize(subset)
-                rows.append(dict(identity, field=field, value=value, samples=len(subset), metric=task.primary_metric,
+            whole = task.breakdown_whole.get(field)
+            labels = [_field_value(row_meta(record), field) for record in records]
+            groups = [_field_value(row_meta(record), whole) for record in records] if whole else labels
+            scored = labels if whole is None else _scored_under(records, labels, groups)
+            for value in sorted({_text(v) for v in scored if v is not None}):
+                subset = [i for i, v in enumerate(scored) if v is not None and _text(v) == value]
+                labelled = [r for r, label in zip(records, labels) if label is not None and _text(label) == value]
+                metrics = task.summarize([records[i] for i in subset])
+                wholes = {f"n_{whole}": len({_text(groups[i]) for i in subset})} if whole else {}
+                rows.append(dict(identity, field=field, value=value, samples=len(labelled),
+                                 items=len({r.get("item", index) for index, r in enumerate(labelled)}), **wholes, metric=task.primary_metric,
                                  score=metrics[task.primary_metric], **metrics))
     return distinguish_labels(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
 
 
-def _values(records: list[dict], field: str, whole: str | None = None) -> list:
-    """Each record's value of ``field``; with ``whole``, the value of the first record (in sample
-    order) of its ``whole`` group, so that the group counts whole under one value (STAR-Bench's
-    perception table puts a sub-category under the category of its first row)."""
-    own = [_field_value(row_meta(record), field) for record in records]
-    if whole is None:
-        return own
-    groups = [_field_value(row_meta(record), whole) for record in records]
+def _scored_under(records: list[dict], labels: list, groups: list) -> list:
+    """The value each record is scored under when its ``whole`` group (``groups``) counts whole: the
+    label of the group's first record in sample order; none for a record without a group. So
+    STAR-Bench's perception table scores each sub-category under its first row's category, and only
+    sub-categories."""
     first: dict[str, object] = {}
     for index in sorted(range(len(records)), key=lambda i: _position(records[i])):
         if groups[index] is not None:
-            first.setdefault(_text(groups[index]), own[index])
-    return [value if group is None else first[_text(group)] for value, group in zip(own, groups)]
+            first.setdefault(_text(groups[index]), labels[index])
+    return [None if group is None else first[_text(group)] for group in groups]
 
 
 def _position(record: dict) -> float:
@@ -142,13 +151,14 @@ def suite_levels(results: pd.DataFrame, tasks: Mapping[str, Task], summary: pd.D
     return pd.DataFrame(rows)
 
 
-def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) -> list[str]:
-    """The report's sections for one model: each task's notes, then per task and field a table of
-    the primary score per value (rows) and run (columns), then the suites' aggregates."""
+def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str, judge: str | None = None) -> list[str]:
+    """The report's sections for one model: each task's notes (``task_note``: as the sweep's
+    ``judge`` graded it), then per task and field a table of the primary score per value (rows) and
+    run (columns), then the suites' aggregates."""
     parts = []
     for name, task in sorted(tasks.items()):
-        if task.notes:
-            parts.append(f"**{name}**: {task.notes.strip()}\n")
+        if note := task_note(task, judge):
+            parts.append(f"**{name}**: {note}\n")
     if table.empty:
         return parts
     table = table[table["model"] == model]
@@ -168,8 +178,21 @@ def report_sections(table: pd.DataFrame, tasks: Mapping[str, Task], model: str) 
     return parts
 
 
+def task_note(task: Task, judge: str | None) -> str:
+    """What a reader of the task's results must know: its notes, which for a task with a refine step
+    say what scoring without the judge means; when the sweep had a judge, that the judge ran it."""
+    if task.refine and judge:
+        return (f"graded with --judge {judge}: as in {task.benchmark or 'the benchmark'}'s official pipeline, the judge "
+                "rewrites each reply of a task the refine step covers before it is scored; a reply it could not refine is "
+                "an error row, never scored as it was.")
+    return task.notes.strip()
+
+
+#: besides ``samples``, a breakdown table shows a value's distinct items where items ran several times, the
+#: groups a whole-counted value scored (``n_<group field>``: STAR-Bench perception's sub-categories per
+#: category), the tasks a suite's duration bucket holds (``tasks``)
 _NOT_METRICS = {"model", "task", "method", "ratio", "layer", "method_id", "settings_id", "field", "value", "samples", "metric",
-                "score"}
+                "score", "items", "tasks"}
 
 
 def _run_label(method: str, ratio: float) -> str:
@@ -181,9 +204,23 @@ def _pivot(rows: pd.DataFrame, index: str) -> str:
     order = sorted(set(runs["run"]), key=lambda run: (run != "baseline", run))
     values = list(dict.fromkeys(runs[index]))  # in the order the rows came (sorted values; groups as the suite lists them)
     table = runs.pivot_table(index=index, columns="run", values="score", aggfunc="first").reindex(index=values, columns=order)
-    samples = runs[runs["run"] == order[0]].set_index(index)["samples"]
-    cells = ([str(value), str(samples.get(value, "—")), *map(_cell, values)] for value, values in zip(table.index, table.to_numpy()))
-    return markdown_table([index, "samples", *order], cells) + "\n"
+    first = runs[runs["run"] == order[0]].drop_duplicates(index).set_index(index)
+    shown = ["items", *sorted(c for c in first.columns if c.startswith("n_")), "tasks"]
+    counts = ["samples", *(c for c in shown if c in first and first[c].notna().any() and _differs(first, c))]
+    cells = ([str(value), *(_count(first[c].get(value)) for c in counts), *map(_cell, values)]
+             for value, values in zip(table.index, table.to_numpy()))
+    return markdown_table([index, *counts, *order], cells) + "\n"
+
+
+def _differs(rows: pd.DataFrame, column: str) -> bool:
+    """Whether ``column`` says something ``samples`` does not (items: where some item ran several times)."""
+    return column != "items" or bool((rows["items"] != rows["samples"]).any())
+
+
+def _count(value) -> str:
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return "—"
+    return value if isinstance(value, str) else str(int(value))
 
 
 def _suite_table(rows: pd.DataFrame, metrics: list[str]) -> str:

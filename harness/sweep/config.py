@@ -233,11 +233,14 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
              "docs/protocols.md); default: each task's own")
     add("--judge", help="an LLM judge for judged grading: openai:<base URL>@<model> (an OpenAI-compatible endpoint; "
         "key from $KVPRUNE_JUDGE_API_KEY or ;key_env=NAME) or hf:<folder> (a local model); runs AVI-Bench's refine step "
-        "and judged metrics (mmar_rubrics); judgements cached in <out>/judge_cache (default: none, judge-free scoring)")
+        "and judged metrics (mmar_rubrics); judgements cached in <out>/judge_cache; an endpoint that gives no reply to "
+        "5 tries in a row is asked nothing more in this sweep (default: none, judge-free scoring)")
     add("--no-audio", action="store_true", help="prompts without their audio, for ablations: audio segments left out "
         "(a task's caption in their place where it has one: STAR-Bench's caption-only, MMAR's text-only and caption "
-        "inputs), videos without their sound; every press then has nothing to prune (default: off)")
-    add("--retry-errors", action="store_true", help="rerun the runs recorded with an error (default: keep them)")
+        "inputs), videos without their sound; every press then has nothing to prune; such a folder holds no run with "
+        "audio (default: off)")
+    add("--retry-errors", action="store_true", help="rerun the runs recorded with an error; those the judge failed are "
+        "graded again from their stored outputs (default: keep them)")
     add("--overwrite", action="store_true", help="discard the results already in --out instead of refusing a folder "
         "made with other settings (default: off)")
     add("--rehash-audio", action="store_true", help="read every audio file to digest its content, instead of trusting "

@@ -28,10 +28,11 @@ from ..timing import Timing, timed_generate
 
 @dataclass
 class SampleOutput:
-    """What one sample of a batch got: its answer, the audio tokens its prefill kept, its new tokens."""
+    """What one sample of a batch got: its answer, the placeholders its prefill kept of each modality
+    in the press's scope (None: no press), its new tokens."""
 
     output: str
-    kept_tokens: int | None
+    kept: dict[str, int] | None
     new_tokens: int
 
 
@@ -119,5 +120,12 @@ class Executor:
         return int(row.shape[0])
 
 
-def _kept(outcome) -> int | None:
-    return sum(s.kept_tokens for s in outcome.stats) if outcome is not None and outcome.stats else None
+def _kept(outcome) -> dict[str, int] | None:
+    """The placeholders kept per modality of the press's scope, over the outcome's rows."""
+    if outcome is None or not outcome.stats:
+        return None
+    kept: dict[str, int] = {}
+    for row in outcome.kept_by_modality():
+        for modality, count in row.items():
+            kept[modality] = kept.get(modality, 0) + count
+    return kept

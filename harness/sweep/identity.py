@@ -189,9 +189,10 @@ class SweepPlan:
     def differences(self, recorded: "SweepPlan") -> list[str]:
         """The settings of ``recorded`` (an earlier start in the same folder) that this plan changes:
         folder-wide settings, and the models and tasks both name. Each says what it was and is."""
-        found = [
-            f"{name}: {_shown(recorded.settings.get(name))} before, {_shown(value)} now"
-            for name, value in self.settings.items() if recorded.settings.get(name) != value
+        dropped = {name: None for name, value in recorded.settings.items() if name not in self.settings and value}
+        found = [  # a setting recorded only when on (--no-audio) differs when it was on and is off now
+            _difference(name, recorded.settings.get(name), value)
+            for name, value in {**self.settings, **dropped}.items() if recorded.settings.get(name) != value
         ]
         for model in sorted(set(self.models) & set(recorded.models)):
             if self.models[model] != recorded.models[model]:
@@ -219,6 +220,15 @@ class SweepPlan:
             1 for task, samples in self.samples.items() for sample_id, hashed in samples.items()
             if recorded.samples.get(task, {}).get(sample_id, hashed) != hashed
         )
+
+
+def _difference(name: str, before, now) -> str:
+    """One setting that changed, in words (``--no-audio``: what the folder holds and what this runs)."""
+    if name == "no_audio":
+        held = "runs without their audio (a --no-audio ablation)" if before else "runs with their audio"
+        return (f"no_audio: the folder holds {held}, and this sweep runs {'without' if now else 'with'} audio: an "
+                "ablation and pruning results never share a folder")
+    return f"{name}: {_shown(before)} before, {_shown(now)} now"
 
 
 def _shown(value) -> str:

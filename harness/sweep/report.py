@@ -19,16 +19,17 @@ import pandas as pd
 
 from ..markdown import markdown_table
 from .batching_report import batching_section
+from .received import input_banners
 from .analyses import plot_duration, plot_radar
 from .breakdown import breakdown_table, report_sections
 from .config import BASELINE
 from .held import other_runs, other_runs_banner
-from .headline import headline_markdown, noise_share, ratio_text, score_text, speedup_text
+from .headline import headline_markdown, input_label, input_labelled, noise_share, ratio_text, row_speedup, score_text
 from .identity import SweepPlan, read_plan
-from .judging import judge_section
+from .judging import judge_section, judge_spec
 from .plots import plot_summary, slug
 from .store import read_rows, read_runs, recorded_tasks
-from .summary import direction, failures, select_results, summarize, task_averages
+from .summary import direction, failure_effect, failures, select_results, summarize, task_averages
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Outputs:
     results: pd.DataFrame
     summary: pd.DataFrame
     others: pd.DataFrame | None  # the folder's runs the summary leaves out (None: it covers everything)
+    tasks: dict  # the tasks as the sweep ran them (``recorded_tasks``)
 
 
 def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -> Outputs:
@@ -59,8 +61,8 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
         written += plot_summary(summary, out_dir) + plot_duration(breakdown, out_dir) + plot_radar(summary, out_dir, tasks)
     plan = None if everything else recorded_plan
     others = other_runs(out_dir, rows, plan) if plan is not None else None
-    written.append(write_report(summary, out_dir, results, breakdown, plan, others))
-    return Outputs([p for p in written if p.exists()], results, summary, others)
+    written.append(write_report(summary, out_dir, results, breakdown, plan, others, figures_drawn=plots))
+    return Outputs([p for p in written if p.exists()], results, summary, others, tasks)
 
 
 def _number(digits: int) -> Callable:
@@ -93,6 +95,19 @@ TASK_COLUMNS = {
     "kv_saved": ("KV cache saved after prefill", _percent), "cache": ("decoding cache", _text),
     "errors": ("failed runs", _count), "samples": ("samples", _count),
 }
+VIDEO_COLUMN = {"kept_video_tokens": ("video tokens kept (mean; frames and images)", _count)}
+
+
+def _task_columns(rows: pd.DataFrame) -> dict:
+    """The task table's columns: the kept video tokens beside the kept audio tokens, for a task whose
+    prompts hold video or images."""
+    if "video_tokens" not in rows or not rows["video_tokens"].fillna(0).gt(0).any():
+        return TASK_COLUMNS
+    columns = list(TASK_COLUMNS.items())
+    at = [name for name, _ in columns].index("kept_tokens") + 1
+    return dict(columns[:at] + list(VIDEO_COLUMN.items()) + columns[at:])
+
+
 AVERAGE_COLUMNS = {
     "method": ("method", str), "ratio": ("ratio", ratio_text), "score": ("mean score", score_text),
     "tasks": ("tasks", _count), "prefill_speedup": ("mean prefill speedup", None),
@@ -103,7 +118,7 @@ def _table(frame: pd.DataFrame, columns: dict) -> str:
     """A markdown table of ``frame``'s ``columns`` under their titles, each in its format (speedups
     marked when within the timing noise)."""
     rows = (
-        [speedup_text(row.get(name), row.get("prefill_within_noise")) if form is None else form(row.get(name))
+        [row_speedup(row, name) if form is None else form(row.get(name))
          for name, (_, form) in columns.items()]
         for row in frame.to_dict("records")
     )
@@ -132,13 +147,14 @@ def dry_run_banner(out_dir: Path) -> str:
             "scores below are meaningless (random weights).\n")
 
 
-def failure_banner(results: pd.DataFrame) -> str:
-    """A warning block listing failed runs by kind, or nothing when every run succeeded."""
+def failure_banner(results: pd.DataFrame, tasks: dict | None = None) -> str:
+    """A warning block listing failed runs by kind and saying what the scores make of them (by each
+    task's primary metric), or nothing when every run succeeded."""
     failed, total, kinds = failures(results)
     if not failed:
         return ""
     listed = "\n".join(f"> - {count} × {example}" for count, example in kinds)
-    return (f"> **Warning: {failed} of {total} runs failed.** Each counts as a wrong answer in the scores below. "
+    return (f"> **Warning: {failed} of {total} runs failed.** {failure_effect(results, tasks)} "
             "The `error` field of results.jsonl has every message; rerunning the sweep with `--retry-errors` reruns them.\n>\n"
             f"{listed}\n")
 
@@ -156,23 +172,6 @@ def incomplete_banner(plan: SweepPlan, results: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def long_audio_banner(results: pd.DataFrame) -> str:
-    """A note on the samples whose audio was split or truncated to fit the model."""
-    if "long_audio" not in results:
-        return ""
-    notes = results.drop_duplicates(subset=["model", "task", "sample_id"])["long_audio"].dropna()
-    if notes.empty:
-        return ""
-    cut = notes.str.contains("truncated|kept about").sum()
-    lines = [f"> **Long audio: {len(notes)} sample(s) did not fit the model as one clip.**"]
-    if cut:
-        lines.append(f"> {cut} of them were truncated: the model heard only part of their audio "
-                     "(`audio_seconds_received` in results.jsonl).")
-    for note, count in notes.value_counts().head(5).items():
-        lines.append(f"> - {count} × {note}")
-    return "\n".join(lines) + "\n"
-
-
 def timing_note(summary: pd.DataFrame) -> str:
     share = noise_share(summary)
     if pd.isna(share):
@@ -186,14 +185,16 @@ def timing_note(summary: pd.DataFrame) -> str:
 
 def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None,
                  breakdown: pd.DataFrame | None = None, plan: SweepPlan | None = None,
-                 others: pd.DataFrame | None = None) -> Path:
+                 others: pd.DataFrame | None = None, figures_drawn: bool = True) -> Path:
     """Write ``report.md`` next to the results (with ``results``, the banners, and with the folder's
-    ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections);
-    returns its path."""
+    ``plan`` too, whether runs are missing; with ``breakdown``, a ``breakdown_table``, its sections),
+    linking the figures the folder holds (``figures_drawn``: whether they were drawn from these
+    results just before; if not, the report says they are as last drawn); returns its path."""
     parts = [f"# kvprune sweep: {out_dir.name}\n", dry_run_banner(out_dir)]
+    tasks = recorded_tasks(out_dir)
     if results is not None:
         planned = (other_runs_banner(out_dir, others), incomplete_banner(plan, results)) if plan is not None else ()
-        banners = (*planned, failure_banner(results), long_audio_banner(results))
+        banners = (*planned, failure_banner(results, tasks), *input_banners(results))
         parts += [banner for banner in banners if banner]
     parts += ["## Headline\n", headline_markdown(summary), timing_note(summary), batching_section(summary, results, out_dir),
               _provenance(out_dir), judge_section(out_dir),
@@ -202,24 +203,39 @@ def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | N
               "that compiled left out; the prefill speedup is the unpruned run's median prefill time over this run's; "
               "the KV cache held is measured right after prefill (a static cache's room for new tokens left out), and "
               "the share saved is against the unpruned run's.\n"]
-    tasks = recorded_tasks(out_dir) if breakdown is not None else {}
     for model, frame in summary.groupby("model"):
         parts.append(f"### {model}\n")
-        parts.append(f"![score vs ratio]({slug(model)}_score_vs_ratio.png)\n![score vs prefill]({slug(model)}_score_vs_prefill.png)\n"
-                     f"![KV saved]({slug(model)}_kv_saved.png)\n")
-        parts += [f"![{path.stem}]({path.name})\n" for path in sorted(out_dir.glob(f"{slug(model)}_*radar.png"))
-                  + sorted(out_dir.glob(f"{slug(model)}_*_duration.png"))]
+        parts += _figures(out_dir, model, figures_drawn)
         if frame["task"].nunique() > 1:
             for title, rows in task_averages(frame):
                 parts.append(f"#### {title}\n\n" + _table(_ordered(rows), AVERAGE_COLUMNS))
         for task, rows in frame.groupby("task"):
             metric = rows["metric"].iloc[0] + ("" if rows["higher_is_better"].iloc[0] else f", {direction(False)}")
-            parts.append(f"#### {task} ({metric})\n\n" + _table(_ordered(rows), TASK_COLUMNS))
+            label = input_label(rows.iloc[0].to_dict())
+            parts.append(f"#### {task}{label} ({metric})\n\n" + _table(input_labelled(_ordered(rows)), _task_columns(rows)))
         if breakdown is not None:
-            parts += report_sections(breakdown, {name: t for name, t in tasks.items() if name in set(frame["task"])}, model)
+            ran = {name: t for name, t in tasks.items() if name in set(frame["task"])}
+            parts += report_sections(breakdown, ran, model, judge_spec(out_dir))
     path = out_dir / "report.md"
     path.write_text("\n".join(p for p in parts if p))
     return path
+
+
+FIGURES = (("score vs ratio", "score_vs_ratio"), ("score vs prefill", "score_vs_prefill"), ("KV saved", "kv_saved"))
+
+
+def _figures(out_dir: Path, model: str, drawn: bool) -> list[str]:
+    """Links to the model's figures that exist (none after ``--no-plots`` on a new folder), with a
+    word when they were not drawn from these results (``kvprune plot`` draws them again)."""
+    stem = slug(model)
+    paths = [(title, out_dir / f"{stem}_{name}.png") for title, name in FIGURES]
+    paths += [(path.stem, path) for path in sorted(out_dir.glob(f"{stem}_*radar.png")) + sorted(out_dir.glob(f"{stem}_*_duration.png"))]
+    links = [f"![{title}]({path.name})" for title, path in paths if path.is_file()]
+    if not links:
+        return []
+    stale = "" if drawn else (f"Figures as they were last drawn, not from this report's run: `kvprune plot {out_dir}` draws "
+                              "them again from these results.\n\n")
+    return [stale + "\n".join(links) + "\n"]
 
 
 def _ordered(frame: pd.DataFrame) -> pd.DataFrame:

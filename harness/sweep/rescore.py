@@ -5,7 +5,8 @@ A run's output depends on what its key holds (the model, settings, method, ratio
 a row records as its ``grade_hash``. When a dataset's labels are fixed and nothing else changed, the
 runs are done (their keys are in the folder) but their rows are out of date: each is graded again
 from its stored output against the sample as it is now, and the new row appended (the old one stays,
-and is no longer summarised). Nothing is generated again.
+and is no longer summarised). Nothing is generated again. Likewise ``--retry-errors`` grades the runs
+whose grading the judge failed (an unreachable endpoint) again from their stored outputs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..setup.environment import now
 from ..tasks.task import Task
 from .identity import SweepPlan
 from .plan import PlannedSample
-from .store import ResultStore, read_rows, run_key, unique_runs
+from .store import ResultStore, judge_failed, read_rows, run_key, unique_runs
 
 
 def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dict[str, list[PlannedSample]],
@@ -32,6 +33,25 @@ def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dic
         store.append(regraded(row, by_task[row["task"]], planned[row["task"], row["sample_id"]], judge))
     runs = {run_key({**row, "pass": None}) for row in stale}  # a run's timing-pass row is the same run
     return len(runs), len({(row["task"], row["sample_id"]) for row in stale})
+
+
+def regrade_judge_failures(store: ResultStore, plan: SweepPlan, tasks: list[Task],
+                           samples: dict[str, list[PlannedSample]], judge) -> tuple[int, int]:
+    """``--retry-errors`` with a judge: every run of ``samples`` whose grading the judge failed
+    (``store.judge_failed``: its output is stored) graded again from that output; a row is appended
+    for each that the judge now grades (one it fails again stays as it was). Returns (runs tried,
+    runs graded)."""
+    by_task = {task.name: task for task in tasks}
+    planned = {(name, p.sample.id): p for name, share in samples.items() for p in share}
+    rows = unique_runs([row for row in plan.select(read_rows(store.out_dir)) if (row["task"], row["sample_id"]) in planned])
+    failed = [row for row in rows if judge_failed(row)]
+    graded = 0
+    for row in failed:
+        again = regraded(row, by_task[row["task"]], planned[row["task"], row["sample_id"]], judge)
+        if not judge_failed(again):
+            store.append(again)
+            graded += 1
+    return len(failed), graded
 
 
 def regraded(row: dict, task: Task, planned: PlannedSample, judge=None) -> dict:

@@ -4,8 +4,10 @@ Before anything runs, a start takes its folder (``folder``: created if needed, l
 writer), checks every method at every ratio against each model's skeleton (a layer out of range is
 an error before the first sample, not one per sample), works out its plan (``plan``: what every
 run's results depend on) and refuses a folder whose results were made with other settings. A start
-that fails leaves the folder as it found it. Then it sets aside the lines of its results file that
-hold no result and scores again the stored outputs whose samples' labels changed (``rescore``).
+that fails leaves the folder as it found it; a model that cannot take the images or videos of a task
+(``media.check_media``: a family that does not see, a chat template that drops them) fails it so.
+Then it sets aside the lines of its results file that hold no result and scores again the stored
+outputs whose samples' labels changed (``rescore``).
 
 Samples are the outer loop (``samples.SampleRunner``): a sample's inputs are prepared once, then the
 unpruned baseline and every method x ratio run on them back to back, each result line appended
@@ -41,9 +43,10 @@ from .distributed import barrier, finish, process_share
 from .folder import ResultsFolder
 from .identity import AudioDigests, SweepPlan
 from .execute import Executor
-from .judging import record_judge, sweep_judge
+from .media import check_media
+from .judging import record_judge, sweep_judge, unreachable
 from .plan import PlannedRun, PlannedSample, plan_sweep, runs_of, tasks_by_model
-from .rescore import rescore
+from .rescore import regrade_judge_failures, rescore
 from .samples import Pass, SampleRunner
 from .schedule import batches, sweep_passes
 from .source import Checkpoints
@@ -100,6 +103,7 @@ class SweepRunner:
                 self._check_methods()
                 self._digests = AudioDigests(out, rehash=self.config.rehash_audio)
                 self.plan, planned = plan_sweep(self.config, self.tasks, self.runs, self.cache, self._digests, self.source)
+                check_media(self.config, self.tasks, planned)
                 self._samples = {name: samples[self.rank :: self.world_size] for name, samples in planned.items()}
                 folder.check(self.plan, self.config.overwrite)
                 barrier()
@@ -107,6 +111,8 @@ class SweepRunner:
                 self.judge = sweep_judge(self.config.judge, out)
                 self._tidy(folder)
                 todo = sum(self._run_model(model_name) for model_name in self.config.models)
+                if unreachable(self.judge):
+                    folder.notes.append(unreachable(self.judge))
                 if not todo:
                     folder.notes.append(f"nothing left to run: every run this sweep asks for has a result in {out} "
                                         "already (--retry-errors reruns the failed ones); the outputs are written again "
@@ -135,6 +141,12 @@ class SweepRunner:
             folder.notes.append(f"scored {rows} stored result(s) of {samples} sample(s) again from their stored outputs: "
                                 "their answers or metadata changed, their prompt and audio did not (nothing was generated "
                                 "again for them).")
+        if self.config.retry_errors and self.judge is not None:
+            tried, graded = regrade_judge_failures(self.store, self.plan, list(tasks.values()), self._samples, self.judge)
+            if tried:
+                folder.record(self.plan, self._digests)
+                folder.notes.append(f"--retry-errors: graded {graded} of the {tried} stored output(s) whose grading the "
+                                    "judge had failed again with it (nothing was generated again for them).")
 
     def _check_methods(self) -> None:
         """Every method at every ratio against each model's skeleton (its modules on the meta device:

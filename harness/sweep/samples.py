@@ -35,8 +35,20 @@ from ..tasks.task import Task, TaskDataError
 from .config import SweepConfig
 from .execute import BatchGeneration, Executor
 from .plan import PlannedRun, PlannedSample
-from .source import Checkpoints
+from .source import VISUAL, Checkpoints
 from .store import ResultStore
+
+
+def kept_counts(base: dict, kept: dict[str, int] | None) -> dict:
+    """A row's kept tokens, audio and visual apart: ``kept_tokens`` (audio) and, for a model that sees,
+    ``kept_video_tokens`` (video frames and images); a modality outside the press's scope (or a run
+    without a press, or one that failed) kept all of its tokens."""
+    kept = kept or {}
+    counts = {"kept_tokens": kept.get("audio", base.get("audio_tokens"))}
+    if "video_tokens" in base:
+        visual = [kept[modality] for modality in VISUAL if modality in kept]
+        counts["kept_video_tokens"] = sum(visual) if visual else base["video_tokens"]
+    return counts
 
 
 @dataclass
@@ -121,7 +133,15 @@ class SampleRunner:
             item=sample.item, input_hash=planned.input_hash, grade_hash=planned.grade_hash, settings_id=settings_id,
             reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
             **({"dry_run": True} if self.source.dry_run else {}),
+            **self._audio_input(planned),
         )
+
+    def _audio_input(self, planned: PlannedSample) -> dict:
+        """Under ``--no-audio``, what stood for the sample's audio (``audio_input``: ``none``, or the
+        task's ``caption``); nothing otherwise (the prompt held its audio)."""
+        if not self.config.no_audio:
+            return {}
+        return {"audio_input": "caption" if planned.prompt is not None and planned.prompt.captioned else "none"}
 
     def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, how: Pass, sample=None,
                 generation: BatchGeneration | None = None, batch: dict | None = None, error=None) -> None:
@@ -137,7 +157,7 @@ class SampleRunner:
             output=output,
             parsed=grade.parsed,
             **grade.scores,
-            kept_tokens=sample.kept_tokens if sample is not None and sample.kept_tokens is not None else base.get("audio_tokens"),
+            **kept_counts(base, sample.kept if sample is not None else None),
             error=None if error is None else f"{type(error).__name__}: {error}",
             time=now(),
         )

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch.nn as nn
 
+from kvprune.clips import SCOPE_MODALITIES
 from kvprune.models.loading import LoadedModel, family_of_checkpoint, load_model
 
 from ..demo import DEMO, DEMO_MODEL_DIR
@@ -26,6 +27,8 @@ from ..long_audio import model_inputs
 from ..setup.methods import checkpoint_skeleton
 from ..tasks.task import Sample, Task
 from .identity import AudioDigests, grade_hash, input_hash, model_fingerprint
+
+VISUAL = SCOPE_MODALITIES["video"]  # the placeholders of the visual scope: video frames and images
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,14 @@ class Checkpoints:
         """The model inputs of a sample, its audio read by the task's channel policy and fitted to what
         the model takes (the task's long-audio policy), with how much audio the model received."""
         waves, model_prompt = planned.prompt.load(task.channels)
-        return model_inputs(loaded, waves, model_prompt, policy)
+        prepared = model_inputs(loaded, waves, model_prompt, policy)
+        placeholders = loaded.placeholder_counts(prepared["inputs"]["input_ids"])
+        if set(placeholders) & set(VISUAL):  # a model that sees: its video and image tokens, apart from audio's
+            prepared["video_tokens"] = sum(placeholders.get(modality, 0) for modality in VISUAL)
+        silent = planned.prompt.silent_videos(model_prompt)
+        if silent is not None:  # the prompt's videos were to bring their sound tracks: how many had none
+            prepared["silent_videos"] = silent
+        return prepared
 
     def answer_tokens(self, planned: PlannedSample) -> int | None:
         """How many tokens the sample's answer is decoded to (None: until the model ends it)."""

@@ -20,11 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..judge.errors import judge_error_names
 from ..tasks.task import Task, task_from_config
 from .disk import ResultsFileWarning, cannot_write, write_line
 from .identity import DIGESTS_FILE, PLAN_FILE
 
 RUNS_FILE = "runs.jsonl"
+JUDGE_ERRORS = judge_error_names()
 #: a run's identity (see ``identity``): the readable fields and the digests of everything else; ``pass``
 #: tells a timing-subset row ("timing") from the row that scores the same sample and run (none)
 KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id", "pass")
@@ -36,6 +38,13 @@ OUTPUT_PATTERNS = ("results*.jsonl", "results*.jsonl.unreadable", RUNS_FILE, PLA
 
 def run_key(row: dict) -> tuple:
     return tuple(round(row[k], 6) if k == "ratio" else row.get(k) for k in KEY_FIELDS)
+
+
+def judge_failed(row: dict) -> bool:
+    """Whether a row holds an output whose grading failed because the judge did (an error of
+    ``harness.judge``): grading it again needs the judge, not the model."""
+    error = row.get("error")
+    return row.get("output") is not None and isinstance(error, str) and error.partition(":")[0] in JUDGE_ERRORS
 
 
 def unique_runs(rows: list[dict]) -> list[dict]:
@@ -149,7 +158,10 @@ class ResultStore:
         self._handle = None
 
     def done_keys(self, retry_errors: bool = False) -> set[tuple]:
-        return {run_key(r) for r in read_rows(self.out_dir) if not (retry_errors and r.get("error"))}
+        """The keys of the runs recorded; with ``retry_errors``, not those that failed, but for runs
+        whose grading the judge failed: they are graded again from their outputs, not generated again
+        (``rescore.regrade_judge_failures``)."""
+        return {run_key(r) for r in read_rows(self.out_dir) if not (retry_errors and r.get("error") and not judge_failed(r))}
 
     def append(self, row: dict) -> None:
         try:

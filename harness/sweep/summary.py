@@ -7,14 +7,17 @@ tells them apart (``fastv (layer 3)``). A folder is summarised as its last sweep
 (``plan.json``): exactly its models, tasks, methods, ratios and samples (what else the folder holds:
 ``held``).
 
-Metrics use every sample, failed ones included (an error is an unanswered question), and are those
-of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
+Metrics use every sample, failed ones included (an error is an unanswered question, which each metric
+counts wrong or leaves out as its benchmark does: ``Metric.no_answer``, said by ``failure_effect``),
+and are those of each task as the sweep ran it (its config recorded in ``runs.jsonl``), so a folder still
 summarises after its task was renamed or edited. Timings use only samples that ran and were not the
 warm-up, and not calls that compiled (a static cache on a GPU compiles at every new length). Speedups
 and KV savings compare medians with the unpruned baseline of the same model, task and settings; KV
 savings compare the entries held after the prefill (a static cache's preallocated room left out). The
 spread of the per-sample speedups (each sample against its own baseline run) says whether a speedup
-stands out of the timing noise.
+stands out of the timing noise. Audio and video tokens (and those kept) are counted apart; a pruned
+run that removed none and saved no KV cache is ``nothing_pruned`` (its speedup is timing noise), and
+``audio_input`` says what stood for the audio under ``--no-audio``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..tasks.metrics import METRICS, NO_ANSWER
 from ..tasks.task import Task, get_task
 from .config import BASELINE
 from .identity import SweepPlan, read_plan
@@ -32,9 +36,12 @@ from .store import TIMING_PASS, read_rows, recorded_tasks, unique_runs
 GROUP = ["model", "task", "method", "layer", "method_id", "settings_id", "ratio"]
 MS = 1000.0
 MIB = 2**20
-AUDIO_FIELDS = ["audio_seconds", "audio_tokens", "kept_tokens"]
+AUDIO_FIELDS = ["audio_seconds", "audio_tokens", "kept_tokens", "video_tokens", "kept_video_tokens", "audio_input"]
+AUDIO = "audio"  # the prompts held their audio (``audio_input`` of rows without the field: every sweep but --no-audio)
 MIN_PAIRS = 3  # timed samples a speedup needs before it can stand out of the noise
 TIMING_SUBSET = "timing subset"
+EVERY_SAMPLE = "every sample"
+NOT_TIMED = "none"  # a batched or sharing scoring pass and no timing subset (--timing-samples 0)
 
 
 def summarize_folder(out_dir: Path | str, everything: bool = False) -> pd.DataFrame:
@@ -85,8 +92,12 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             audio_seconds=scoring["audio_seconds"].mean(),
             audio_tokens=scoring["audio_tokens"].mean(),
             kept_tokens=scoring["kept_tokens"].mean(),
-            timed_samples=len(timed),
-            timing_source=TIMING_SUBSET if len(timing) else "every sample",
+            video_tokens=scoring["video_tokens"].mean(),
+            kept_video_tokens=scoring["kept_video_tokens"].mean(),
+            pruned_tokens=_pruned(scoring),
+            audio_input=_audio_input(scoring),
+            timed_samples=int(timed["prefill_s"].notna().sum()),
+            timing_source=_timing_source(scoring, timing),
             prefill_ms_mean=timed["prefill_s"].mean() * MS,
             prefill_ms_median=timed["prefill_s"].median() * MS,
             decode_ms_mean=timed["decode_s"].mean() * MS,
@@ -105,6 +116,28 @@ def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
     summary = _against_baseline(summary)
     summary = summary.merge(timing_spread(results), on=["model", "task", "method_id", "settings_id", "ratio"], how="left")
     return distinguish_labels(summary)
+
+
+def _pruned(rows: pd.DataFrame) -> float:
+    """The mean number of tokens the runs' presses removed, audio and visual together (0 for a run whose
+    scope held nothing: a prompt without audio under an audio press)."""
+    audio = pd.to_numeric(rows["audio_tokens"], errors="coerce") - pd.to_numeric(rows["kept_tokens"], errors="coerce")
+    visual = pd.to_numeric(rows["video_tokens"], errors="coerce") - pd.to_numeric(rows["kept_video_tokens"], errors="coerce")
+    return float((audio.fillna(0) + visual.fillna(0)).mean())
+
+
+def _audio_input(rows: pd.DataFrame) -> str:
+    """What stood for the audio in the group's prompts: ``audio``, ``none`` (``--no-audio``),
+    ``caption`` (the task's caption in its place), or both of the last two joined by ``+``."""
+    return "+".join(sorted(set(rows["audio_input"].astype(object).fillna(AUDIO)))) or AUDIO
+
+
+def _timing_source(scoring: pd.DataFrame, timing: pd.DataFrame) -> str:
+    """Where a group's timings come from: the timing subset, every sample (the scoring pass timed
+    each), or nowhere (no row holds a per-sample prefill time)."""
+    if len(timing):
+        return TIMING_SUBSET
+    return EVERY_SAMPLE if "prefill_s" in scoring and scoring["prefill_s"].notna().any() else NOT_TIMED
 
 
 def scoring_passes(group: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -179,6 +212,9 @@ def _against_baseline(summary: pd.DataFrame) -> pd.DataFrame:
     merged["decode_speedup"] = merged["decode_ms_per_token_median_baseline"] / merged["decode_ms_per_token_median"]
     merged["kv_saved"] = 1.0 - merged["kv_held_mib_median"] / merged["kv_held_mib_median_baseline"]
     merged["score_change"] = merged["score"] - merged["score_baseline"]
+    # a press that removed no token and saved no KV cache (its scope held nothing: --no-audio under an audio press)
+    # has no prefill speedup to show, only timing noise
+    merged["nothing_pruned"] = (merged["method"] != BASELINE) & merged["pruned_tokens"].eq(0) & merged["kv_saved"].le(0)
     return merged.drop(columns=[f"{c}_baseline" for c in compared])
 
 
@@ -248,6 +284,26 @@ def failures(results: pd.DataFrame) -> tuple[int, int, list[tuple[int, str]]]:
     return len(errors), len(results), sorted(kinds, key=lambda kind: -kind[0])
 
 
+def failure_effect(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> str:
+    """One sentence on what the scores make of the failed runs, by the primary metric of each task
+    that has some (``Metric.no_answer``): counted as wrong answers, or left out as the benchmark's
+    scorer leaves out a question without an answer; '' when no run failed."""
+    scoring, _ = scoring_passes(results)
+    failed = scoring.loc[scoring["error"].notna(), "task"].unique() if "error" in scoring else []
+    by_rule: dict[str, list[str]] = {}
+    for name in sorted(failed):
+        task = (tasks or {}).get(name) or get_task(name)
+        by_rule.setdefault(METRICS.get(task.primary_metric).no_answer, []).append(name)
+    if not by_rule:
+        return ""
+    if len(by_rule) == 1:
+        rule = next(iter(by_rule))
+        return f"Each {NO_ANSWER[rule]}" + (" (a score of — means that no run answered)." if rule == "skipped" else ".")
+    parts = [f"in {', '.join(names)} {'it' if i else 'a failed run'} {NO_ANSWER[rule]}"
+             for i, (rule, names) in enumerate(sorted(by_rule.items(), reverse=True))]  # "wrong" first
+    return "; ".join(parts).capitalize() + "."
+
+
 def task_average(summary: pd.DataFrame) -> pd.DataFrame:
     """Mean primary score and prefill speedup per model x method x ratio over the same tasks for
     every method: those every method of the model ran (``common_tasks``), so that no method's
@@ -255,6 +311,8 @@ def task_average(summary: pd.DataFrame) -> pd.DataFrame:
     (accuracy, WER) are averaged apart."""
     summary = summary[[task in common_tasks(summary, model, higher)
                        for model, task, higher in zip(summary["model"], summary["task"], summary["higher_is_better"])]]
+    if "nothing_pruned" in summary:  # a run that pruned nothing has no speedup to average, only timing noise
+        summary = summary.assign(prefill_speedup=summary["prefill_speedup"].where(~summary["nothing_pruned"].eq(True)))
     grouped = summary.groupby(["model", "method", "ratio", "higher_is_better"], sort=True)
     average = grouped.agg(score=("score", "mean"), tasks=("task", "nunique"), prefill_ms_median=("prefill_ms_median", "mean"),
                           prefill_speedup=("prefill_speedup", "mean"), samples=("samples", "sum"))

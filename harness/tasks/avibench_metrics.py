@@ -33,12 +33,16 @@ from .suites import SUITE_LEVELS
 from .metrics import row_meta as meta
 
 NAN = float("nan")
+SKIPPED = "skipped"  # the evaluator pairs entries with replies and skips an entry without one: a failed run
 #: the folder holding FENSE's local models: paraphrase-TinyBERT-L6-v2/, bert-base-uncased/ and the checkpoint
 FENSE_DIR_VARIABLE = "KVPRUNE_FENSE_DIR"
 
 
 def entries_and_replies(rows: list[dict]) -> tuple[list[dict], list[str | None]]:
-    """The rows' official entries and parsed replies, in order."""
+    """The rows' official entries and parsed replies, in order; a row without an entry (an item that
+    could not be read, written before such rows kept theirs) has no reply either, and is left out as
+    the evaluator leaves out an entry without a reply."""
+    rows = [r for r in rows if isinstance(meta(r).get("entry"), dict)]
     return [meta(r)["entry"] for r in rows], [parsed_of(r) for r in rows]
 
 
@@ -70,18 +74,18 @@ def _nothing(parsed: str | None, sample) -> dict[str, float]:
 
 
 _full_match = _official(lambda entries, replies: avibench.score_full_match(entries, replies, double_confirm=True))
-register_metric(Metric("avibench_full_match", _full_match, _full_match_per_sample))
-register_metric(Metric("asqa_accuracy", _full_match, _full_match_per_sample))
-register_metric(Metric("avsqa_accuracy", _official(avibench.score_avsqa), _avsqa_per_sample))
+register_metric(Metric("avibench_full_match", _full_match, _full_match_per_sample, no_answer=SKIPPED))
+register_metric(Metric("asqa_accuracy", _full_match, _full_match_per_sample, no_answer=SKIPPED))
+register_metric(Metric("avsqa_accuracy", _official(avibench.score_avsqa), _avsqa_per_sample, no_answer=SKIPPED))
 for _task in ("AMIC", "VMIC"):
     for _index, _name in enumerate(("average", "semantic", "counting")):
         _mic = (lambda task: lambda entries, replies: avibench.score_mic(entries, replies, task))(_task)
-        register_metric(Metric(f"{_task.lower()}_{_name}", _official(_mic, _index), _nothing))
+        register_metric(Metric(f"{_task.lower()}_{_name}", _official(_mic, _index), _nothing, no_answer=SKIPPED))
 for _index, _name in enumerate(("average", "miou", "instance")):
-    register_metric(Metric(f"avl_{_name}", _official(score_avl, _index), _nothing))
-register_metric(Metric("avlg_iou", _official(score_avlg), _nothing))
+    register_metric(Metric(f"avl_{_name}", _official(score_avl, _index), _nothing, no_answer=SKIPPED))
+register_metric(Metric("avlg_iou", _official(score_avlg), _nothing, no_answer=SKIPPED))
 for _key, _name in (("Average", "average"), ("Recall@1", "r1"), ("Recall@3", "r3"), ("F1_score", "f1")):
-    register_metric(Metric(f"retrieval_{_name}", _official(score_retrieval, _key), _nothing))
+    register_metric(Metric(f"retrieval_{_name}", _official(score_retrieval, _key), _nothing, no_answer=SKIPPED))
 
 
 # -- AVC: FENSE per caption ----------------------------------------------------------------------------
@@ -114,7 +118,7 @@ def _fense(rows: list[dict]) -> float:
     return 100.0 * round(sum(scores) / len(scores), 5) if scores else NAN
 
 
-register_metric(Metric("avc_fense", _fense, _fense_per_sample))
+register_metric(Metric("avc_fense", _fense, _fense_per_sample, no_answer=SKIPPED))
 
 
 # -- the suite's levels --------------------------------------------------------------------------------

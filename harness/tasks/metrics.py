@@ -106,7 +106,9 @@ class Metric:
     rows (``parsed``, ``reference``, ``item``, ``meta``, ``position`` and those numbers);
     ``higher_is_better`` is False for error rates; ``options`` names the task ``metric_options`` it needs,
     each with its allowed values (None: any); a ``judged`` metric's ``per_sample`` is also given the
-    sweep's judge (``judge=``; ``tasks.judged``).
+    sweep's judge (``judge=``; ``tasks.judged``). ``no_answer`` says what ``compute`` makes of a row
+    without an answer (a failed run): ``wrong`` (it counts against the score) or ``skipped`` (left
+    out, as a benchmark's own scorer leaves out an entry without a reply); reports say it in words.
     """
 
     name: str
@@ -115,6 +117,18 @@ class Metric:
     higher_is_better: bool = True
     options: Mapping[str, tuple | None] = field(default_factory=dict)
     judged: bool = False
+    no_answer: str = "wrong"
+
+    def __post_init__(self):
+        if self.no_answer not in NO_ANSWER:
+            raise ValueError(f"metric {self.name}: no_answer must be one of {sorted(NO_ANSWER)}, got {self.no_answer!r}")
+
+
+#: what a metric makes of a row without an answer, in words (``Metric.no_answer``)
+NO_ANSWER = {
+    "wrong": "counts as a wrong answer",
+    "skipped": "is left out, as the benchmark's own scorer leaves out a question without an answer",
+}
 
 
 def parsed_of(row: dict) -> str | None:

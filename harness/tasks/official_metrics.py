@@ -131,10 +131,16 @@ def _am_asr(key: str) -> Callable[..., float]:
 
 
 _AM_OPTIONS = {"audiomarathon_task": AUDIOMARATHON_TASKS}
+# a failed run has no label or transcript: the scripts' accuracy, F1s and mean WER drop it; their binary F1, correct
+# rate and running WER count every sample
 for _key in ("accuracy", "f1_macro", "f1_weighted", "f1_fake", "f1_positive", "correct_rate"):
-    register_metric(Metric(f"audiomarathon_{_key}", _am_classification(_key), _am_per_sample, options=_AM_OPTIONS))
-register_metric(Metric("audiomarathon_word_accuracy", _am_asr("word_accuracy"), _am_per_sample, options=_AM_OPTIONS))
-register_metric(Metric("audiomarathon_wer", _am_asr("wer_mean"), _am_per_sample, higher_is_better=False, options=_AM_OPTIONS))
+    _dropped = "skipped" if _key in ("accuracy", "f1_macro", "f1_weighted") else "wrong"
+    register_metric(Metric(f"audiomarathon_{_key}", _am_classification(_key), _am_per_sample, options=_AM_OPTIONS,
+                           no_answer=_dropped))
+register_metric(Metric("audiomarathon_word_accuracy", _am_asr("word_accuracy"), _am_per_sample, options=_AM_OPTIONS,
+                       no_answer="skipped"))
+register_metric(Metric("audiomarathon_wer", _am_asr("wer_mean"), _am_per_sample, higher_is_better=False, options=_AM_OPTIONS,
+                       no_answer="skipped"))
 register_metric(Metric("audiomarathon_word_accuracy_all", _am_asr("word_accuracy_all"), _am_per_sample, options=_AM_OPTIONS))
 register_metric(Metric("audiomarathon_wer_all", _am_asr("wer_all"), _am_per_sample, higher_is_better=False, options=_AM_OPTIONS))
 

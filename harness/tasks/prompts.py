@@ -97,6 +97,7 @@ class RenderedPrompt:
     segments: tuple[str | MediaRef, ...]
     system: str | None = None
     transcription: str | None = None  # a language: the family's transcription request for the one clip
+    captioned: bool = False  # rendered without its audio, the task's caption standing in its place
 
     @property
     def text(self) -> str:
@@ -139,6 +140,14 @@ class RenderedPrompt:
                 segments.append(len(waves))
                 waves.append(files[segment.path][segment.clip])
         return waves, Prompt(tuple(segments), self.system, self.transcription)
+
+
+    def silent_videos(self, prompt: Prompt) -> int | None:
+        """Of the videos this prompt shows with their sound track, how many had none once ``load`` read
+        them into ``prompt`` (such a file goes in silent: a result row records it); None when no video
+        was to bring its sound."""
+        wanted = [model for ref, model in zip(self.segments, prompt.segments) if isinstance(ref, VideoRef) and ref.sound]
+        return sum(video.audio is None for video in wanted) if wanted else None
 
 
 def _shown(ref: MediaRef) -> list:
@@ -215,13 +224,14 @@ class PromptSpec:
                   "letters": letters_phrase(len(sample.choices))}
         segments: list[str | MediaRef] = []
         caption = self._caption(sample) if no_audio else None
+        captioned = False
         for segment in self.segments:
             if "text" in segment:
                 segments.append(segment["text"].format_map(fields))
                 continue
             if no_audio and "audio" in segment:
                 segments += [caption] if caption else []
-                caption = None  # once, where the first audio stood
+                captioned, caption = captioned or bool(caption), None  # once, where the first audio stood
                 continue
             if "image" in segment:
                 segments += [ImageRef(path) for path in sample.images]
@@ -246,7 +256,7 @@ class PromptSpec:
                 segments.append(clip)
             if channels.clips_per_file > 1 and channels.legend:
                 segments.append(channels.legend)
-        return RenderedPrompt(tuple(segments), self.system, self.transcription)
+        return RenderedPrompt(tuple(segments), self.system, self.transcription, captioned)
 
 
     def _caption(self, sample: Sample) -> str | None:

@@ -5,7 +5,10 @@ task fields it changes); ``kvprune sweep --protocol NAME`` runs every task under
 gives each press the protocol's keep rule. A protocol may also hold conventions per model family
 (``families``: a family name -> the fields it changes on top), for a benchmark whose published scripts
 prompt and score each model its own way (AudioMarathon's); the sweep resolves them for each model's
-family (``resolved_config``). docs/protocols.md lists every difference.
+family (``resolved_config``). A protocol's own conventions may be one family's (``WRITTEN_FOR``:
+AudioMarathon's are its Qwen2.5-Omni scripts'): a model of another family that the task holds no
+conventions for keeps its own family's defaults (``FAMILY_DEFAULTS``: its own system turn, not
+Qwen's), each family speaking through its own chat template. docs/protocols.md lists every difference.
 """
 
 from __future__ import annotations
@@ -21,6 +24,11 @@ KEEP_RULES = {"audiomarathon": "floor"}  # protocols whose kept-token count is n
 FAMILY_LAYERS = "families"
 MERGED = ("layout_options", "metric_options")  # fields a protocol or family changes key by key
 NOT_CHANGED = ("name", "protocol", "protocols", "family", FAMILY_LAYERS)  # fields no layer may set
+#: protocol -> the model family its own conventions were written for (AudioMarathon's Qwen2.5-Omni scripts)
+WRITTEN_FOR = {"audiomarathon": "qwen2_5_omni"}
+#: the layer of a family a protocol written for another holds no conventions for: its own system turn
+#: (the task's own, None for AudioMarathon's tasks: whatever its chat template writes without one)
+FAMILY_DEFAULTS = {"system": None}
 
 
 def keep_rule(protocol: str | None) -> str | None:
@@ -32,11 +40,16 @@ def resolved_config(config: dict, protocol: str, family: str | None = None) -> d
     """A task's config (as read, with its ``protocols``) under ``protocol``, which it offers: the
     protocol's fields replace the task's, then, when the protocol has conventions of its own for the
     model ``family``, that family's fields replace those (``layout_options`` and ``metric_options``
-    key by key; a field set to null goes back to the task's own value, or away if it has none). The
-    task is named ``<name>@<protocol>``, or with a family's conventions ``<name>@<protocol>:<family>``,
-    the family recorded as ``family``: results made under different conventions never share a name."""
+    key by key; a field set to null goes back to the task's own value, or away if it has none); a
+    family it has none for, under a protocol written for another family, keeps its own defaults
+    (``FAMILY_DEFAULTS``). The task is named ``<name>@<protocol>``, or in a family's form
+    ``<name>@<protocol>:<family>``, the family recorded as ``family``: results made under different
+    conventions never share a name."""
     changes = dict(config["protocols"][protocol])
     layer = changes.pop(FAMILY_LAYERS, {}).get(family)
+    written_for = WRITTEN_FOR.get(protocol)
+    if layer is None and family is not None and written_for is not None and family != written_for:
+        layer = FAMILY_DEFAULTS
     resolved = {key: value for key, value in config.items() if key != "protocols"}
     for fields in (changes, layer or {}):
         for key, value in fields.items():

@@ -15,8 +15,9 @@ ratio that ran all the suite's tasks. ``groups`` names groups of its tasks whose
 averaged (AudioMarathon's categories and its leaderboard's average over the ten tasks), each for the
 runs that ran all of the group's tasks. ``levels`` names a benchmark's own aggregates beyond a mean
 (``SUITE_LEVELS``: AVI-Bench's stage scores, Overall and L1), computed from whichever of its tasks
-ran; ``notes`` is shown with them. A task run under a protocol (``gtzan@audiomarathon``) counts as
-the suite's task.
+ran; ``notes`` is shown with them. AudioMarathon's suite also scores its tasks' samples together per
+duration bucket (``duration_buckets``: analyse_all's). A task run under a protocol
+(``gtzan@audiomarathon``) counts as the suite's task.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import yaml
 
 from kvprune.registry import Registry
 
+from ..official.audiomarathon_durations import ALL_TASKS, BENCHMARK, BUCKETS, DurationBuckets
 from .config_files import CONFIGS_DIR, TaskConfigError
 
 SUITES_DIR = CONFIGS_DIR / "suites"
@@ -44,6 +46,11 @@ class Suite:
     levels: str | None = None
     notes: str = ""
     groups: dict = field(default_factory=dict)  # group name -> its tasks
+
+    @property
+    def duration_buckets(self) -> DurationBuckets | None:
+        """The buckets of its tasks' durations together (AudioMarathon's analyse_all); None: no such view."""
+        return BUCKETS[ALL_TASKS] if self.benchmark == BENCHMARK else None
 
 
 _FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "aggregate_name": str, "levels": str,

@@ -19,6 +19,7 @@ from pathlib import Path
 from kvprune.registry import Registry
 
 from ..channels import MEAN, Channels
+from ..official.audiomarathon_durations import DurationBuckets, task_buckets
 from . import task_fields
 from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
 from .dataset_layouts import Layout
@@ -69,6 +70,12 @@ class Task:
     def needs_judge(self) -> bool:
         """Whether a metric of the task is judged (the sweep then needs --judge)."""
         return any(METRICS.get(name).judged for name in self.metrics)
+
+    @property
+    def duration_buckets(self) -> DurationBuckets:
+        """The buckets its score against audio duration uses: its AudioMarathon script's (by benchmark
+        and abbreviation, so that results recorded before keep theirs), analyse_all's for any other task."""
+        return task_buckets(self.benchmark, self.abbreviation)
 
     @property
     def higher_is_better(self) -> bool:
@@ -253,7 +260,9 @@ def load_task_file(path: Path | str) -> Task:
     - ``name`` (default: the file name), ``title``, ``abbreviation``; ``data_dir``: the task's folder
       under the data root; ``benchmark``: the benchmark it belongs to; ``data_layout``: ``official``
       (the benchmark's published layout), ``provisional`` (ours, until one is published) or
-      ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md);
+      ``synthetic``; ``notes``: what a reader of its results must know (shown in report.md; a task with
+      a ``refine`` step notes what scoring without the judge means, and the report of a sweep with
+      ``--judge`` says instead that the judge ran it);
     - ``layout`` (a name from ``dataset_layouts.LAYOUTS``) and ``layout_options`` (that layout's fields);
     - ``prompt``: a template or ordered segments, with ``system``, ``option_format``, ``option_separator``,
       ``caption`` (what stands for the audio in a prompt without it) and ``transcription`` (the model's

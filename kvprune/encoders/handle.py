@@ -12,28 +12,26 @@ from typing import Callable
 import torch.nn as nn
 
 from ..models import resolve_family
-from . import omni, phi4
-
-_WHISPER_STYLE = (
-    "left stock: its 30 s chunks already run as one batch, one attention call per layer and no host read "
-    "inside the encoder; nothing to remove without changing the math"
-)
+from . import granite, omni, phi4, whisper
 
 
 @dataclass(frozen=True)
 class EncoderKind:
-    """What the fast path does to one audio encoder class: ``install(encoder)`` returns the
-    releases of what it replaced; ``None`` means the encoder stays stock, for the reason given."""
+    """What the fast path does to one audio encoder class: ``install(encoder, compile)`` returns the
+    releases of what it replaced (``compile``: whether its pieces run compiled, None: on CUDA);
+    ``None`` means the encoder stays stock, for the reason given."""
 
-    install: Callable[[nn.Module], list[Callable[[], None]]] | None
+    install: Callable[[nn.Module, bool | None], list[Callable[[], None]]] | None
     description: str
 
 
 ENCODER_KINDS: dict[str, EncoderKind] = {
     "Qwen2_5OmniAudioEncoder": EncoderKind(omni.install, omni.CHANGE),
     "Phi4MultimodalAudioModel": EncoderKind(phi4.install, phi4.CHANGE),
-    "Qwen2AudioEncoder": EncoderKind(None, _WHISPER_STYLE),  # Qwen2-Audio, Aero-1
-    "VoxtralEncoder": EncoderKind(None, _WHISPER_STYLE),
+    "Phi4MultimodalAudioEmbedding": EncoderKind(phi4.install_sizes, phi4.SIZES_CHANGE),  # the module around it
+    "GraniteSpeechCTCEncoder": EncoderKind(granite.install, granite.CHANGE),
+    # one Whisper-style forward, each class's differences declared in whisper.STYLES
+    **{name: EncoderKind(whisper.installer(style), whisper.CHANGE) for name, style in whisper.STYLES.items()},
 }
 
 
@@ -65,15 +63,17 @@ class FastAudioEncoder:
         return f"FastAudioEncoder(changes={list(self.changes)}, unchanged={list(self.unchanged)})"
 
 
-def fast_audio_encoder(model: nn.Module) -> FastAudioEncoder:
-    """Install the exact fast path on the audio encoder of ``model`` (a model of a supported family,
-    or the encoder itself) and return its handle; also a context manager::
+def fast_audio_encoder(model: nn.Module, compile: bool | None = None) -> FastAudioEncoder:
+    """Install the fast path on the audio encoder of ``model`` (a model of a supported family, or the
+    encoder itself) and return its handle; also a context manager::
 
         with kvprune.fast_audio_encoder(model) as fast:
             model.generate(**inputs)
         fast.changes   # what was replaced
 
-    Outputs are bit-identical to the stock encoder's. Calling it again, nested or not, is safe.
+    Outputs are the stock encoder's: bit-identical where nothing is compiled; where a piece runs
+    compiled (``compile``; None: on CUDA), within the rounding of the dtype (fused kernels sum in
+    another order). Calling it again, nested or not, is safe: the first install serves all.
     """
     root = model if type(model).__name__ in ENCODER_KINDS else resolve_family(model).entry(model)
     changes, unchanged, releases = [], [], []
@@ -85,7 +85,7 @@ def fast_audio_encoder(model: nn.Module) -> FastAudioEncoder:
         if kind.install is None:
             unchanged.append(f"{label}: {kind.description}")
         else:
-            releases += kind.install(module)
+            releases += kind.install(module, compile)
             changes.append(f"{label}: {kind.description}")
     if not changes and not unchanged:
         unchanged.append(f"{type(root).__name__}: no audio encoder of a known class ({', '.join(ENCODER_KINDS)}); left stock")

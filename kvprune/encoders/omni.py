@@ -15,10 +15,8 @@ window's attention is the same computation on the same values, only batched, so 
 bit-identical to the stock path.
 
 After the encoder, the model checks its output's length against ``sum(output_lengths.tolist())``, lengths
-computed on the device before the encoder: that read waits for the whole encoder, so the host reaches the
-decoder layers with nothing queued ahead and launches each while the GPU waits (the layers after a press
-at ratio 0.9 are short enough for that to show). ``host_output_lengths`` hands the same lengths over from
-the host, read before the encoder is queued, so the check waits for nothing.
+computed on the device before the encoder: ``lengths.host_output_lengths`` hands them over from the host,
+so that the check waits for nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ import torch
 import torch.nn as nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from .lengths import host_output_lengths
 from .overrides import acquire
 
 ATTENTION_CLASS = "Qwen2_5OmniAudioAttention"
@@ -113,21 +112,10 @@ def batched_forward(attention: nn.Module, runs: WindowRuns):
     return forward
 
 
-def host_output_lengths(encoder: nn.Module):
-    """The encoder's ``_get_feat_extract_output_lengths`` with the output lengths (its second result, which
-    the model only reads on the host) on the host: the same values, read before the encoder runs."""
-    stock = encoder._get_feat_extract_output_lengths
-
-    def lengths(input_lengths):
-        after_convolutions, output_lengths = stock(input_lengths)
-        return after_convolutions, output_lengths.cpu() if isinstance(output_lengths, torch.Tensor) else output_lengths
-
-    return lengths
-
-
-def install(encoder: nn.Module) -> list:
+def install(encoder: nn.Module, compile: bool | None = None) -> list:
     """Batch the windows of every attention module of one ``Qwen2_5OmniAudioEncoder`` and hand its output
-    lengths over from the host; returns the releases."""
+    lengths over from the host; returns the releases. Nothing of it is compiled (``compile`` is ignored):
+    it is exact and at its bound without."""
     runs = WindowRuns()
     return [
         acquire(encoder, "_get_feat_extract_output_lengths", host_output_lengths),

@@ -23,21 +23,25 @@ from transformers.masking_utils import sdpa_mask
 from .decode_attention import decode_attention
 
 MASKS_KWARG = "kvprune_masks"
+LAST_SLOTS_KWARG = "kvprune_last_slots"  # per layer, each row's last slot that may be visible (its column)
 FUSED_KWARG = "kvprune_fused_attention"  # False: the decode step's attention stays on the matmul path
 IMPLEMENTATIONS = {"sdpa": "kvprune_decode_sdpa", "eager": "kvprune_decode_eager"}
 
 
 def _layer_mask(module, attention_mask, kwargs):
     kwargs.pop(FUSED_KWARG, None)
+    kwargs.pop(LAST_SLOTS_KWARG, None)
     masks = kwargs.pop(MASKS_KWARG, None)
     return attention_mask if masks is None else masks[module.layer_idx]
 
 
 def _sdpa(module, query, key, value, attention_mask, **kwargs):
     fused = kwargs.get(FUSED_KWARG, True)
+    last_slots = kwargs.get(LAST_SLOTS_KWARG)
     mask = _layer_mask(module, attention_mask, kwargs)
     if query.shape[2] == 1 and mask is not None:
-        return decode_attention(query, key, value, mask, kwargs.get("scaling"), fused=fused), None
+        last = None if last_slots is None else last_slots[module.layer_idx]
+        return decode_attention(query, key, value, mask, kwargs.get("scaling"), fused=fused, last_slots=last), None
     return sdpa_attention_forward(module, query, key, value, mask, **kwargs)
 
 

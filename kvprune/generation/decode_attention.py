@@ -9,7 +9,10 @@ does it in one pass over the cache, plus one small kernel when the cache is spli
   attention), and keeps an online softmax (running maximum, sum and weighted values, float32);
 * the number of splits is a function of the static shape (``split_layout``): enough programs to fill
   the device twice over, so that one row with four key-value heads still reads a long cache with
-  every multiprocessor; a second kernel then combines the splits of each head (none when there is one).
+  every multiprocessor; a second kernel then combines the splits of each head (none when there is one);
+* given each row's last slot that may be visible (``last_slots``: the decode state's column), a program
+  reads no slot after it: in a batch of prompts of different lengths, a row pays for its own entries, not
+  for the bucket the longest row needs (splits past a row's end read nothing, and weigh nothing).
 
 The query heads of a key-value head form a (groups, head_dim) block, padded to 16 rows so that
 ``tl.dot`` runs the products on tensor cores: the kernel is bound by reading the cache, and the padded
@@ -87,14 +90,16 @@ if triton is not None:
 
     @triton.jit
     def _split_kernel(
-        q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, qk_scale,
+        q_ptr, k_ptr, v_ptr, mask_ptr, last_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, qk_scale,
         stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kc, stride_kd,
         stride_vb, stride_vh, stride_vc, stride_vd, stride_mb, stride_mh, stride_mc,
         HEADS: tl.constexpr, GROUPS: tl.constexpr, DIM: tl.constexpr, SINGLE: tl.constexpr, PRECISION: tl.constexpr,
         UPCAST: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+        ROW_ENDS: tl.constexpr,
     ):
-        """Slots ``split*chunk ..`` of one row and key-value head for its query heads: the final output if
-        there is one split (``SINGLE``), else the split's running maximum, sum and weighted values."""
+        """Slots ``split*chunk ..`` of one row and key-value head for its query heads (none after the row's
+        last slot where ``ROW_ENDS``): the final output if there is one split (``SINGLE``), else the split's
+        running maximum, sum and weighted values."""
         kv_heads: tl.constexpr = HEADS // GROUPS
         b = (tl.program_id(0) // kv_heads).to(tl.int64)
         kv = (tl.program_id(0) % kv_heads).to(tl.int64)
@@ -113,6 +118,8 @@ if triton is not None:
         acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
         start = split * chunk
         end = tl.minimum(start + chunk, length)
+        if ROW_ENDS:
+            end = tl.minimum(end, tl.load(last_ptr + b).to(tl.int32) + 1)
         for n0 in range(start, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
             in_n = n < end
@@ -156,10 +163,12 @@ if triton is not None:
         tl.store(out_ptr + vector * DIM + d, out.to(out_ptr.dtype.element_ty), mask=in_d)
 
 
-def kernel_fits(query, key, value, mask) -> bool:
+def kernel_fits(query, key, value, mask, last_slots=None) -> bool:
     """Whether ``flash_decode`` takes these tensors (else ``decode_attention`` computes ``matmul_attention``)."""
     batch, heads, tokens, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
+    if last_slots is not None and (last_slots.shape != (batch,) or last_slots.dtype != torch.long):
+        return False
     return (
         triton is not None and query.is_cuda and tokens == 1 and query.dtype in (torch.bfloat16, torch.float16, torch.float32)
         and key.dtype == value.dtype == query.dtype and heads % kv_heads == 0
@@ -168,10 +177,11 @@ def kernel_fits(query, key, value, mask) -> bool:
     )
 
 
-def flash_decode(query, key, value, mask, scaling: float, *, chunk: int | None = None, block: int = BLOCK,
-                 warps: int = WARPS, stages: int = STAGES) -> torch.Tensor:
-    """``matmul_attention`` by the Triton kernels (tensors that ``kernel_fits``). ``chunk`` (slots per
-    split, a multiple of ``block``), ``block``, ``warps`` and ``stages`` override the launch defaults."""
+def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tensor | None = None, *,
+                 chunk: int | None = None, block: int = BLOCK, warps: int = WARPS, stages: int = STAGES) -> torch.Tensor:
+    """``matmul_attention`` by the Triton kernels (tensors that ``kernel_fits``), reading no slot of a row
+    after ``last_slots[row]`` if given (no slot after it may be visible). ``chunk`` (slots per split, a
+    multiple of ``block``), ``block``, ``warps`` and ``stages`` override the launch defaults."""
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     if chunk is None:
@@ -186,14 +196,15 @@ def flash_decode(query, key, value, mask, scaling: float, *, chunk: int | None =
     mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
     block_d = max(16, triton.next_power_of_2(dim))
     _split_kernel[(batch * kv_heads, splits)](
-        query, key, value, mask, out, acc, maxima, sums, length, chunk, splits, scaling * LOG2_E,
+        query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
+        splits, scaling * LOG2_E,
         query.stride(0), query.stride(1), query.stride(3), *key.stride(), *value.stride(),
         mask.stride(0), mask.stride(1) if mask.shape[1] > 1 else 0, mask.stride(3),
         HEADS=heads, GROUPS=heads // kv_heads, DIM=dim, SINGLE=splits == 1,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         UPCAST=not query.is_cuda,  # Triton's interpreter (CPU) multiplies bfloat16 as integers
         BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_D=block_d, BLOCK_N=block,
-        num_warps=warps, num_stages=stages,
+        ROW_ENDS=last_slots is not None, num_warps=warps, num_stages=stages,
     )
     if splits > 1:
         _combine_kernel[(batch * heads,)](acc, maxima, sums, out, splits, DIM=dim,
@@ -203,24 +214,27 @@ def flash_decode(query, key, value, mask, scaling: float, *, chunk: int | None =
 
 @torch.library.custom_op("kvprune::decode_attention", mutates_args=())
 def fused_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
-                           scaling: float) -> torch.Tensor:
-    """``matmul_attention`` in one fused kernel (two when the cache is split) where ``kernel_fits``."""
-    if kernel_fits(query, key, value, mask):
-        return flash_decode(query, key, value, mask, scaling)
+                           scaling: float, last_slots: torch.Tensor | None = None) -> torch.Tensor:
+    """``matmul_attention`` in one fused kernel (two when the cache is split) where ``kernel_fits``, reading
+    each row's slots up to ``last_slots`` only (if given)."""
+    if kernel_fits(query, key, value, mask, last_slots):
+        return flash_decode(query, key, value, mask, scaling, last_slots)
     return matmul_attention(query, key, value, mask, scaling)
 
 
 @fused_decode_attention.register_fake
-def _(query, key, value, mask, scaling):
+def _(query, key, value, mask, scaling, last_slots=None):
     batch, heads, _, dim = query.shape
     return query.new_empty(batch, 1, heads, dim)
 
 
-def decode_attention(query, key, value, mask, scaling: float | None = None, fused: bool = True) -> torch.Tensor:
+def decode_attention(query, key, value, mask, scaling: float | None = None, fused: bool = True,
+                     last_slots: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of one new token per row over a static cache (see ``matmul_attention``; ``scaling``
-    defaults to head_dim ** -0.5): the fused kernels on CUDA with Triton, else ``matmul_attention``
+    defaults to head_dim ** -0.5): the fused kernels on CUDA with Triton (which read each row's slots up
+    to ``last_slots`` only, where given: the mask makes none after it visible), else ``matmul_attention``
     itself, which a compiled step on the CPU fuses with its neighbours."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     if fused and triton is not None and query.is_cuda:
-        return fused_decode_attention(query, key, value, mask, scaling)
+        return fused_decode_attention(query, key, value, mask, scaling, last_slots)
     return matmul_attention(query, key, value, mask, scaling)

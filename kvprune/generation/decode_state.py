@@ -49,7 +49,8 @@ def _(keys, values, columns, key_states, value_states) -> None:
 
 class DecodeLayer(StaticLayer):
     """A static cache layer over given buffers where each row writes its new token at its own column
-    (``columns``, shared by the layers of a group and advanced by the decode step).
+    (``columns``: its group's own tensor, shared by the layers of the group and advanced by the decode step;
+    never a view of a larger tensor, see ``DecodeState``).
 
     ``get_seq_length`` answers with a host number, never a device tensor: model code branches on it
     (prefill or not), and reading a device value would stall a captured graph."""
@@ -134,7 +135,11 @@ class DecodeState:
         self.shape = shape
         device = template.logits.device
         batch = shape.batch
-        self.columns = torch.zeros(len(shape.capacities), batch, dtype=torch.long, device=device)
+        # one tensor per group, not rows of one (groups, B) tensor: a compiled step that meets a second layout
+        # would see each layer's view of that tensor as an input whose base has a size of its own, a symbol
+        # that torch 2.11 cannot build the GPU backend's 32-bit-indexing guard for (the step then fell back
+        # to running uncompiled for every token press in batches)
+        self.columns = [torch.zeros(batch, dtype=torch.long, device=device) for _ in shape.capacities]
         layers = []
         for j, entries in enumerate(template.layers):
             group = shape.layer_group[j]
@@ -147,6 +152,10 @@ class DecodeState:
             torch.zeros(batch, heads, 1, capacity, dtype=torch.bool, device=device)
             for capacity, heads in zip(shape.capacities, shape.mask_heads)
         ]
+        # each layer's mask, chosen here on the host: the step reads no layout numbers (which a compiled step
+        # that met two layouts would take as dynamic integers)
+        self.layer_masks = tuple(self.masks[g] for g in shape.layer_group)
+        self.layer_columns = tuple(self.columns[g] for g in shape.layer_group)  # each row's last visible slot
         self.tokens = torch.zeros(batch, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros((*template.next_positions.shape[:-2], batch, 1), dtype=torch.long, device=device)
         self.step = torch.zeros(1, dtype=torch.long, device=device)
@@ -163,7 +172,9 @@ class DecodeState:
 
     def mark_lengths_dynamic(self) -> None:
         """Mark the dimensions that are bucket lengths (caches, masks, the output's room) dynamic, once per
-        state: a compiled step then takes them as dynamic from its first compilation, and new lengths reuse it."""
+        state: a compiled step then takes them as dynamic from its first compilation, and new lengths reuse it.
+        The layout's own sizes (a mask's heads: 1, or a head-wise press's heads) stay static: a layout is a
+        compilation of its own, never a dynamic size that a second layout would make of it."""
         if self._lengths_marked:
             return
         import torch._dynamo
@@ -171,16 +182,14 @@ class DecodeState:
         caches = [(t, 2) for layer in self.cache.layers for t in (layer.keys, layer.values)]
         for tensor, dim in [*caches, *((mask, 3) for mask in self.masks), (self.out, 1)]:
             torch._dynamo.maybe_mark_dynamic(tensor, dim)
+        for mask in self.masks:
+            torch._dynamo.mark_static(mask, 1)
         self._lengths_marked = True
-
-    def layer_masks(self) -> tuple[torch.Tensor, ...]:
-        return tuple(self.masks[g] for g in self.shape.layer_group)
 
     def reset(self) -> None:
         """Forget every row (masks, columns, outputs) before loading new prompts."""
-        for mask in self.masks:
-            mask.zero_()
-        self.columns.zero_()
+        for tensor in (*self.masks, *self.columns):
+            tensor.zero_()
         self.step.fill_(1)
         self.done.zero_()
         self.out.zero_()
@@ -198,7 +207,7 @@ class DecodeState:
             layer.values[rows, :, :held].copy_(entries.values)
         for g, width in enumerate(widths):  # a group's layers share their slots, so their validity: one write each
             self.masks[g][rows, :, 0, :width] = prefill.layers[layer_group.index(g)].valid
-            self.columns[g, rows] = width  # a fill: copying a host list in would wait for the device
+            self.columns[g][rows] = width  # a fill: copying a host list in would wait for the device
         self.tokens[rows, 0] = first_tokens
         self.positions[..., rows, :] = prefill.next_positions
         self.done[rows] = done
@@ -212,13 +221,14 @@ class DecodeState:
             mine.values[:rows, :, :width].copy_(theirs.values[:rows])
         for mine, theirs in zip(self.masks, other.masks):
             mine[:rows, :, :, : theirs.shape[-1]].copy_(theirs[:rows])
-        self.columns[:, :rows].copy_(other.columns[:, :rows])
+        for mine, theirs in zip(self.columns, other.columns):
+            mine[:rows].copy_(theirs[:rows])
         for name in ("tokens", "done", "out"):
             getattr(self, name)[:rows].copy_(getattr(other, name)[:rows])
         self.positions[..., :rows, :].copy_(other.positions[..., :rows, :])
 
     def _mutable(self) -> list[torch.Tensor]:
-        return [*self.masks, self.columns, self.tokens, self.positions, self.step, self.done, self.out]
+        return [*self.masks, *self.columns, self.tokens, self.positions, self.step, self.done, self.out]
 
     def snapshot(self) -> list[torch.Tensor]:
         """Copies of what one step changes (besides the cache's new column), to undo a warm-up step."""

@@ -24,11 +24,13 @@ import torch
 import torch.nn as nn
 
 from ..compat import cache_argument, kv_cache_bytes, output_cache
+from ..compiling import out_of_memory
 from ..models import resolve_family
+from .arguments import batches_of, model_of, press_of
 from .attention import decoding_attention, unsupported_attention
 from .clock import Clock
 from .decode_state import DecodeState, state_shape
-from .graphs import StepRunner, compile_counters, out_of_memory
+from .graphs import StepRunner, compile_counters
 from .prefill import Prefill, family_supports_static_decoding, run_prefill
 from .step import Sampling, Stopping, choose, decode_step, finish
 
@@ -72,7 +74,8 @@ class GenerationOutput:
 
 @dataclass
 class Generator:
-    """Generation with kvprune's engine on one model; keeps compiled steps and decode states across calls.
+    """Generation with kvprune's engine on one model (a ``LoadedModel`` is taken for its model); keeps
+    compiled steps and decode states across calls.
 
     * ``compile``: compile the decode step with ``torch.compile`` ("auto": on CUDA).
     * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
@@ -102,6 +105,7 @@ class Generator:
     _stoppings: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.model = model_of(self.model)  # a LoadedModel: its model
         self.family = resolve_family(self.model)
         self.module = self.family.entry(self.model)  # the module whose forward returns logits
         self.config = self.family.decoder(self.model).config
@@ -124,16 +128,14 @@ class Generator:
         suppress_tokens: list[int] | None = None, on_press=None,
     ) -> GenerationOutput:
         """Generate up to ``max_new_tokens`` per row under ``press`` at ``ratio`` (its own ratio if None;
-        no press: unpruned). ``inputs`` is a batch of model inputs (as a processor makes them, left-padded),
-        or a list of such batches: each is prefilled on its own (so that one prefill's activations, not
+        no press: unpruned; a registered press's name builds it). ``inputs`` is a batch of model inputs (as
+        ``LoadedModel.build_inputs`` or a processor makes them, left-padded), or a list of such batches: each is prefilled on its own (so that one prefill's activations, not
         the whole batch's, bound the memory), then all rows decode together; a batch repeated as the
         same object (``[inputs] * 16``: sixteen answers to one prompt) is prefilled once. ``on_press``:
         see ``prefill.run_prefill`` (instruments)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={max_new_tokens} is invalid: generate at least 1 token.")
-        batches = [inputs] if isinstance(inputs, dict) else list(inputs)
-        if not batches:
-            raise ValueError("inputs is an empty list: give a batch of model inputs, or a list of them.")
+        batches, press = batches_of(inputs), press_of(press)
         sampling = Sampling(do_sample, temperature, top_k, top_p)
         eos, pad = self._special_tokens(eos_token_id, pad_token_id)
         if self.unsupported:
@@ -353,9 +355,9 @@ class Generator:
         )
 
 
-def generate(model: nn.Module, inputs: dict, *, max_new_tokens: int, press=None, ratio: float | None = None, **kwargs) -> GenerationOutput:
-    """One call of kvprune's generation engine (see ``Generator``; keep a ``Generator`` to reuse its
-    compiled steps and graphs across calls)."""
+def generate(model, inputs, *, max_new_tokens: int, press=None, ratio: float | None = None, **kwargs) -> GenerationOutput:
+    """One call of kvprune's generation engine on ``model`` (a module or a ``LoadedModel``; see
+    ``Generator``, and keep one to reuse its compiled steps and graphs across calls)."""
     return Generator(model).generate(inputs, max_new_tokens=max_new_tokens, press=press, ratio=ratio, **kwargs)
 
 

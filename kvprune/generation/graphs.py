@@ -11,39 +11,13 @@ without a graph and why, and ``Generator`` reports it.
 from __future__ import annotations
 
 import sys
-import traceback
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
+from ..compiling import compiler_failures_unlogged, from_compiler, out_of_memory, reason, recompile_room
 from .decode_state import DecodeState
-
-
-RECOMPILE_LIMIT = 64  # compilations per compiled step (torch's default, 8, falls back to eager without a word)
-
-
-def _reason(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[-1] if text else ''}"[:300]
-
-
-def out_of_memory(error: BaseException | None) -> bool:
-    """Whether ``error`` is, or was caused by, the device running out of memory (the compiler wraps it)."""
-    while error is not None:
-        if isinstance(error, torch.OutOfMemoryError):
-            return True
-        error = error.__cause__ or error.__context__
-    return False
-
-
-def _from_compiler(error: Exception) -> bool:
-    """Whether ``error`` was raised inside torch.compile's machinery (dynamo, inductor), not by the
-    step's own computation (running out of memory is neither: the caller makes room)."""
-    if out_of_memory(error):
-        return False
-    frames = traceback.extract_tb(error.__traceback__)
-    return any("torch/_dynamo" in frame.filename or "torch/_inductor" in frame.filename for frame in frames)
 
 
 def _pool_keeper(pool) -> torch.cuda.CUDAGraph:
@@ -100,23 +74,20 @@ class StepRunner:
         layouts keep their compiled step (torch 2.11 fails now and then to build a guard of one layout)."""
         if not self.compiled_for(state):
             return self.step(state)
-        import torch._dynamo.config as dynamo_config
         import torch._inductor.config as inductor_config
 
         from .gemv import GroupLinearsPass
 
-        limit = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
         patches = dict(pre_grad_custom_pass=GroupLinearsPass()) if self.group_linears else {}
         state.mark_lengths_dynamic()
         try:
-            with dynamo_config.patch(**{limit: max(RECOMPILE_LIMIT, getattr(dynamo_config, limit))}), \
-                    inductor_config.patch(**patches), _distinct_lengths():
+            with recompile_room(), inductor_config.patch(**patches), _distinct_lengths(), compiler_failures_unlogged():
                 return self._compiled(state)
         except Exception as error:
-            if not _from_compiler(error):  # the model's own error (out of memory, bad inputs): the caller's
+            if not from_compiler(error):  # the model's own error (out of memory, bad inputs): the caller's
                 raise
             groups = len(state.shape.capacities)
-            self._note(f"compile failed, decoding uncompiled (a layout of {groups} group(s) of layers): {_reason(error)}")
+            self._note(f"compile failed, decoding uncompiled (a layout of {groups} group(s) of layers): {reason(error)}")
             self._failed.add(state.shape.layout)
             return self.step(state)
 
@@ -151,7 +122,7 @@ class StepRunner:
             if out_of_memory(error):  # not the step's fault: the caller makes room
                 raise
             state.graph = False
-            self._note(f"no CUDA graph: {_reason(error)}")
+            self._note(f"no CUDA graph: {reason(error)}")
 
     def release_pool(self) -> None:
         """Let the graphs' memory pool go once its graphs are gone (the next capture opens a new one)."""

@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from ..slots import to_device
-from .attention import FUSED_KWARG, MASKS_KWARG
+from .attention import FUSED_KWARG, LAST_SLOTS_KWARG, MASKS_KWARG
 from .decode_state import DecodeState
 
 
@@ -89,12 +89,12 @@ def decode_step(module: nn.Module, state: DecodeState, sampling: Sampling, stopp
                 fused_attention: bool = True) -> None:
     """Generate one token for every row of ``state``, in place (``cache_name``: the forward's cache argument;
     ``fused_attention``: the fused decode-attention kernel where it runs, else the matmul path)."""
-    for g, mask in enumerate(state.masks):  # each row's new column becomes visible in every group
-        mask.scatter_(-1, state.columns[g].view(-1, 1, 1, 1).expand(-1, mask.shape[1], 1, 1), True)
-    masks = state.layer_masks()
+    for mask, columns in zip(state.masks, state.columns):  # each row's new column becomes visible in every group
+        mask.scatter_(-1, columns.view(-1, 1, 1, 1).expand(-1, mask.shape[1], 1, 1), True)
+    masks = state.layer_masks
     output = module(
-        input_ids=state.tokens, position_ids=state.positions, attention_mask=masks[0],
-        use_cache=True, **{cache_name: state.cache, MASKS_KWARG: masks, FUSED_KWARG: fused_attention},
+        input_ids=state.tokens, position_ids=state.positions, attention_mask=masks[0], use_cache=True,
+        **{cache_name: state.cache, MASKS_KWARG: masks, LAST_SLOTS_KWARG: state.layer_columns, FUSED_KWARG: fused_attention},
     )
     token = choose(output.logits[:, -1, :].float(), sampling, stopping)
     token, done = finish(token, state.done, stopping)
@@ -102,5 +102,5 @@ def decode_step(module: nn.Module, state: DecodeState, sampling: Sampling, stopp
     state.out.index_copy_(1, state.step, token[:, None])
     state.tokens.copy_(token[:, None])
     state.positions.add_(1)
-    state.columns.add_(1)
+    torch._foreach_add_(state.columns, 1)
     state.step.add_(1)

@@ -51,6 +51,10 @@ class LoadedModel:
     def audio_tokens(self, input_ids: torch.Tensor) -> int:
         return int((input_ids == self.family.audio_token_id(self.model)).sum())
 
+    def placeholder_counts(self, input_ids: torch.Tensor) -> dict[str, int]:
+        """Placeholders of each modality the model has (audio; video and image for the Omni families)."""
+        return {modality: int((input_ids == token).sum()) for modality, token in self.family.placeholder_ids(self.model).items()}
+
 
 def _to(value, device, dtype):
     if not isinstance(value, torch.Tensor):
@@ -121,9 +125,15 @@ def load_model(
         _load_adapter(model, path, name, family.adapters[name])
     if device_map is None:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    load_processor = family.load_processor or transformers.AutoProcessor.from_pretrained
-    processor = load_processor(path, trust_remote_code=trust_remote_code)
+    processor = load_processor(path, family, trust_remote_code)
     return LoadedModel(name=path, family=family, model=model.eval(), processor=processor, adapters=adapters)
+
+
+def load_processor(name_or_path: str | Path, family: ModelFamily, trust_remote_code: bool = False):
+    """The processor of a checkpoint of ``family``, as ``load_model`` loads it (without the weights:
+    what a prompt becomes can be checked before a model loads)."""
+    load = family.load_processor or transformers.AutoProcessor.from_pretrained
+    return load(str(name_or_path), trust_remote_code=trust_remote_code)
 
 
 def _carries_adapter(path: str, subfolder: str) -> bool:

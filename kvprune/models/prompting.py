@@ -175,6 +175,21 @@ class ChatFormat:
             inputs["use_audio_in_video"] = True  # the model numbers the interleaved chunks by time (TMRoPE)
         return inputs
 
+    def dropped_media(self, processor, kinds) -> dict[str, str]:
+        """Of the media ``kinds`` (``"image"``, ``"video"``), those a prompt cannot carry to the model
+        through ``processor``, each with why: a family that does not see, or a chat template that
+        writes no placeholder for an item of that kind (the processor would then find none to expand)."""
+        dropped = {}
+        for kind in kinds:
+            if not self.vision:
+                dropped[kind] = f"the family takes no {kind}s: only the Omni families see"
+                continue
+            token = getattr(processor, f"{kind}_token", None)
+            probe = [{"role": "user", "content": [{"type": kind}, self.text_item("?")]}]
+            if token and token not in processor.apply_chat_template(probe, add_generation_prompt=True, tokenize=False):
+                dropped[kind] = f"its chat template writes no {token} placeholder for {kind} items: it leaves {kind}s out"
+        return dropped
+
     def _check_vision(self, segment) -> None:
         if not self.vision:
             raise ValueError(f"this family takes no {type(segment).__name__.lower()}s: only the Omni families see.")

@@ -183,14 +183,41 @@ def test_kernels_compile_for_an_h100(dtype, single):
     """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128):
     they compile, within an H100's shared memory per block (227 KiB), their loads pipelined."""
     partial = f"*{dtype}" if single else "*fp32"
-    pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", out_ptr=f"*{dtype}",
-                    acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
+    pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", last_ptr="*i64",
+                    out_ptr=f"*{dtype}", acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
     unit_strides = dict.fromkeys(["stride_qd", "stride_kd", "stride_vd", "stride_mc"], 1)  # Triton specialises 1s
     constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=single, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, **unit_strides)
+                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, ROW_ENDS=True, **unit_strides)
     split = _compile_for_h100(fused._split_kernel, pointers, constants, fused.WARPS)
     assert split.metadata.shared <= 227 * 1024
     assert "async_copy_global_to_local" in split.asm["ttgir"]  # key and value tiles prefetched
     combine = _compile_for_h100(fused._combine_kernel, dict(acc_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32",
                                 out_ptr=f"*{dtype}"), dict(DIM=128, BLOCK_S=fused.MAX_SPLITS, BLOCK_D=128), 4)
     assert combine.metadata.shared <= 227 * 1024
+
+
+@needs_kernels
+@pytest.mark.parametrize("chunk", [64, 128, None], ids=["splits-of-64", "splits-of-128", "default-layout"])
+def test_each_row_reads_its_own_slots_only(chunk):
+    """Given each row's last slot that may be visible, the kernel reads nothing after it: values there are NaN
+    (any read would make the output NaN), and the output is the float64 attention over the row's own slots."""
+    batch, heads, kv_heads, length, dim = 4, 14, 2, 300, 64
+    query, key, value, mask = inputs(batch, heads, kv_heads, length, dim, False, torch.bfloat16)
+    last = torch.tensor([3, 40, 299, 130], device=DEVICE)
+    mask = mask & (torch.arange(length, device=DEVICE) <= last.view(-1, 1, 1, 1))
+    mask[1:, ..., 0] = True  # every row sees something
+    beyond = torch.arange(length, device=DEVICE).view(1, 1, -1, 1) > last.view(-1, 1, 1, 1)
+    poisoned = value.masked_fill(beyond, float("nan"))
+    output = fused.flash_decode(query, key, poisoned, mask, dim**-0.5, last, chunk=chunk)
+    assert output.isfinite().all()
+    assert relative_error(output, reference(query, key, value, mask, dim**-0.5)) <= TOLERANCE[torch.bfloat16]
+    everything = fused.flash_decode(query, key, value, mask, dim**-0.5, chunk=chunk)  # the whole bucket, masked
+    assert relative_error(output, everything.double()) <= TOLERANCE[torch.bfloat16]
+
+
+def test_last_slots_of_another_shape_leave_the_kernel_for_the_matmul_path():
+    query, key, value, mask = (t.cpu() for t in inputs(2, 6, 2, 20, 16, False, torch.float32))
+    assert not fused.kernel_fits(query, key, value, mask, torch.tensor([3]))
+    assert not fused.kernel_fits(query, key, value, mask, torch.tensor([3, 4], dtype=torch.int32))
+    expected = fused.matmul_attention(query, key, value, mask, 0.25)
+    assert torch.equal(fused.fused_decode_attention(query, key, value, mask, 0.25, torch.tensor([19, 19])), expected)

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from kvprune import (
-    AdaKVPress, ComposedPress, DARTPress, FastVPress, FramePress, Generator, KNormPress, SnapKVPress, generate,
+    AdaKVPress, ComposedPress, DARTPress, FastVPress, FramePress, Generator, KNormPress, SnapKVPress, generate, get_press,
+    load_model,
 )
 from kvprune.generation import ENGINE, FALLBACK, bucket_length
 from kvprune.generation.attention import decode_attention
 from kvprune.generation.step import Sampling, Stopping, choose
+from kvprune.harness.demo import DEMO_MODEL_DIR
 from tests.support.helpers import GREEDY, model
 from tests.support.tiny_models import FAMILIES
 
@@ -245,6 +248,31 @@ def test_bad_requests_are_refused():
         generate(m, inputs, max_new_tokens=2, do_sample=True, temperature=0)
     with pytest.raises(ValueError, match="cuda_graphs=True"):
         Generator(m, cuda_graphs=True)
+
+
+def test_a_press_may_be_named_and_other_mistakes_say_what_to_give():
+    m, inputs = model("qwen2_audio", "sdpa"), FAMILIES["qwen2_audio"].inputs(ROWS)
+    named = generate(m, inputs, max_new_tokens=NEW, press="fastv", ratio=0.5, **NO_STOP)
+    built = generate(m, inputs, max_new_tokens=NEW, press=get_press("fastv"), ratio=0.5, **NO_STOP)
+    assert torch.equal(named.new_tokens, built.new_tokens) and named.outcome.stats == built.outcome.stats
+    assert named.outcome.stats[0].kept_tokens < named.outcome.stats[0].audio_tokens, "the ratio applies to a named press"
+    with pytest.raises(ValueError, match=r"press='nosuchpress' is not a registered press: give one of fastv, .*FastVPress"):
+        generate(m, inputs, max_new_tokens=2, press="nosuchpress", ratio=0.5)
+    with pytest.raises(TypeError, match="press must be a Press .* not type"):
+        generate(m, inputs, max_new_tokens=2, press=FastVPress, ratio=0.5)  # the class, not a press
+    wave = np.zeros(16_000, dtype=np.float32)
+    for raw in (wave, [wave]):
+        with pytest.raises(TypeError, match=r"inputs must be the model inputs of a prompt .* not ndarray: a waveform goes "
+                                            r"into loaded.build_inputs\(\[wave\], prompt\) first"):
+            generate(m, raw, max_new_tokens=2)
+
+
+def test_a_loaded_model_is_taken_for_its_model():
+    loaded = load_model(DEMO_MODEL_DIR, device="cpu")
+    inputs = loaded.build_inputs([0.1 * np.sin(np.arange(16_000, dtype=np.float32) / 10)], "What is heard?")
+    whole = generate(loaded, inputs, max_new_tokens=4, press="frame", ratio=0.5)
+    assert torch.equal(whole.new_tokens, generate(loaded.model, inputs, max_new_tokens=4, press="frame", ratio=0.5).new_tokens)
+    assert Generator(loaded).model is loaded.model
 
 
 @pytest.mark.parametrize("n", [1, 63, 64, 65, 100, 832, 864, 7606, 100_000])

@@ -1,5 +1,6 @@
 """The fast audio encoders: bit-identical to the stock ones, really faster in what they change, and
-installed and removed cleanly (nesting, errors, attributes someone else set)."""
+installed and removed cleanly (nesting, errors, attributes someone else set). The encoders whose layers
+run as functions of their weights have their own module (``test_fast_encoder_layers.py``)."""
 
 from __future__ import annotations
 
@@ -208,11 +209,40 @@ def test_phi4_training_mode_keeps_the_stock_mask(monkeypatch):
     assert built == [10]
 
 
+class DeviceSizes(torch.Tensor):
+    """Clip sizes that record being read to the host (``.cpu()``), as they would be from a GPU."""
+
+    moved: list = []
+
+    def cpu(self, *args, **kwargs):
+        DeviceSizes.moved.append(self.tolist())
+        return self.as_subclass(torch.Tensor)
+
+
+def test_phi4_clip_sizes_are_read_to_the_host_before_the_audio_embedding_runs():
+    """Stock cuts each clip's embeddings to its size after the encoder, a host read that waits for the whole
+    encoder on a GPU; the fast path hands the sizes over from the host first, with the same outputs."""
+    tiny = model("phi4_multimodal", "sdpa")
+    inputs = FAMILIES["phi4_multimodal"].inputs(MODEL_ROWS["phi4_multimodal"], seed=3)
+    with torch.no_grad():
+        stock = tiny(**inputs).logits
+        DeviceSizes.moved = []
+        with fast_audio_encoder(tiny) as fast:
+            fast_logits = tiny(**dict(inputs, audio_embed_sizes=inputs["audio_embed_sizes"].as_subclass(DeviceSizes))).logits
+    assert DeviceSizes.moved == [inputs["audio_embed_sizes"].tolist()]
+    assert torch.equal(stock, fast_logits)
+    assert any("(Phi4MultimodalAudioEmbedding): each clip's token count read to the host" in c for c in fast.changes)
+
+
 # -- whole models under a press ----------------------------------------------------------------------
 MODEL_ROWS = {
     "qwen2_5_omni": [[("text", 3), ("audio", 12), ("text", 4)], [("text", 2), ("audio", 7), ("text", 5), ("audio", 5), ("text", 2)]],
     "phi4_multimodal": [[("text", 3), ("audio", 12), ("text", 4)], [("text", 2), ("audio", 7), ("text", 5), ("audio", 5), ("text", 2)]],
     "phi4_multimodal, over 500 audio tokens": [[("text", 3), ("audio", 520), ("text", 4)]],
+    "aero": [[("text", 3), ("audio", 40), ("text", 4)], [("text", 2), ("audio", 7), ("text", 5), ("audio", 5), ("text", 2)]],
+    "audioflamingo3": [[("text", 3), ("audio", 40), ("text", 4)], [("text", 2), ("audio", 7), ("text", 5)]],
+    "voxtral": [[("text", 3), ("audio", 12), ("text", 4)], [("text", 2), ("audio", 8), ("text", 5), ("audio", 4), ("text", 2)]],
+    "granite_speech": [[("text", 3), ("audio", 12), ("text", 4)], [("text", 2), ("audio", 7), ("text", 5), ("audio", 5), ("text", 2)]],
 }
 
 
@@ -234,15 +264,6 @@ def test_model_under_press_bit_identical(case, attn, one_thread):
     assert torch.equal(stock_logits, fast_logits)
     assert torch.equal(stock_tokens, fast_tokens)
     assert all(torch.equal(a, b) for a, b in zip(stock_kept, fast_kept, strict=True))
-
-
-@pytest.mark.parametrize("family", ["voxtral", "aero", "qwen2_audio"])
-def test_whisper_style_encoders_are_left_stock(family):
-    tiny = model(family, "sdpa")
-    with fast_audio_encoder(tiny) as fast:
-        assert fast.changes == ()
-        assert len(fast.unchanged) == 1 and "30 s chunks already run as one batch" in fast.unchanged[0]
-        assert replaced(tiny) == []
 
 
 # -- the handle -------------------------------------------------------------------------------------
@@ -292,10 +313,32 @@ def test_bench_encoders_script_runs_tiny(tmp_path, one_thread, monkeypatch):
     script.main(["--tiny", "--out", str(tmp_path), "--seconds", "5,45", "--warmup", "0", "--repeats", "1"])
     with open(tmp_path / "encoders.csv") as file:
         rows = list(csv.DictReader(file))
-    assert [(r["encoder"], float(r["seconds"])) for r in rows] == [
-        (e.name, s) for e in script.ENCODERS for s in (5.0, 45.0)
-    ]
-    assert all(r["bit_identical"] == "True" and float(r["max_abs_diff"]) == 0.0 for r in rows)
-    changed = {r["encoder"] for r in rows if not r["changes"].startswith("none")}
-    assert changed == {"qwen2.5-omni", "phi4-mm"}
-    assert "| qwen2.5-omni | 45.0 |" in (tmp_path / "encoders.md").read_text()
+    assert [(r["encoder"], float(r["seconds"]), r["variant"]) for r in rows] == [
+        (e.preset, s, "fast") for e in script.ENCODERS for s in (5.0, 45.0)
+    ], "on a CPU nothing compiles: one variant"
+    assert not any(r.get("error") for r in rows), [r.get("error") for r in rows]
+    assert all(r["bit_identical"] == "True" and float(r["max_abs_diff"]) == float(r["max_rel_diff"]) == 0.0 for r in rows)
+    assert all(not r["changes"].startswith("none") for r in rows)
+    assert all(int(r["flops"]) > 0 and float(r["tflop"]) == int(r["flops"]) / 1e12 and float(r["gemm_tflops"]) > 0 for r in rows)
+    assert all(float(r["fast_vs_floor"]) == pytest.approx(float(r["fast_ms"]) / float(r["floor_ms"]), rel=1e-2) for r in rows)
+    assert "| qwen2.5-omni-7b | 45 | fast |" in (tmp_path / "encoders.md").read_text()
+
+
+def test_bench_encoders_script_records_a_failure_and_goes_on(tmp_path, one_thread, monkeypatch):
+    script = load_script("bench_encoders", monkeypatch)
+    compare = script.compare
+
+    def failing_for_phi4(module, inputs, meter, compile):
+        if type(module).__name__ == "Phi4MultimodalAudioModel":
+            raise torch.OutOfMemoryError("CUDA out of memory (forged)")
+        return compare(module, inputs, meter, compile)
+
+    monkeypatch.setattr(script, "compare", failing_for_phi4)
+    script.main(["--tiny", "--out", str(tmp_path), "--seconds", "5", "--warmup", "0", "--repeats", "1",
+                 "--encoders", "phi4-mm,aero-1-audio-1.5b", "--variants", "fast,eager"])
+    with open(tmp_path / "encoders.csv") as file:
+        rows = {(r["encoder"], r["variant"]): r for r in csv.DictReader(file)}
+    assert list(rows) == [(e, v) for v in ("fast", "eager") for e in ("phi4-mm", "aero-1-audio-1.5b")]
+    assert all(rows["phi4-mm", v]["error"] == "OutOfMemoryError: CUDA out of memory (forged)" for v in ("fast", "eager"))
+    assert all(not rows["aero-1-audio-1.5b", v]["error"] and rows["aero-1-audio-1.5b", v]["bit_identical"] == "True"
+               for v in ("fast", "eager"))

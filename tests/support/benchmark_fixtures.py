@@ -20,6 +20,13 @@ SAMPLE_RATE = 16_000
 SECONDS = 1.0  # 25 audio tokens for the demo model: enough to prune
 
 
+def written(root: Path, *writers) -> Path:
+    """``root`` after each writer put its benchmark's data there (a data root for several tasks)."""
+    for write in writers:
+        write(root)
+    return root
+
+
 def write_channels(path: Path, channels: int = 1, seconds: float = SECONDS, rate: int = SAMPLE_RATE) -> Path:
     """A tone per channel, channel ``c`` at ``(c + 1) * 110`` Hz and amplitude ``0.05 * (c + 1)``, so
     every channel is told apart."""

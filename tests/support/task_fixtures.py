@@ -209,3 +209,11 @@ WRITERS = {
     "librispeech": librispeech, "race": race, "slue": slue, "tau": tau, "gtzan": gtzan,
     "desed": desed, "vesus": vesus, "had": had, "vox_age": vox_age, "vox_gender": vox_gender,
 }
+
+
+def every_task(root: Path, seconds: float = 1.0) -> Path:
+    """Every AudioMarathon task's fixture under ``root``, its clips ``seconds`` long (enough to prune)."""
+    with clip_seconds(seconds):
+        for writer in WRITERS.values():
+            writer(root)
+    return root

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,9 @@ class AviBenchEntries:
     (a list; a class list given as text stays in the question only); the answer is
     ``question_answer`` as text (a dict or list as JSON). Each sample keeps ``task``, ``subtask`` and
     the raw ``entry`` (the official scorers read it). ``pre_<id>`` entries (double-confirm checks) are
-    samples like any other. An entry needs at least one medium."""
+    samples like any other. An entry needs at least one medium; one whose media files are missing is
+    a sample with a ``problem`` that keeps its answer and entry (its error row is an entry without a
+    reply, which the evaluator skips)."""
 
     metadata: str = "data.json"
 
@@ -58,17 +60,20 @@ class AviBenchEntries:
                                 "output.question_answer.") from None
         except ValueError as error:
             raise TaskDataError(f"{where}: {error}.") from None
-        audio = _files(media.get("audio_list") or [], task_dir, "audio", where)
-        images = _files(media.get("image_list") or [], task_dir, "image", where)
-        video = _files([media["video"]] if media.get("video") is not None else [], task_dir, "video", where)
-        if not (audio or images or video):
-            raise TaskDataError(f"{where}: no image_list, audio_list or video; an entry needs one medium at least.")
-        return Sample(
-            id=entry_id, audio=audio, question=text, choices=tuple(options) if isinstance(options, list) else (),
+        sample = Sample(
+            id=entry_id, audio=(), question=text, choices=tuple(options) if isinstance(options, list) else (),
             answer=json.dumps(answer) if isinstance(answer, (dict, list)) else str(answer),
             meta={"task": entry.get("task"), "subtask": entry.get("subtask"), "entry": entry},
-            images=images, video=video[0] if video else None,
         )
+        try:  # an entry whose media cannot be read keeps its answer and entry: its error row is scored as no reply
+            audio = _files(media.get("audio_list") or [], task_dir, "audio", where)
+            images = _files(media.get("image_list") or [], task_dir, "image", where)
+            video = _files([media["video"]] if media.get("video") is not None else [], task_dir, "video", where)
+            if not (audio or images or video):
+                raise TaskDataError(f"{where}: no image_list, audio_list or video; an entry needs one medium at least.")
+        except TaskDataError as error:
+            return replace(sample, problem=str(error))
+        return replace(sample, audio=audio, images=images, video=video[0] if video else None)
 
 
 def _files(paths, task_dir: Path, what: str, where: str) -> tuple[Path, ...]:

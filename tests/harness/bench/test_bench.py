@@ -192,6 +192,39 @@ def test_a_press_faster_than_its_ideal_beyond_noise_is_flagged():
     assert not noisy["below_ideal"].any()
 
 
+def test_an_encoder_time_below_its_flop_floor_is_flagged():
+    """The floor is the encoder's FLOPs at the run's measured GEMM rate: 30 ms of encoder that counts 6 TFLOP on a
+    card measured at 100 TFLOP/s is below its 60 ms floor; at 300 TFLOP/s it is 1.5x a 20 ms floor."""
+    rows = [dict(row, encoder_flops=6e12) for row in _forged_rows([40.0] * 5)]
+    below, above = (bench_frame(rows, dict(META, gemm_tflops=rate)) for rate in (100.0, 300.0))
+    assert below["encoder_floor_ms"].tolist() == pytest.approx([60.0] * 3)
+    assert below["encoder_below_floor"].all() and not above["encoder_below_floor"].any()
+    assert above["encoder_vs_floor"].tolist() == pytest.approx([1.5] * 3)
+    assert above["encoder_tflops_s"].tolist() == pytest.approx([200.0] * 3)
+    text = markdown(below)
+    assert "## Encoder faster than its FLOP floor (a measurement bug" in text
+    assert "- tiny-aero 1 s frame 0.5: encoder 30.0 ms against a floor of 60.0 ms" in text
+    assert "FLOP floor" not in markdown(above).split("## tiny-aero")[0]
+    assert "6.00 TFLOP counted; floor 20.0 ms at the 300 TFLOP/s" in markdown(above)
+    unmeasured = bench_frame(rows, META)  # a run that did not measure its GEMM rate flags nothing
+    assert not unmeasured["encoder_below_floor"].any() and unmeasured["encoder_floor_ms"].isna().all()
+
+
+def test_the_encoder_span_counts_the_encoder_and_its_projector_only():
+    """Aero's span is its Whisper encoder and one linear projector: their FLOPs, counted apart, and nothing
+    of the language model."""
+    from kvprune.harness.bench.roofline import counted_flops, encoder_span_flops
+
+    preset = bench_presets.PRESETS.get("tiny-aero")
+    model = preset.build(torch.device("cpu"), torch.float32, "sdpa")
+    prompt = preset.prompt(model, 2.0, 2)
+    encoder, projector = model.audio_tower, model.audio_modal_projector
+    features = prompt.inputs["audio_values"]
+    encoded = encoder(features).last_hidden_state
+    expected = counted_flops(lambda: encoder(features)) + 2 * encoded.shape[:-1].numel() * projector.in_features * projector.out_features
+    assert encoder_span_flops(model, prompt.inputs) == expected > 0
+
+
 def test_a_round_with_an_outlying_encoder_time_is_left_out():
     steady = [_timing(100.0 + d, 50.0 + d) for d in (0.0, 0.4, -0.3, 0.2, -0.1)]
     disturbed_round = [_timing(100.0, 50.0), _timing(160.0, 95.0), _timing(100.5, 50.2), _timing(99.8, 49.9), _timing(100.1, 50.0)]
@@ -260,12 +293,66 @@ def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
     assert (frame["prefill_speedup_vs_stock"] == stock["prefill_ms"] / frame["prefill_ms"]).all()
     assert (frame["request_speedup_vs_stock_static"] == frame.iloc[1]["request_ms"] / frame["request_ms"]).iloc[:5].all()
     assert frame.iloc[2:]["encoder_identical"].eq(True).all(), "the fast encoder's output is the stock one's"
+    assert frame.iloc[2:]["encoder_max_rel_diff"].eq(0.0).all()
+    assert (frame["encoder_flops"] > 0).all() and frame["encoder_flops"].nunique() == 1, "counted once per length"
+    assert frame["gemm_tflops"].iloc[0] > 0
+    assert frame["encoder_tflops_s"].tolist() == pytest.approx((frame["encoder_flops"] / frame["encoder_ms"] / 1e9).tolist())
     assert (frame.iloc[3:5]["kept_tokens"] == [keep_count(50, 0.5), keep_count(50, 0.9)]).all()
     found = {t["target"]: t for t in targets(frame)}
     assert len(found) == 6 and found["audio encoder ≥ 4× faster than stock, bit-identical"]["measured"].endswith("bit-identical")
     text = (tmp_path / "bench.md").read_text()
     assert "| stock HF, dynamic cache |" in text and "| kvprune fastv 0.9, fast encoder, engine cache |" in text
     assert "| prefill at fastv 0.9 ≥ 4× faster than stock HF unpruned |" in text and "floor (encoder + layers < K)" in text
+    assert "| encoder TFLOP/s | encoder × floor |" in text and "TFLOP counted; floor" in text
+
+
+def test_compare_mode_stock_rows_run_the_stock_encoder(tmp_path, monkeypatch):
+    """Each call of the Whisper-style encoder, in the order the run makes them: the stock rows (and the FLOP
+    count, and the stock half of the agreement check) run the class's own forward; the others kvprune's."""
+    calls = []
+    build = bench_presets.Preset.build
+
+    def recording_build(self, *args, **kwargs):
+        model = build(self, *args, **kwargs)
+        model.audio_tower.register_forward_pre_hook(lambda module, _: calls.append("forward" in module.__dict__))
+        return model
+
+    monkeypatch.setattr(bench_presets.Preset, "build", recording_build)
+    config = BenchConfig(presets=["tiny-aero"], audio_seconds=[2.0], compare_stock=True, ratios=[0.9], out=tmp_path,
+                         **dict(FAST, decode_tokens=2))
+    frame = run_bench(config)
+    assert frame["error"].isna().all() and frame["method"].tolist() == ["stock", "stock", "none", "fastv", "ideal"]
+    assert calls == [False, False, True, True, True] + [False] + [False, True]  # rows; FLOP count; agreement
+
+
+def _compare_rows(family: str, **unpruned) -> pd.DataFrame:
+    """Forged compare rows: stock 70 ms of encoder in a 140 ms prefill; kvprune's encoder 35 ms, FastV 0.9's
+    prefill 70 ms, its ideal 66 ms."""
+    base = dict(family=family, decode_tokens=16, head_ms=50.0, decode_ms_per_token=5.0)
+    rows = [dict(base, method="stock", cache="dynamic", ratio=0.0, encoder_ms=70.0, prefill_ms=140.0, request_ms=300.0),
+            dict(base, method="stock", cache="static", ratio=0.0, encoder_ms=70.0, prefill_ms=140.0, request_ms=220.0),
+            dict(base, method="none", cache="engine", ratio=0.0, encoder_ms=35.0, prefill_ms=100.0, request_ms=180.0,
+                 **dict(dict(encoder_identical=False, encoder_max_rel_diff=4e-3, encoder_vs_floor=1.2,
+                             encoder_floor_ms=29.2), **unpruned)),
+            dict(base, method="fastv", cache="engine", ratio=0.9, encoder_ms=35.0, prefill_ms=70.0, request_ms=150.0),
+            dict(base, method="ideal", cache="dynamic", ratio=0.9, encoder_ms=35.0, prefill_ms=66.0, request_ms=float("nan"))]
+    return pd.DataFrame(rows)
+
+
+def test_each_family_has_its_own_encoder_and_prefill_targets():
+    whisper = {t["target"]: t for t in targets(_compare_rows("voxtral"))}
+    encoder = whisper["audio encoder ≥ 1.8× faster than stock, within 1.3× its FLOP floor"]
+    assert encoder["measured"] == "2.00×, 1.20× its floor, max relative difference 4.0e-03" and encoder["met"] == "met"
+    assert whisper["prefill at fastv 0.9 ≥ 1.8× faster than stock HF unpruned"]["met"] == "met"  # 2.00x
+    far = {t["target"]: t for t in targets(_compare_rows("aero", encoder_vs_floor=1.5))}
+    assert far["audio encoder ≥ 1.8× faster than stock, within 1.3× its FLOP floor"]["met"] == "missed"
+    phi4 = {t["target"]: t for t in targets(_compare_rows("phi4_multimodal"))}
+    assert phi4["audio encoder ≥ 1.6× faster than stock"]["met"] == "met"
+    assert phi4["prefill at fastv 0.9 ≥ 2.2× faster than stock HF unpruned"]["met"] == "missed"  # 2.00x
+    omni = {t["target"]: t for t in targets(_compare_rows("qwen2_5_omni"))}
+    assert omni["audio encoder ≥ 4× faster than stock, bit-identical"]["met"] == "missed"  # 2x, and not identical
+    untargeted = [t["target"] for t in targets(_compare_rows("granite_speech"))]
+    assert untargeted and not any(t.startswith(("audio encoder", "prefill at fastv 0.9 ≥")) for t in untargeted)
 
 
 def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
@@ -400,7 +487,8 @@ def test_methods_are_specs_of_any_press_with_one_token_layer():
 
 def test_the_encoder_column_says_which_audio_encoder_path_ran(bench):
     frame, _ = bench
-    fast_path = {"tiny-omni", "tiny-phi4"}  # Qwen2.5-Omni's and Phi-4's encoders have one; the others stay stock
+    # every encoder has one but Qwen3-Omni's and Gemma-3n's
+    fast_path = {"tiny-omni", "tiny-phi4", "tiny-voxtral", "tiny-aero", "tiny-qwen2-audio", "tiny-af3", "tiny-granite-speech"}
     assert frame.groupby("preset")["encoder"].unique().map(list).to_dict() == {
         preset: ["fast" if preset in fast_path else "stock"] for preset in PRESETS
     }
@@ -436,14 +524,20 @@ def test_a_deadline_keeps_the_rounds_already_timed():
 def test_the_report_compares_throughput_each_at_its_largest_batch():
     from kvprune.harness.bench.report import _largest_batch_table
 
+    from kvprune.harness.bench.roofline import with_decode_bound
+
     rows = pd.DataFrame([
         dict(method="none", ratio=0.0, max_batch=100.0, max_batch_predicted=110.0, max_batch_tries="110: out of memory; 99: ran",
-             max_batch_decode_tokens_per_s=4000.0, max_batch_requests_per_s=1.5),
+             max_batch_decode_tokens_per_s=4000.0, max_batch_requests_per_s=1.5, max_batch_step_ms=25.0,
+             max_batch_step_flops=2e12, max_batch_step_bytes=80e9),
         dict(method="fastv", ratio=0.9, max_batch=700.0, max_batch_predicted=700.0, max_batch_tries="700: ran",
-             max_batch_decode_tokens_per_s=18000.0, max_batch_requests_per_s=9.0),
-    ])
-    text = _largest_batch_table(rows)
-    assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 110: out of memory; 99: ran |" in text
+             max_batch_decode_tokens_per_s=18000.0, max_batch_requests_per_s=9.0, max_batch_step_ms=38.9,
+             max_batch_step_flops=10e12, max_batch_step_bytes=40e9),
+    ]).assign(gemm_tflops=800.0, copy_tb_s=4.0)
+    text = _largest_batch_table(with_decode_bound(rows))
+    # none: 2 TFLOP at 800 TFLOP/s = 2.5 ms, 80 GB at 4 TB/s = 20 ms, a step of 25 ms = 1.25x the larger
+    assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 25.00 | 2.50 | 20.00 | 1.25x | 110: out of memory; 99: ran |" in text
+    assert "| fastv | 0.9 | 700 | 700 | 18,000 | 9.00 | 38.90 | 12.50 | 10.00 | 3.11x | 700: ran |" in text
     assert "- fastv at 0.9: 4.50x the unpruned model's decoded tokens/s, each at its largest batch" in text
 
 
@@ -470,3 +564,23 @@ def test_the_report_lists_the_rows_that_decoded_uncompiled():
     assert line.startswith("Decoding uncompiled") and line.endswith(": fastv 0.9 at batch 16, fastv 0.9 at batch 64.")
     assert _uncompiled_line(rows.assign(decode_fell_back=False)) == ""
     assert _uncompiled_line(rows.drop(columns="decode_fell_back")) == ""
+
+
+def test_a_decode_step_s_work_counts_every_linear_weight_per_row_and_every_cached_entry():
+    """The FLOPs and bytes of one decode step, against a count made here from the tiny model's config."""
+    from kvprune.harness.bench.roofline import decode_step_work
+
+    preset = bench_presets.PRESETS.get("tiny-omni")
+    model = preset.build(torch.device("cpu"), torch.float32, "sdpa")
+    text = model.config.text_config
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    hidden, inter, vocab, layers = text.hidden_size, text.intermediate_size, text.vocab_size, text.num_hidden_layers
+    q, kv = text.num_attention_heads * head_dim, text.num_key_value_heads * head_dim
+    per_layer = hidden * (q + 2 * kv) + q * hidden + 3 * hidden * inter  # q, k, v, o; gate, up, down
+    entries = 1000  # cached (token, layer, row) entries, each a key and a value of every key-value head, float32
+    kv_bytes = entries * 2 * kv * 4
+    flops, nbytes = decode_step_work(model, rows=3, kv_bytes=kv_bytes)
+    assert flops == 2 * (layers * per_layer + vocab * hidden) * 3 + 4 * text.num_attention_heads * head_dim * entries
+    biases = layers * (q + 2 * kv)  # Qwen2's q, k, v projections have biases
+    norms = layers * 2 * hidden + hidden
+    assert nbytes == 4 * (layers * per_layer + biases + norms + vocab * hidden) + kv_bytes

@@ -4,6 +4,7 @@ local Hugging Face model; the cache (a rerun sends nothing), the counts, the ret
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -11,7 +12,8 @@ import pytest
 import torch
 
 from kvprune.harness.judge import (
-    HFJudge, JudgeError, JudgeSettings, OpenAIJudge, RetryPolicy, parse_judge_spec,
+    CachedJudge, CircuitBreaker, HFJudge, JudgeError, JudgeSettings, JudgeUnavailable, JudgeUnreachable, OpenAIJudge,
+    RetryPolicy, TransientJudgeError, parse_judge_spec,
 )
 from kvprune.harness.judge.hf_local import fingerprint
 
@@ -23,7 +25,7 @@ class ChatServer:
     request's messages, by default the last user message echoed back upper-cased), and records every
     request it sees."""
 
-    def __init__(self, script=None, answer=None):
+    def __init__(self, script=None, answer=None, port: int = 0):
         self.script = list(script or [])
         self.answer = answer or (lambda messages: messages[-1]["content"].upper())
         self.seen: list[dict] = []
@@ -49,7 +51,7 @@ class ChatServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
@@ -63,8 +65,8 @@ class ChatServer:
 def server():
     started = []
 
-    def start(script=None, answer=None):
-        started.append(ChatServer(script, answer))
+    def start(script=None, answer=None, port: int = 0):
+        started.append(ChatServer(script, answer, port))
         return started[-1]
 
     yield start
@@ -85,7 +87,7 @@ def test_a_judgement_comes_back_and_a_rerun_is_served_from_the_cache(server, tmp
     assert judge.complete(QUESTION, settings) == "IS 2 > 1?"
     assert srv.seen == [{"path": "/v1/chat/completions", "auth": "Bearer sk-test",
                          "body": {"model": "tiny-judge", "messages": QUESTION, "temperature": 0.0, "seed": 42}}]
-    assert judge.stats.as_dict() == {"requests": 1, "cache_hits": 0, "retries": 0, "failures": 0}
+    assert judge.stats.as_dict() == {"requests": 1, "cache_hits": 0, "retries": 0, "failures": 0, "skipped": 0}
 
     again = parse_judge_spec(spec, cache_dir=tmp_path)  # a new process would build a new judge
     assert again.complete(QUESTION, settings) == "IS 2 > 1?"
@@ -114,7 +116,7 @@ def test_transient_failures_are_retried_with_exponential_backoff(server, tmp_pat
     judge = OpenAIJudge(srv.url, "m", retry=no_wait(delays))
     assert judge.complete(QUESTION) == "IS 2 > 1?"
     assert len(srv.seen) == 3 and delays == [0.5, 1.0]
-    assert judge.stats.as_dict() == {"requests": 3, "cache_hits": 0, "retries": 2, "failures": 0}
+    assert judge.stats.as_dict() == {"requests": 3, "cache_hits": 0, "retries": 2, "failures": 0, "skipped": 0}
 
 
 def test_a_judge_that_keeps_failing_raises_after_the_bound(server, tmp_path):
@@ -124,7 +126,7 @@ def test_a_judge_that_keeps_failing_raises_after_the_bound(server, tmp_path):
     with pytest.raises(JudgeError, match=r"failed after 3 attempts; last: .*HTTP 500"):
         judge.complete(QUESTION)
     assert len(srv.seen) == 3 and delays == [0.5, 1.0]
-    assert judge.stats.as_dict() == {"requests": 3, "cache_hits": 0, "retries": 2, "failures": 1}
+    assert judge.stats.as_dict() == {"requests": 3, "cache_hits": 0, "retries": 2, "failures": 1, "skipped": 0}
     # a failure is not cached: once the server recovers, the same request is asked again
     srv.script.clear()
     assert judge.complete(QUESTION) == "IS 2 > 1?"
@@ -154,6 +156,65 @@ def test_an_unreachable_server_is_retried_then_reported(server):
     with pytest.raises(JudgeError, match=f"judge openai:{url}@m failed after 3 attempts"):
         judge.complete(QUESTION)
     assert judge.stats.requests == 3 and judge.stats.failures == 1
+
+
+def closed_port_url() -> str:
+    """The URL of a port nothing listens on: bound to get a free one, then closed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_a_refusing_endpoint_opens_the_breaker_and_later_requests_are_not_sent():
+    url, delays, told = closed_port_url(), [], []
+    judge = OpenAIJudge(url, "m", retry=RetryPolicy(sleep=delays.append), breaker=CircuitBreaker(on_open=told.append))
+    with pytest.raises(JudgeUnavailable) as first:
+        judge.complete(QUESTION)
+    message = str(first.value)
+    assert f"judge openai:{url}@m stopped being asked after 5 tries in a row got no reply" in message
+    assert "Connection refused" in message and "--retry-errors" in message and told == [message]
+    assert judge.stats.requests == 5 and sum(delays) == 1 + 2 + 4 + 8 <= 30, "five tries, 15 s of backoff in all"
+    for other in ("Is 3 > 2?", "Is 4 > 3?"):  # other requests: failed at once, nothing sent, told once only
+        with pytest.raises(JudgeUnavailable, match="stopped being asked"):
+            judge.complete([{"role": "user", "content": other}])
+    assert judge.stats.as_dict() == {"requests": 5, "cache_hits": 0, "retries": 4, "failures": 1, "skipped": 2}
+    assert len(delays) == 4 and told == [message]
+
+
+class ScriptedJudge(CachedJudge):
+    """A backend that follows a script: an exception to raise or a reply to give, per try."""
+
+    identity = label = "scripted"
+
+    def __init__(self, script, attempts: int, threshold: int):
+        super().__init__(retry=RetryPolicy(attempts=attempts, sleep=lambda s: None), breaker=CircuitBreaker(threshold))
+        self.script = list(script)
+
+    def _request(self, messages, settings):
+        step = self.script.pop(0)
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+
+def test_the_breaker_counts_tries_in_a_row_across_requests():
+    down = JudgeUnreachable("scripted: connection refused")
+    judge = ScriptedJudge([down, down, down], attempts=2, threshold=3)
+    with pytest.raises(JudgeError, match="failed after 2 attempts") as first:
+        judge.complete(QUESTION)
+    assert not isinstance(first.value, JudgeUnavailable) and judge.breaker.opened is None
+    with pytest.raises(JudgeUnavailable, match="after 3 tries in a row .*connection refused"):
+        judge.complete([{"role": "user", "content": "another"}])
+    assert judge.stats.requests == 3
+
+
+def test_any_reply_starts_the_count_again():
+    down, busy = JudgeUnreachable("scripted: timed out"), TransientJudgeError("scripted: HTTP 503")
+    judge = ScriptedJudge([down, down, busy, down, down, "yes", down, down, "no"], attempts=9, threshold=3)
+    assert judge.complete(QUESTION) == "yes"  # two misses, a reply (503: the server is there), two misses, an answer
+    assert judge.complete([{"role": "user", "content": "again"}]) == "no"
+    assert judge.breaker.opened is None and judge.breaker.consecutive == 0
 
 
 @pytest.mark.parametrize(

@@ -13,10 +13,11 @@ import pytest
 from tests.support import benchmark_fixtures
 from kvprune.harness.cli import main
 from kvprune.harness.judge import OpenAIJudge, RetryPolicy
+from kvprune.harness.sweep import judging
 from kvprune.harness.official.avibench_refine import clean_json_output, refine_prompt
 from kvprune.harness.sweep.store import read_rows
 from kvprune.harness.tasks.task import get_task
-from tests.harness.judge.test_judge import server  # noqa: F401  (the local chat server fixture)
+from tests.harness.judge.test_judge import closed_port_url, server  # noqa: F401  (the local chat server fixture)
 
 TASKS = "avibench_asqa,avibench_amic"
 
@@ -75,7 +76,35 @@ def test_a_failing_judge_leaves_error_rows_and_a_non_zero_exit(server, data_root
     assert all(r["parsed"] is None for r in rows), "never the unrefined reply"
     (record,) = judge_lines(out)
     assert record["failures"] == len(judge.seen) > 0
-    assert "failed (their samples are error rows)" in (out / "report.md").read_text()
+    assert "failed and 0 not asked" in (out / "report.md").read_text()
+
+
+def test_a_judge_that_refuses_connections_is_given_up_on_and_retry_errors_grades_the_stored_outputs(
+        server, data_root, tmp_path, monkeypatch, capsys):
+    delays = []
+    real = judging.parse_judge_spec
+    monkeypatch.setattr(judging, "parse_judge_spec", lambda *a, **k: real(*a, retry=RetryPolicy(sleep=delays.append), **k))
+    url, out = closed_port_url(), tmp_path / "out"
+    spec = f"openai:{url}@refiner"
+    assert main(sweep(data_root, out, TASKS, "--judge", spec)) == 1
+    (record,) = judge_lines(out)
+    assert record["requests"] == 5 and sum(delays) <= 30, "five tries and 15 s of backoff, then it stops asking"
+    rows = read_rows(out)
+    assert record["skipped"] == len(rows) - 1 and record["failures"] == 1
+    sentence = f"judge {spec} stopped being asked after 5 tries in a row got no reply"
+    assert all(r["error"].startswith(f"JudgeUnavailable: {sentence}") and r["output"] is not None for r in rows)
+    assert capsys.readouterr().err.count(sentence) == 2, "said when it happened, and again when the sweep ends"
+    report = (out / "report.md").read_text()
+    assert f"**The judge stopped replying" in report and "Without --judge" not in report
+    assert "Each is left out, as the benchmark's own scorer leaves out a question without an answer" in report
+    assert "counts as a wrong answer" not in report
+
+    live = server(port=int(url.rsplit(":", 1)[1].split("/")[0]))  # the endpoint comes up where it was expected
+    assert main(sweep(data_root, out, TASKS, "--judge", spec, "--retry-errors")) == 0
+    again = read_rows(out)[len(rows):]
+    assert len(again) == len(rows) and all(r["error"] is None and r.get("rescored") for r in again), "graded, not generated"
+    assert [r["output"] for r in again] == [r["output"] for r in rows]
+    assert len(live.seen) == len({refine_prompt(r["meta"]["entry"], r["output"]) for r in rows})
 
 
 def test_mmar_rubrics_needs_a_judge(data_root, tmp_path, capsys):

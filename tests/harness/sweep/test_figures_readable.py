@@ -53,13 +53,14 @@ def test_ratio_labels_of_tied_points_neither_pile_up_nor_cover_the_titles(tmp_pa
 def test_importing_the_plotting_modules_leaves_the_backend_to_the_user():
     import matplotlib
 
-    from kvprune.harness.bench import report
+    from kvprune.harness.bench import figures, report
     from kvprune.harness.sweep import analyses
 
     before = matplotlib.get_backend()
     try:
         matplotlib.use("svg")  # a backend of the user's: the modules' top level, run again, keeps it
         importlib.reload(plots)
+        importlib.reload(figures)
         importlib.reload(report)
         importlib.reload(analyses)
         assert matplotlib.get_backend() == "svg"

@@ -38,7 +38,7 @@ def results() -> pd.DataFrame:
                     model="m", task=task, method=method, ratio=ratio, layer=None if method == "none" else 2,
                     method_id=method, settings_id="s", sample_id=f"s{i}", input_hash="h", item=f"s{i}", parsed=parsed,
                     reference=reference, correct=float(parsed == reference), error=None, warmup=False, audio_seconds=2.0,
-                    audio_tokens=50, kept_tokens=50, prefill_s=PREFILL[method] * jitter, decode_s=0.01, new_tokens=2,
+                    audio_tokens=50, kept_tokens=round(50 * (1 - ratio)), prefill_s=PREFILL[method] * jitter, decode_s=0.01, new_tokens=2,
                     decode_tokens_per_s=100.0, peak_memory_bytes=None, kv_cache_bytes=1000,
                 ))
     return pd.DataFrame(rows)

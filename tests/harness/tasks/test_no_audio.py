@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 import torch
 
@@ -67,16 +68,44 @@ def test_a_prompt_without_audio_keeps_the_caption_where_the_audio_stood(tmp_path
     assert mmar.render(without, no_audio=True).segments == (mmar.render(without).segments[-1],), "text only"
 
 
-def test_a_no_audio_sweep_runs_every_press_with_nothing_to_prune(tmp_path):
+def sweep(data_root, out, *extra) -> list[str]:
+    return ["sweep", "--model", "demo", "--tasks", "starbench_tr,mmar", "--methods", ",".join(list_presses()),
+            "--ratios", "0.5", "--data-root", str(data_root), "--out", str(out), "--device", "cpu",
+            "--quiet", "--no-plots", "--max-new-tokens", "3", "--limit", "1", *extra]
+
+
+def test_a_no_audio_sweep_runs_every_press_with_nothing_to_prune_and_says_so(tmp_path, capsys):
     benchmark_fixtures.starbench(tmp_path / "data")
     benchmark_fixtures.mmar(tmp_path / "data")
     out = tmp_path / "out"
-    assert main(["sweep", "--model", "demo", "--tasks", "starbench_tr,mmar", "--methods", ",".join(list_presses()),
-                 "--ratios", "0.5", "--data-root", str(tmp_path / "data"), "--out", str(out), "--device", "cpu",
-                 "--quiet", "--no-plots", "--max-new-tokens", "3", "--limit", "1", "--no-audio"]) == 0
+    assert main(sweep(tmp_path / "data", out, "--no-audio")) == 0
     rows = read_rows(out)
     assert rows and all(r["error"] is None and r["audio_tokens"] == 0 and r["audio_seconds"] == 0 for r in rows)
     baseline = {(r["task"], r["sample_id"]): r["output"] for r in rows if r["method"] == "none"}
     for row in rows:
         assert row["output"] == baseline[(row["task"], row["sample_id"])], f"{row['method']}: nothing to prune"
     assert json.loads((out / "plan.json").read_text())["settings"]["no_audio"] is True
+    # marked: each row says what stood for its audio (STAR-Bench's caption; MMAR's items here have none)
+    assert {(r["task"], r["audio_input"]) for r in rows} == {("starbench_tr", "caption"), ("mmar", "none")}
+    summary = pd.read_csv(out / "summary.csv")
+    assert dict(zip(summary["task"], summary["audio_input"])) == {"starbench_tr": "caption", "mmar": "none"}
+    pruned = summary[summary["method"] != "none"]
+    assert pruned["nothing_pruned"].all() and (pruned["pruned_tokens"] == 0).all()
+    printed, report = capsys.readouterr().out, (out / "report.md").read_text()
+    assert report.startswith("# kvprune sweep: out\n\n> **No audio (`--no-audio`): an ablation, not a pruning result.**")
+    assert "> - mmar: no audio at all in 1 of 1 sample(s)" in report
+    runs = len({r["sample_id"] for r in rows if r["task"] == "starbench_tr"})  # one item, run in every clip order
+    assert f"> - starbench_tr: the task's caption in place of the audio in {runs} of {runs} sample(s)" in report
+    assert "**mmar [no audio] (" in report and "| fastv [no audio] | 0.5 |" in report
+    assert "**starbench_tr [caption for audio] (" in report and "fastv [caption for audio]" in printed
+    headline = report[report.index("## Headline"):report.index("## How the samples ran")]
+    assert "×" not in headline.split("| ratio 0.5 |")[1], "no pruned run is headlined with a speedup"
+    assert "(nothing pruned)" in headline and "nothing pruned" in printed
+
+    capsys.readouterr()
+    assert main(sweep(tmp_path / "data", out)) == 2, "runs with audio never join an ablation's folder"
+    assert "the folder holds runs without their audio (a --no-audio ablation)" in capsys.readouterr().err
+    assert len(read_rows(out)) == len(rows)
+    assert main(sweep(tmp_path / "data", tmp_path / "audio", "--methods", "frame")) == 0
+    assert main(sweep(tmp_path / "data", tmp_path / "audio", "--methods", "frame", "--no-audio")) == 2
+    assert "the folder holds runs with their audio, and this sweep runs without audio" in capsys.readouterr().err

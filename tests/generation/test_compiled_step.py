@@ -1,0 +1,112 @@
+"""What torch.compile sees of the decode step: only bucket lengths are dynamic, over every layout the engine
+builds, so that every guard of the compiled step can be built on the GPU as on the CPU.
+
+On CUDA, Inductor guards that every buffer a kernel indexes fits 32-bit indexing; torch 2.11 failed to build
+that guard (``IndexError`` in ``issue_guard``) once a second layout of layers (one group, then layers < K and
+>= K) met the compiled step, and every token press then decoded uncompiled in batches. The CPU backend builds
+no such guard, so the backend here builds it on every input (as Inductor's GPU path does), and records every
+symbol Dynamo made with the inputs it came from. The old step made the layout itself dynamic: the size of the
+one (groups, B) columns tensor, each layer's view of it (an input whose base has a size of its own), and the
+layer-to-group numbers that chose each layer's mask.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from kvprune import AdaKVPress, ComposedPress, FastVPress, FramePress, Generator, KNormPress, PyramidKVPress
+from tests.support.helpers import GREEDY, model
+from tests.support.tiny_models import FAMILIES
+
+NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
+INT32_MAX = torch.iinfo(torch.int32).max
+# the dimensions a decode state marks dynamic (bucket lengths), and the pad token (a 0-d tensor Dynamo reads as a number)
+BUCKET_LENGTH = re.compile(
+    r"L\['state'\]\.(cache\.layers\[\d+\]\.(keys|values)\.size\(\)\[2\]|masks\[\d+\]\.size\(\)\[3\]|out\.size\(\)\[1\])"
+    r"|L\['stopping'\]\.pad\.item\(\)"
+)
+LAYOUTS = {  # one decode layout each: one group, two groups, a group per compressed layer, head-wise masks, both
+    "none": None,
+    "fastv": FastVPress(layer=2, ratio=0.5),
+    "pyramidkv": PyramidKVPress(ratio=0.5),
+    "adakv": AdaKVPress(ratio=0.5),
+    "frame+knorm": ComposedPress([FramePress(ratio=0.5), KNormPress(ratio=0.3)]),
+}
+
+
+def guarding_backend(symbols: dict[str, list[str]]):
+    """A torch.compile backend that builds Inductor's 32-bit-indexing guard on every input's storage (as its GPU
+    path does for the buffers its kernels index) and records each symbol of the graph with its sources."""
+
+    def backend(graph_module, example_inputs):
+        from torch._guards import detect_fake_mode
+
+        for tensor in example_inputs:
+            if isinstance(tensor, torch.Tensor):
+                storage = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+                bool(storage <= INT32_MAX)  # a guard on every symbol of the storage size
+        shape_env = detect_fake_mode(example_inputs).shape_env
+        for symbol, sources in shape_env.var_to_sources.items():
+            symbols.setdefault(str(symbol), []).extend(source.name for source in sources)
+        return graph_module.forward
+
+    return backend
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_compiled_step_takes_only_bucket_lengths_as_dynamic_over_every_layout(monkeypatch):
+    from kvprune.generation import graphs
+
+    symbols: dict[str, list[str]] = {}
+    compile_ = torch.compile
+    monkeypatch.setattr(graphs.torch, "compile", lambda step, mode=None: compile_(step, backend=guarding_backend(symbols)))
+    family = "qwen2_5_omni"
+    m = model(family, "sdpa")
+    compiled, eager = Generator(m, compile=True), Generator(m, compile=False)
+    for rows in (2, 3):  # a runner per batch size
+        for n in (8, 40):
+            inputs = FAMILIES[family].inputs([[("text", 3), ("audio", n + row), ("text", 2)] for row in range(rows)])
+            for name, press in LAYOUTS.items():
+                out = compiled.generate(inputs, max_new_tokens=6, press=press, **NO_STOP)
+                assert out.step_compiled, name
+                assert torch.equal(out.new_tokens, eager.generate(inputs, max_new_tokens=6, press=press, **NO_STOP).new_tokens)
+    assert compiled.fallbacks == {}
+    assert symbols, "the backend saw no graph"
+    not_lengths = {symbol: sources for symbol, sources in symbols.items() if not all(map(BUCKET_LENGTH.fullmatch, sources))}
+    assert not_lengths == {}
+    assert all(sources for sources in symbols.values())  # every guard can name the input it reads
+
+
+def test_a_compiler_failure_is_one_line_in_fallbacks_and_nothing_in_the_terminal(monkeypatch, capfd, caplog):
+    """What torch's compiler logs of its own failure (a guard's traceback, dozens of lines) reaches no handler
+    while the runner compiles; the runner's one line in ``fallbacks`` says what happened."""
+    import logging
+
+    import torch._dynamo.eval_frame as eval_frame
+
+    from kvprune.generation import graphs
+
+    def failing_compile(step, mode=None):
+        def compiled(state):
+            logging.getLogger("torch._guards").error("Error while creating guard:\n%s", "Name: ''\n" * 40)
+            logging.getLogger("torch._dynamo.kvprune_test_child").warning("a child logger made while compiling")
+            exec(compile("raise IndexError('list index out of range')", eval_frame.__file__, "exec"), {})
+
+        return compiled
+
+    monkeypatch.setattr(graphs.torch, "compile", failing_compile)
+    m, inputs = model("qwen2_audio", "sdpa"), FAMILIES["qwen2_audio"].inputs([[("text", 3), ("audio", 8), ("text", 2)]])
+    generator = Generator(m, compile=True)
+    with caplog.at_level(logging.DEBUG):
+        out = generator.generate(inputs, max_new_tokens=4, **NO_STOP)
+    assert not out.step_compiled
+    assert [reason.splitlines() for reason in generator.fallbacks] == [[next(iter(generator.fallbacks))]]
+    assert "IndexError: list index out of range" in next(iter(generator.fallbacks))
+    assert caplog.records == []
+    assert "creating guard" not in capfd.readouterr().err
+    with caplog.at_level(logging.DEBUG):  # outside the runner's compilation, torch's records reach their handlers
+        logging.getLogger("torch._guards").error("after")
+    assert [record.getMessage() for record in caplog.records] == ["after"]
