@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from kvprune.compat import kv_cache_bytes, output_cache
 from kvprune.generation.clock import Clock
-from kvprune.static_cache import is_static
+from kvprune.engine.static_cache import is_static
 
 
 @dataclass

@@ -30,10 +30,10 @@ from typing import ClassVar
 import torch
 import torch.nn as nn
 
-from .cache_budgets import top_per_group
-from .cache_scoring import CacheEvidence
-from .clips import Clip, scope_modalities
-from .compression import SCOPES
+from .engine.cache_budgets import top_per_group
+from .engine.cache_scoring import CacheEvidence
+from .engine.clips import Clip, scope_modalities
+from .engine.compression import SCOPES
 from .engine import PressSession
 from .ratios import keep_count, validate_keep_rule, validate_ratio
 from .registry import Registry
@@ -73,7 +73,7 @@ class TokenDropPress(Press):
     ``keep_rule="floor"`` (AudioMarathon's count; ``kvprune.ratios``). Layers 0..K-1 see the full
     prompt; layers K.. and their KV cache hold only the kept tokens, at their original positions.
     ``scope`` says which placeholders are clips to prune: ``"audio"`` (default), ``"video"`` (video
-    frames' and images' tokens, on the Omni families) or ``"audio+video"`` (``kvprune.clips``).
+    frames' and images' tokens, on the Omni families) or ``"audio+video"`` (``kvprune.engine.clips``).
     """
 
     ratio: float = 0.0
@@ -148,7 +148,7 @@ class CachePress(Press):
 
     def score(self, evidence: CacheEvidence) -> torch.Tensor:
         """Importance of each cached entry, higher is kept: (B, L), or (B, kv_heads, L) per KV head.
-        See ``kvprune.cache_scoring.CacheEvidence`` for what ``evidence`` holds. Avoid reading values
+        See ``kvprune.engine.cache_scoring.CacheEvidence`` for what ``evidence`` holds. Avoid reading values
         back to the host: it would stall the GPU in the middle of the prefill."""
         raise NotImplementedError
 

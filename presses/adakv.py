@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from kvprune.cache_budgets import top_per_group_headwise
+from kvprune.engine.cache_budgets import top_per_group_headwise
 from kvprune.press import DelegatingCachePress, register_press
 
 

@@ -22,7 +22,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from kvprune.slots import to_device
+from kvprune.engine.slots import to_device
 from kvprune.press import TokenDropPress, register_press
 
 BUDGETS = ("equal", "reference")

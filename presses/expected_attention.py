@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import torch
 
-from kvprune.cache_scoring import ALL_QUERIES
+from kvprune.engine.cache_scoring import ALL_QUERIES
 from kvprune.press import CachePress, register_press
 
 

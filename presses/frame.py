@@ -8,7 +8,7 @@ import torch
 
 from kvprune.press import TokenDropPress, register_press
 from kvprune.ratios import frame_offsets
-from kvprune.slots import to_device
+from kvprune.engine.slots import to_device
 
 
 @register_press("frame")

@@ -6,7 +6,7 @@ Information Funneling").
 Lower layers spread their attention widely and keep more; higher layers concentrate it and keep
 less. Each budget group keeps, at compressed layer ``d`` of ``m``, a budget falling linearly from
 ``2k - k/beta`` to ``k/beta`` (``k``: the uniform budget), rounded so that all layers together keep
-exactly what uniform budgets keep (``kvprune.cache_budgets.pyramid_keep``). Scores come from the
+exactly what uniform budgets keep (``kvprune.engine.cache_budgets.pyramid_keep``). Scores come from the
 press it wraps (default SnapKV, as the paper): ``PyramidKVPress(press=SnapKVPress(window=32, kernel=7))``,
 ``pyramidkv:press=tova``, ``pyramidkv:press=snapkv(window=32,kernel=7)``. Composed
 with a token-dropping press, the layers before and after K hold different counts; each layer's
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvprune.cache_budgets import pyramid_keep
+from kvprune.engine.cache_budgets import pyramid_keep
 from kvprune.press import DelegatingCachePress, register_press
 from kvprune.ratios import keep_count
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvprune.slots import to_device
+from kvprune.engine.slots import to_device
 from kvprune.press import TokenDropPress, register_press
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from kvprune.press import CachePress, register_press
-from kvprune.slots import to_device
+from kvprune.engine.slots import to_device
 
 
 @register_press("random_kv")

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import torch
 
-from kvprune.cache_scoring import per_kv_head, pool_entries, window_attention
+from kvprune.engine.cache_scoring import per_kv_head, pool_entries, window_attention
 from kvprune.press import CachePress, register_press
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvprune.cache_scoring import group_rank
+from kvprune.engine.cache_scoring import group_rank
 from kvprune.press import CachePress, register_press
 
 SINK = float(2**24)  # above any position, exactly representable in float32 with the ranks below it

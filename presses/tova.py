@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import torch
 
-from kvprune.cache_scoring import window_attention
+from kvprune.engine.cache_scoring import window_attention
 from kvprune.press import CachePress, register_press
 
 

@@ -3,7 +3,7 @@
 Two ways to get FastV's attention scores are compared on the same queries and keys:
 AudioMarathon's (run layer K-1 under eager attention with ``output_attentions``, which materialises
 its full (heads, S, S) attention matrix) against kvprune's (the softmax row of the last query only,
-``kvprune.attention_probe.last_query_attention``, next to an unchanged sdpa layer). A press's own
+``kvprune.engine.attention_probe.last_query_attention``, next to an unchanged sdpa layer). A press's own
 work is timed inside real prefills instead (``measure.Probes``); ``select_slots`` serves the CPU
 microbenchmarks of each press's selection (tests/perf).
 """
@@ -16,12 +16,12 @@ import torch
 import torch.nn as nn
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from kvprune.attention_probe import attention_backend, last_query_attention
-from kvprune.clips import Clip, find_clips
-from kvprune.token_evidence import Evidence, drop_slots
+from kvprune.engine.attention_probe import attention_backend, last_query_attention
+from kvprune.engine.clips import Clip, find_clips
+from kvprune.engine.token_evidence import Evidence, drop_slots
 from kvprune.models import resolve_family
 from kvprune.press import TokenDropPress
-from kvprune.slots import SlotMap
+from kvprune.engine.slots import SlotMap
 
 from .measure import Meter
 

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 import transformers
 
-from kvprune.press_plan import validate_press
+from kvprune.engine.press_plan import validate_press
 from kvprune.models.loading import family_of_checkpoint
 from kvprune.press import Press
 

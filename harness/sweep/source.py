@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import torch.nn as nn
 
-from kvprune.clips import SCOPE_MODALITIES
+from kvprune.engine.clips import SCOPE_MODALITIES
 from kvprune.models.loading import LoadedModel, family_of_checkpoint, load_model
 
 from ..demo import DEMO, DEMO_MODEL_DIR

@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from ..compat import output_cache
 from ..models import resolve_family
-from ..slots import SlotMap
+from ..engine.slots import SlotMap
 
 
 @dataclass

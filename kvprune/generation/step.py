@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from ..slots import to_device
+from ..engine.slots import to_device
 from .attention import FUSED_KWARG, LAST_SLOTS_KWARG, MASKS_KWARG
 from .decode_state import DecodeState
 

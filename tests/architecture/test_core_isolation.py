@@ -1,4 +1,4 @@
-"""The core (kvprune/ with kvprune.models, kvprune.encoders and kvprune.presses) depends on
+"""The core (kvprune/ with kvprune.engine, kvprune.models, kvprune.encoders and kvprune.presses) depends on
 nothing of the harness: no import of the harness, pandas, matplotlib, yaml, soundfile, tqdm or
 accelerate by kvprune's own code.
 
@@ -40,7 +40,7 @@ import kvprune
 
 loaded_by_init = sorted(m for m, module in sys.modules.items() if m.startswith("kvprune.harness") and module)
 core = []
-for package in ("kvprune", "kvprune.models", "kvprune.presses"):
+for package in ("kvprune", "kvprune.engine", "kvprune.models", "kvprune.presses"):
     for module in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
         importlib.import_module(module.name)
         core.append(module.name)
@@ -70,6 +70,6 @@ def test_core_imports_nothing_of_the_harness_and_runs_without_it():
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["forbidden_imports"] == []
     assert report["loaded_by_init"] == []
-    assert {"kvprune.engine", "kvprune.specs", "kvprune.models.loading", "kvprune.models.prompting", "kvprune.presses.dart"} <= set(report["core"])
+    assert {"kvprune.engine", "kvprune.engine.session", "kvprune.specs", "kvprune.models.loading", "kvprune.models.prompting", "kvprune.presses.dart"} <= set(report["core"])
     assert report["stats"] == [[8, 4]]
     assert report["compressed_layers"] == [1, 2, 3]

@@ -17,11 +17,11 @@ import io
 import pytest
 import torch
 
-import kvprune.engine as engine
+import kvprune.engine.session as engine
 from kvprune import ComposedPress, FramePress, get_press, list_presses
-from kvprune.compression import PrefillCompression, _Tables
-from kvprune.token_evidence import Evidence
-from kvprune.slots import SlotMap
+from kvprune.engine.compression import PrefillCompression, _Tables
+from kvprune.engine.token_evidence import Evidence
+from kvprune.engine.slots import SlotMap
 from tests.support.helpers import K, model
 from tests.support.paths import load_script
 from tests.support.tiny_models import FAMILIES, N_LAYERS

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvprune.attention_probe import key_validity, last_query_attention
-from kvprune.clips import find_clips
-from kvprune.masks import restrict_mask
+from kvprune.engine.attention_probe import key_validity, last_query_attention
+from kvprune.engine.clips import find_clips
+from kvprune.engine.masks import restrict_mask
 from kvprune.ratios import keep_count
-from kvprune.slots import SlotMap
+from kvprune.engine.slots import SlotMap
 
 A = 9
 

@@ -12,7 +12,7 @@ from transformers import DynamicCache, Qwen2Config, Qwen2ForCausalLM, Qwen2_5Omn
 from kvprune import (
     ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress, TokenDropPress, UnsupportedModelError, get_press,
 )
-from kvprune.attention_probe import _ConfigView
+from kvprune.engine.attention_probe import _ConfigView
 from kvprune.ratios import keep_count
 from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers
 from tests.support.tiny_models import FAMILIES, N_LAYERS

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kvprune import ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress
-from kvprune.press_plan import validate_press
+from kvprune.engine.press_plan import validate_press
 from tests.support.helpers import GREEDY, K, model, single_row
 from tests.support.tiny_models import AUDIO, FAMILIES, N_LAYERS
 

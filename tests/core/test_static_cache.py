@@ -11,7 +11,7 @@ from transformers import CompileConfig, StaticCache
 from transformers.cache_utils import StaticSlidingWindowLayer
 
 from kvprune import ComposedPress, FramePress, KNormPress, get_press
-from kvprune.static_cache import PrunedStaticLayer
+from kvprune.engine.static_cache import PrunedStaticLayer
 from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model
 from tests.support.paths import load_script
 from tests.support.tiny_models import FAMILIES, N_LAYERS

@@ -13,7 +13,7 @@ import torch
 from tests.support import cache_reference as ref
 from tests.support.helpers import GREEDY, K, FixedPress, cache_of, decoder_layers
 from kvprune import get_press, list_presses
-from kvprune.clips import clips_of, placeholder_kinds
+from kvprune.engine.clips import clips_of, placeholder_kinds
 from kvprune.models import tiny
 from kvprune.models.prompting import Image, Prompt, Video
 from kvprune.ratios import keep_count

@@ -13,9 +13,9 @@ from kvprune.harness.bench.presets import TEXT_AFTER, TEXT_BEFORE
 from kvprune.harness.bench.scoring import ScoringInputs, select_slots
 
 from kvprune import get_press
-from kvprune.attention_probe import last_query_attention
-from kvprune.masks import restrict_mask
-from kvprune.slots import SlotMap
+from kvprune.engine.attention_probe import last_query_attention
+from kvprune.engine.masks import restrict_mask
+from kvprune.engine.slots import SlotMap
 
 AUDIO, TEXT = 7, 11
 AUDIO_TOKENS = 3000  # 2 min at 25 tokens/s

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from kvprune import ComposedPress, FramePress, get_press, list_presses, parse_method
-from kvprune.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
+from kvprune.engine.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
 from kvprune.ratios import keep_count
 from tests.support import cache_reference as ref
 from tests.support.helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, kv_sources, model, single_row
@@ -301,6 +301,6 @@ def test_compositions_the_engine_refuses():
         ComposedPress([get_press("knorm", ratio=0.5), get_press("tova", ratio=0.5, scope="prompt")])(m)
     with pytest.raises(ValueError, match="head-wise"):
         ComposedPress([get_press("adakv", ratio=0.5), get_press("knorm", ratio=0.5)])(m)
-    from kvprune.press_plan import _check_cache_presses
+    from kvprune.engine.press_plan import _check_cache_presses
     with pytest.raises(NotImplementedError, match="flash attention"):
         _check_cache_presses([get_press("adakv", ratio=0.5)], "flash_attention_2")

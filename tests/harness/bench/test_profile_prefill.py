@@ -34,7 +34,7 @@ def test_busy_idle_and_the_gaps_the_host_ends(script):
         _launch(1200, 5), _kernel("e", 1300, 10, 5),  # launched after the window
         {"cat": "cuda_runtime", "name": "cudaStreamSynchronize", "ts": 320, "dur": 150},
         {"cat": "python_function", "name": "/x/site-packages/transformers/m.py(5): forward", "ts": 0, "dur": 900},
-        {"cat": "python_function", "name": "/repo/kvprune/engine.py(10): _drop", "ts": 400, "dur": 90},
+        {"cat": "python_function", "name": "/repo/kvprune/engine/session.py(10): _drop", "ts": 400, "dur": 90},
         {"cat": "python_function", "name": "/usr/lib/python3.12/json.py(1): dumps", "ts": 470, "dur": 20},
     ]
     summary = script.summarize_trace(events, start_us=0, end_us=1000)
@@ -45,7 +45,7 @@ def test_busy_idle_and_the_gaps_the_host_ends(script):
     assert summary.idle_ms == pytest.approx(0.4)
     first, second = summary.gaps
     assert (first.start_ms, first.idle_ms, first.host_bound, first.kernel) == (pytest.approx(0.3), pytest.approx(0.2), True, "c")
-    assert first.frames == ["kvprune/engine.py(10): _drop", "transformers/m.py(5): forward"]
+    assert first.frames == ["kvprune/engine/session.py(10): _drop", "transformers/m.py(5): forward"]
     assert first.syncs == ["cudaStreamSynchronize 0.15 ms"]
     assert (second.idle_ms, second.host_bound, second.kernel, second.syncs) == (pytest.approx(0.1), False, "d", [])
 

@@ -4,7 +4,7 @@ Before decoder layer K, the engine hands the token-dropping press an ``Evidence`
 (which positions are candidates of its scope, which are media placeholders at all, which are
 padding, and what layer K-1 computed, as the press ``needs``) and asks it, clip by clip, which
 tokens to keep (``drop_slots``). Cache presses get their
-own evidence, per layer, from ``kvprune.cache_scoring``.
+own evidence, per layer, from ``kvprune.engine.cache_scoring``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import torch.nn as nn
 
 from . import static_cache
 from .masks import is_flash
-from .models import resolve_family
+from ..models import resolve_family
 
 
 class PressPlan:

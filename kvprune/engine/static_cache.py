@@ -33,7 +33,7 @@ import torch
 from transformers.cache_utils import StaticCache, StaticLayer
 
 from .attention_probe import key_validity
-from .compat import find_cache
+from ..compat import find_cache
 from .masks import restrict_mask
 from .slots import CacheLayout, SlotMap
 

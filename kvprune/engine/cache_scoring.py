@@ -4,7 +4,7 @@ After decoder layer j has run its prefill, the engine hands every cache press co
 ``CacheEvidence``: the layer's cached keys and values, where each cached entry comes from (prompt
 position, audio or not, which clip), which entries the press may evict (its *scope*) and, when the
 press declared ``needs = {"queries"}``, the post-RoPE queries of the last prompt positions, as the
-layer itself computed them (recorded by ``kvprune.attention_probe``, under any attention backend).
+layer itself computed them (recorded by ``kvprune.engine.attention_probe``, under any attention backend).
 Attention-based scores are computed from those few query rows against the cached keys: no score
 needs ``output_attentions`` or an attention matrix over the whole prompt.
 

@@ -10,7 +10,7 @@ For every layer a cache press compresses, ``PrefillCompression.compress``:
 
 Scopes: ``"audio"`` (default) makes every audio entry a candidate, grouped by clip, and keeps all
 text and markers; ``"video"`` does the same for the visual entries (video frames, images) and
-``"audio+video"`` for both, each clip its own group (``kvprune.clips``: a sound track interleaved
+``"audio+video"`` for both, each clip its own group (``kvprune.engine.clips``: a sound track interleaved
 with its video is one clip). ``"prompt"`` makes a candidate of every prompt entry except the chat
 template's header (everything before the row's first clip of any modality: system prompt, user turn
 opening) and the last
@@ -79,7 +79,7 @@ class _Tables:
 
 class PrefillCompression:
     """The prompt's tables (on the device, built once per prefill) and each layer's host counts.
-    ``clips`` are every clip of the prompt (``kvprune.clips.clips_of``), ``kinds`` its placeholder
+    ``clips`` are every clip of the prompt (``kvprune.engine.clips.clips_of``), ``kinds`` its placeholder
     kinds, ``scope`` the cache presses' (composed cache presses share one)."""
 
     def __init__(self, host_ids: torch.Tensor, host_valid: torch.Tensor, clips: list[list[Clip]],

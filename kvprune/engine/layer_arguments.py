@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from .masks import causal_mask, is_flash, restrict_mask
-from .models.layer_io import LayerIO
+from ..models.layer_io import LayerIO
 from .slots import SlotMap
 
 

@@ -16,7 +16,7 @@ from .clips import Clip
 @dataclass(frozen=True)
 class PruneStats:
     """Candidate tokens (or cached entries) of one batch row, and how many of them were kept: audio
-    tokens under the default scope, the scope's placeholders under another (``kvprune.clips``)."""
+    tokens under the default scope, the scope's placeholders under another (``kvprune.engine.clips``)."""
 
     audio_tokens: int
     kept_tokens: int

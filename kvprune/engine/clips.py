@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .ratios import keep_count
+from ..ratios import keep_count
 
 #: placeholder kinds, as codes in a (B, S) kinds tensor (0: text, special tokens, markers)
 MODALITIES = ("audio", "video", "image")

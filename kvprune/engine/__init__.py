@@ -1,0 +1,52 @@
+"""The pruning engine: hooks on a stock Hugging Face model that shorten what its layers see and keep.
+
+One ``PressSession`` is live per ``with press(model) as outcome:`` block; what it prunes is recorded
+on the ``PressOutcome`` it yields. It serves two kinds of press, alone or together: at most one
+*token-dropping* press (drops audio tokens from the hidden states before decoder layer K) and any
+number of *cache* presses (compress each layer's KV cache once that layer has run its prefill).
+Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer`` and ``needs`` and calls
+``parts()``, ``select()`` and ``score()``; of cache presses it also reads ``scope``, ``window``,
+``query_rows`` and ``headwise`` and calls ``keep()`` and ``choose()``, and nothing else. Per forward
+call of the model:
+
+1. The entry module's pre-hook reads ``input_ids`` and the cache. A call that starts from an empty
+   cache is a *prefill*: its prompt is read to the host (one transfer, before the model queues its
+   audio encoder), and decoder layer 0's pre-hook finds the audio clips and marks the call for
+   pruning if any press has something to remove (host bookkeeping done while the GPU encodes the
+   audio, not while it waits). A call that continues a cache pruned earlier reuses its layout.
+2. Token dropping: layers ``0..K-1`` run untouched; layer K-1's attention is recorded (keys and the
+   last query's attention row) and its output kept, if the press needs them. At layer K the press
+   picks the audio tokens to keep and the hidden states, rotary embeddings, position ids and
+   attention mask are gathered to the kept slots; every later layer gets the same gathered
+   arguments, so layers >= K and their cache hold only the kept tokens.
+3. Cache compression: after layer j's prefill, each cache press scores the entries of that layer's
+   cache (from the layer's keys and, if it needs them, the queries of the last prompt positions,
+   recorded during the layer's attention) and ``kvprune.engine.compression`` keeps the best of its
+   candidates, gathering keys and values in place.
+4. The layout (which prompt positions each layer's cache holds) outlives the call, keyed by the
+   cache object; on later calls (decoding, another turn) every layer whose cache differs from the
+   full prompt gets the attention mask restricted to its slots. Nothing else changes, because kept
+   tokens keep their original positions. On a static cache (``cache_implementation="static"``) the
+   layout lives in the cache instead, each layer at its own static length, and decoding keeps no
+   Python state, so that it compiles (``kvprune/engine/static_cache.py``).
+
+Cache layer 0 always stays full length: HF sizes masks and positions from it, which is why pruning
+at layer 0 is refused.
+
+One model holds at most one session at a time: nesting a second press on the same model is refused
+with a message that says how to compose presses instead (``ComposedPress``); one press may serve
+several models at once, each in its own session. Tensors the engine and the presses create follow
+the device of the tensor they index, so a model split over devices (``device_map``) prunes exactly
+as on one device.
+
+Where the parts live: ``kvprune.engine.press_plan`` finds the model's parts and checks the press against
+them before anything is hooked (``PressSession`` is that plan with its hooks); ``kvprune.engine.token_evidence``
+holds what a token-dropping press chooses from, ``kvprune.engine.cache_scoring`` what a cache press scores,
+``kvprune.engine.layer_arguments`` gathers a layer's arguments to its slots, ``kvprune.engine.compression``
+compresses a layer's cache and ``kvprune.engine.stages`` holds what the hooks share about one call.
+"""
+
+from .press_plan import PressPlan, validate_press
+from .session import PressSession
+
+__all__ = ["PressPlan", "PressSession", "validate_press"]
