@@ -39,11 +39,18 @@ several models at once, each in its own session. Tensors the engine and the pres
 the device of the tensor they index, so a model split over devices (``device_map``) prunes exactly
 as on one device.
 
-Where the parts live: ``kvprune.engine.press_plan`` finds the model's parts and checks the press against
-them before anything is hooked (``PressSession`` is that plan with its hooks); ``kvprune.engine.token_evidence``
-holds what a token-dropping press chooses from, ``kvprune.engine.cache_scoring`` what a cache press scores,
-``kvprune.engine.layer_arguments`` gathers a layer's arguments to its slots, ``kvprune.engine.compression``
-compresses a layer's cache and ``kvprune.engine.stages`` holds what the hooks share about one call.
+Where the parts live (the modules of this package):
+
+* ``session``: ``PressSession``, the hooks; ``press_plan``: the model's parts found and the press checked
+  against them before anything is hooked (``validate_press``); ``stages``: what the hooks share about
+  one call, one type per stage (a pruning prefill, its pending and done token drop, a continuation);
+* for token-dropping presses: ``clips`` (a prompt's clips and how many tokens each keeps),
+  ``token_evidence`` (what the press chooses from, and its choice as slots), ``attention_probe`` (layer
+  K-1's attention recorded), ``layer_arguments`` (a layer's arguments gathered to its slots);
+* for cache presses: ``cache_scoring`` (``CacheEvidence``: what a press scores), ``cache_budgets`` (how
+  many entries each group keeps), ``compression`` (a layer's cache compressed in place);
+* shared: ``slots`` (which prompt positions a layer holds), ``masks``, ``static_cache`` (pruned layers
+  of a static cache), ``outcome`` (``PressOutcome``: what the block pruned).
 """
 
 from .press_plan import PressPlan, validate_press

@@ -4,8 +4,8 @@ During a prefill that drops tokens, every layer from K on gets the hidden states
 layer K), the rotary embeddings, position ids, attention mask and per-token inputs gathered to the
 kept slots (``prefill_arguments``). On later calls (decoding, another turn) a layer whose cache
 differs from the full prompt gets the attention mask restricted to its slots
-(``continuation_arguments``). Both take the engine's state of the forward call (``call``: its slots,
-lengths, padding and ``memo``), in which what every layer shares is gathered once per call.
+(``continuation_arguments``). Both take the stage of the forward call (``kvprune.engine.stages``: its
+slots, lengths, padding and ``memo``), in which what every layer shares is gathered once per call.
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ import torch
 from .masks import causal_mask, is_flash, restrict_mask
 from ..models.layer_io import LayerIO
 from .slots import SlotMap
+from .stages import Continuation, PruningPrefill
 
 
-def prefill_arguments(call, first: bool, io: LayerIO, attn_implementation: str, args, kwargs):
-    """A layer's arguments during a prefill that dropped tokens; ``first``: it is layer K, whose
+def prefill_arguments(call: PruningPrefill, first: bool, io: LayerIO, attn_implementation: str, args, kwargs):
+    """A layer's arguments during a prefill whose tokens were dropped; ``first``: it is layer K, whose
     hidden states still hold every prompt position."""
-    slots = call.drop_slots
+    slots = call.dropped.slots
     if first:
         hidden = args[0] if args else kwargs.pop("hidden_states")
         args = (gather_seq(hidden, slots.index, io.hidden_axis), *args[1:])
@@ -55,7 +56,7 @@ def _gather_prefill_kwargs(kwargs, slots: SlotMap, attn_implementation: str) -> 
     return updates
 
 
-def continuation_arguments(call, slots: SlotMap, attn_implementation: str, args, kwargs):
+def continuation_arguments(call: Continuation, slots: SlotMap, attn_implementation: str, args, kwargs):
     """A layer's arguments on a call that continues a pruned cache: the mask restricted to its slots
     (None: nothing to change)."""
     mask = kwargs.get("attention_mask")

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from . import static_cache
 from .attention_probe import AttentionRecorder
-from .stages import CallState, PromptOnHost, left_offsets
+from .stages import Continuation, DroppedTokens, PendingDrop, PromptOnHost, PruningPrefill
 from .clips import clips_of, placeholder_kinds, scope_mask, scope_modalities
 from ..compat import find_cache, output_cache
 from .compression import LayerPrefill, PrefillCompression, has_candidates
@@ -35,7 +35,7 @@ class PressSession(PressPlan):
         self.recorders = self._recorders()
         self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
         self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._call: CallState | None = None
+        self._call: PruningPrefill | Continuation | None = None  # the stage of the call under way (``stages``)
         self._pending: PromptOnHost | None = None  # a prefill's prompt, until decoder layer 0 sets the prefill up
         self._handles: list = []
 
@@ -113,7 +113,7 @@ class PressSession(PressPlan):
             if layout:
                 self.check_window(past_len + n_new)
             padding = kwargs.get("attention_mask")
-            self._call = CallState(cache=cache, past_len=past_len, n_new=n_new, layout=layout, padding=padding) if layout else None
+            self._call = Continuation(cache, past_len, n_new, layout, padding) if layout else None
             return None
         # a prefill: its prompt is read to the host now, before the model queues its audio encoder; the
         # press's bookkeeping on it waits for decoder layer 0, so that the host does it while the GPU encodes
@@ -157,7 +157,7 @@ class PressSession(PressPlan):
         if call is None:  # nothing was pruned (and, decoding, nothing may change: it may be compiled)
             return None
         self._call = None
-        if call.layout is not None and call.layout.pruned:
+        if call.layout.pruned:
             cache = output_cache(output)
             cache = call.cache if cache is None else cache  # a Cache may be falsy (len 0): compare to None
             if static_cache.is_static(cache):
@@ -168,7 +168,7 @@ class PressSession(PressPlan):
             recorder.clear()
         return None
 
-    def _start_prefill(self, prompt: PromptOnHost) -> CallState | None:
+    def _start_prefill(self, prompt: PromptOnHost) -> PruningPrefill | None:
         """The prefill's pruning, from its prompt (read to the host already: nothing here waits for the
         device); None if nothing is to be pruned."""
         input_ids, attention_mask, cache, host_ids = prompt.input_ids, prompt.attention_mask, prompt.cache, prompt.host_ids
@@ -178,7 +178,7 @@ class PressSession(PressPlan):
         kinds = placeholder_kinds(host_ids, self.placeholder_ids)
         clips = clips_of(kinds, drop_ratio, keep_rule, drop_scope)
         drop_clips = [[c for c in row if c.modality in drop_scope] for row in clips]
-        offsets = left_offsets(prompt.host_mask, host_ids)
+        offsets = prompt.offsets()
         drops = any(c.n_keep < c.length for row in drop_clips for c in row)
         self.outcome.start_prefill(tuple(input_ids.shape))
         if not drops:  # no token-dropping press, ratio 0 or nothing in its scope: every token is kept
@@ -196,18 +196,17 @@ class PressSession(PressPlan):
                                        host_valid=host_valid)
         for j, recorder in self.recorders.items():  # record only what this prefill's presses will read
             recorder.armed = (drops and j == self.k - 1) or (compresses and j in self.query_layers)
-        return CallState(
-            cache=cache, past_len=0, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)),
-            clips=clips, drop_clips=drop_clips, offsets=offsets, evidence=evidence, drop_pending=drops,
-            unpruned=evidence.unpruned_positions() if drops else None,
+        return PruningPrefill(
+            cache=cache, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)), clips=clips,
+            drop=PendingDrop(drop_clips, offsets, evidence, evidence.unpruned_positions()) if drops else None,
             compression=PrefillCompression(host_ids, evidence.host_valid, clips, offsets, valid, kinds, scope)
             if compresses else None,
         )
 
     def _capture_hidden(self, module, args, output):
         call = self._call
-        if call is not None and call.drop_pending:
-            call.hidden = self.io.stream(output, self.decoder_config)
+        if isinstance(call, PruningPrefill) and isinstance(call.drop, PendingDrop):
+            call.drop.hidden = self.io.stream(output, self.decoder_config)
 
     # -- before each decoder layer ---------------------------------------------------------------
     def _before_layer(self, layer_idx: int):
@@ -220,10 +219,10 @@ class PressSession(PressPlan):
                 kwargs["attention_mask"] = mask
                 return args, kwargs
             args, kwargs = by_name(self.layers[layer_idx], args, kwargs)
-            if call.prefill:
-                if layer_idx == self.k and call.drop_pending:
-                    self._drop(call)
-                if call.drop_slots is None or layer_idx < self.k:
+            if isinstance(call, PruningPrefill):
+                if layer_idx == self.k and isinstance(call.drop, PendingDrop):
+                    self._drop(call, call.drop)
+                if call.dropped is None or layer_idx < self.k:
                     return None
                 return prefill_arguments(call, layer_idx == self.k, self.io, self.attn_implementation, args, kwargs)
             slots = call.layout[layer_idx]
@@ -231,34 +230,33 @@ class PressSession(PressPlan):
 
         return hook
 
-    def _drop(self, call: CallState) -> None:
-        """Ask the token-dropping press which audio tokens to keep; lay out the kept slots."""
-        evidence = call.evidence
+    def _drop(self, call: PruningPrefill, pending: PendingDrop) -> None:
+        """Ask the token-dropping press which audio tokens to keep; the prefill's drop is done from here on
+        (``DroppedTokens``), its kept slots laid out for layers >= K."""
+        evidence = pending.evidence
         recorder = self.recorders.get(self.k - 1)
         if recorder is not None:
             evidence.attention = recorder.attention_row
             evidence.keys = recorder.keys
             recorder.clear()
         if self.want_hidden:
-            evidence.hidden = self.norm(call.hidden)
-            call.hidden = None
-        call.drop_slots, kept = drop_slots(self.dropper, call.drop_clips, evidence, call.unpruned, call.n_new)
-        self.outcome.record_kept(call.drop_clips, kept, call.offsets)
-        self.outcome.record_output_slots(call.drop_slots.index, call.drop_slots.valid)
-        call.kept_counts = [[clip.length for clip in row] for row in call.clips]
-        for row_clips, row_kept, counts in zip(call.drop_clips, kept, call.kept_counts):
+            evidence.hidden = self.norm(pending.hidden)
+        slots, kept = drop_slots(self.dropper, pending.clips, evidence, pending.unpruned, call.n_new)
+        self.outcome.record_kept(pending.clips, kept, pending.offsets)
+        self.outcome.record_output_slots(slots.index, slots.valid)
+        kept_counts = [[clip.length for clip in row] for row in call.clips]
+        for row_clips, row_kept, counts in zip(pending.clips, kept, kept_counts):
             for clip, positions in zip(row_clips, row_kept):
                 counts[clip.index] = len(positions)
-        call.drop_pending = False
-        call.evidence = evidence.masks_only()
+        call.drop = DroppedTokens(slots, kept_counts)
         for j in range(self.k, len(self.layers)):
-            call.layout.layers[j] = call.drop_slots
+            call.layout.layers[j] = slots
 
     # -- after each decoder layer: cache compression ---------------------------------------------
     def _after_layer(self, layer_idx: int):
         def hook(module, args, kwargs, output):
             call = self._call
-            if call is None or not call.prefill:
+            if not isinstance(call, PruningPrefill):
                 return None
             source = self.kv_sources.get(layer_idx)
             if source is not None:  # it holds no cache: it attends to its source layer's, as compressed
@@ -278,21 +276,21 @@ class PressSession(PressPlan):
 
         return hook
 
-    def _layer_prefill(self, call: CallState, cache_layer, layer_idx: int, queries, scaling, kwargs) -> LayerPrefill:
+    def _layer_prefill(self, call: PruningPrefill, cache_layer, layer_idx: int, queries, scaling, kwargs) -> LayerPrefill:
         """What layer ``layer_idx``'s prefill left for cache presses: its cache, which prompt entries
         the cache holds, which prompt rows the layer computed (its queries) and their rotary embedding."""
         batch, device = len(call.clips), cache_layer.keys.device
-        dropped = call.drop_slots is not None and layer_idx >= self.k
+        dropped = call.dropped if layer_idx >= self.k else None
         full = SlotMap.identity(batch, call.n_new, device)
         return LayerPrefill(
             index=layer_idx, cache=cache_layer, slots=call.layout[layer_idx] or full,
-            query_slots=call.drop_slots if dropped else full,
-            clip_entries=call.kept_counts if dropped else call.compression.clip_lengths,
+            query_slots=dropped.slots if dropped else full,
+            clip_entries=dropped.kept_counts if dropped else call.compression.clip_lengths,
             kv_groups=self.kv_groups, queries=queries, scaling=scaling, rope=kwargs.get("position_embeddings"),
             rope_frequencies=self.rope_frequencies(layer_idx),
         )
 
-    def _compress(self, call: CallState, layer: LayerPrefill, press) -> None:
+    def _compress(self, call: PruningPrefill, layer: LayerPrefill, press) -> None:
         """Keep each row's best candidates of one layer's cache (and everything else), in place."""
         slots, candidates, kept = call.compression.compress(press, layer, self.cache_layers)
         call.layout.layers[layer.index] = slots

@@ -1,5 +1,21 @@
-"""What the pruning engine keeps about one forward call of a model under a press (``CallState``), and a
-prefill's prompt read to the host once (``PromptOnHost``): the engine's hooks share them, call by call."""
+"""The stages of one forward call of a model under a press, each holding only what is valid while it lasts.
+
+The session's hooks share the stage of the call under way (``PressSession``); a call has one of:
+
+* ``PromptOnHost``: a prefill's prompt, read to the host by the entry module's pre-hook, until decoder
+  layer 0 sets the prefill up (host bookkeeping done while the device encodes the audio).
+* ``PruningPrefill``: a prefill that prunes: every clip of the prompt and the layout its layers' caches
+  get, layer by layer, with the work of each kind of press:
+
+  - ``drop``: the token-dropping press's, a ``PendingDrop`` before layer K (what it chooses from), a
+    ``DroppedTokens`` from layer K on (the slots layers >= K hold); None when no press drops tokens;
+  - ``compression``: the cache presses' (``kvprune.engine.compression.PrefillCompression``: the
+    prompt's tables and each layer's counts); None when no cache press compresses.
+* ``Continuation``: a later call (decoding, another turn) on a dynamic cache that a prefill pruned:
+  the layout its layers' masks are restricted to.
+
+A call with nothing to prune and no pruned cache to continue has no stage: the model runs as stock.
+"""
 
 from __future__ import annotations
 
@@ -12,33 +28,6 @@ from .clips import Clip
 from .compression import PrefillCompression
 from .slots import CacheLayout, SlotMap
 from .token_evidence import Evidence
-
-
-@dataclass
-class CallState:
-    """State of one forward call of the model under the press."""
-
-    cache: Any
-    past_len: int
-    n_new: int
-    layout: CacheLayout | None = None
-    padding: torch.Tensor | None = None  # the call's (B, past + new) attention mask, if it had one
-    # set on a prefill that prunes:
-    clips: list[list[Clip]] | None = None  # per row, every clip (every modality), by index
-    drop_clips: list[list[Clip]] | None = None  # per row, the clips of the token-dropping press's scope
-    offsets: torch.Tensor | None = None  # (B, S) position of each index within its unpadded row
-    evidence: Evidence | None = None  # masks now; layer K-1's tensors once recorded
-    unpruned: list[torch.Tensor] | None = None  # per row, on the device: positions no press may drop
-    drop_pending: bool = False  # the token-dropping press has yet to choose (before layer K)
-    drop_slots: SlotMap | None = None  # hidden-state slots of layers >= K during this prefill
-    kept_counts: list[list[int]] | None = None  # per row and clip (every clip), the tokens layers >= K hold
-    compression: PrefillCompression | None = None  # set when a cache press compresses this prefill
-    hidden: torch.Tensor | None = None
-    memo: dict = field(default_factory=dict)
-
-    @property
-    def prefill(self) -> bool:
-        return self.clips is not None
 
 
 @dataclass
@@ -60,9 +49,59 @@ class PromptOnHost:
             both = torch.stack([self.input_ids, self.attention_mask.to(self.input_ids.dtype)]).cpu()
             self.host_ids, self.host_mask = both[0], both[1]
 
+    def offsets(self) -> torch.Tensor:
+        """Per position, its index within the row's prompt not counting padding (HF's position ids), on the host."""
+        if self.host_mask is None:
+            return torch.arange(self.host_ids.shape[1]).expand(self.host_ids.shape[0], -1)
+        return (self.host_mask.long().cumsum(dim=1) - 1).clamp(min=0)
 
-def left_offsets(host_mask, host_ids) -> torch.Tensor:
-    """Per position, its index within the row's prompt not counting padding (HF's position ids), on the host."""
-    if host_mask is None:
-        return torch.arange(host_ids.shape[1]).expand(host_ids.shape[0], -1)
-    return (host_mask.long().cumsum(dim=1) - 1).clamp(min=0)
+
+@dataclass
+class PendingDrop:
+    """The token-dropping press's work before layer K: the clips of its scope it chooses from, per row,
+    with the evidence it reads (layer K-1's tensors added when recorded) and what it may not drop."""
+
+    clips: list[list[Clip]]  # per row, the clips of the press's scope
+    offsets: torch.Tensor  # (B, S) on the host: position of each index within its unpadded row
+    evidence: Evidence
+    unpruned: list[torch.Tensor]  # per row, on the device: positions no press may drop
+    hidden: torch.Tensor | None = None  # layer K-1's output, when the press reads it (recorded by its forward hook)
+
+
+@dataclass(frozen=True)
+class DroppedTokens:
+    """What the token-dropping press chose, from layer K on: the hidden-state slots of layers >= K and,
+    per row and clip (every clip, by index), the tokens those layers hold."""
+
+    slots: SlotMap
+    kept_counts: list[list[int]]
+
+
+@dataclass
+class PruningPrefill:
+    """A prefill that prunes (see the module's docstring)."""
+
+    cache: Any
+    n_new: int  # the prompt's length (padded)
+    layout: CacheLayout  # filled layer by layer: the prompt entries each layer's cache holds (None: all)
+    clips: list[list[Clip]]  # per row, every clip (every modality), by index
+    drop: PendingDrop | DroppedTokens | None
+    compression: PrefillCompression | None
+    memo: dict = field(default_factory=dict)  # what every layer shares, gathered once (``layer_arguments``)
+
+    @property
+    def dropped(self) -> DroppedTokens | None:
+        """The token-dropping press's choice, once made (from layer K on)."""
+        return self.drop if isinstance(self.drop, DroppedTokens) else None
+
+
+@dataclass
+class Continuation:
+    """A call that continues a dynamic cache a prefill pruned: its layout, lengths and padding."""
+
+    cache: Any
+    past_len: int
+    n_new: int
+    layout: CacheLayout
+    padding: torch.Tensor | None  # the call's (B, past + new) attention mask, if it had one
+    memo: dict = field(default_factory=dict)

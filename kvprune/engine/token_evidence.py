@@ -61,11 +61,6 @@ class Evidence:
         """Per row, on the device, the positions no token-dropping press may drop (all but its candidates)."""
         return [to_device((~row).nonzero().flatten(), self.device) for row in self.host_candidates]
 
-    def masks_only(self) -> "Evidence":
-        """The same prompt without layer K-1's tensors (which can be large)."""
-        return Evidence(self.candidates, self.valid, self.host_candidates, self.host_valid, self.host_placeholders,
-                        sample_keys=self.sample_keys)
-
 
 def drop_slots(press, clips: list[list[Clip]], evidence: Evidence, unpruned: list[torch.Tensor], prompt_len: int):
     """A token-dropping press's decision for a prompt (``clips``: the clips of its scope): the slots
