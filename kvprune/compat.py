@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
-
-import torch
 
 # transformers renamed the cache argument and output field from past_key_values to cache in 5.2x
 CACHE_NAMES = ("cache", "past_key_values")
@@ -27,23 +26,8 @@ def output_cache(output: Any) -> Any:
     return None
 
 
-
 def cache_argument(decoder) -> str:
     """The name this transformers version gives the cache argument (``cache`` or ``past_key_values``),
     read from the text ``decoder``, which declares it even where the model passes it on as a keyword."""
-    import inspect
-
     parameters = inspect.signature(decoder.forward).parameters
     return next((name for name in CACHE_NAMES if name in parameters), CACHE_NAMES[1])
-
-
-def kv_cache_bytes(cache) -> int:
-    """Bytes held by the keys and values of every layer of a transformers cache (0 for none)."""
-    if cache is None:
-        return 0
-    total = 0
-    for layer in cache.layers:
-        for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None)):
-            if isinstance(tensor, torch.Tensor):
-                total += tensor.numel() * tensor.element_size()
-    return total

@@ -55,9 +55,12 @@ class Press:
 
     def __call__(self, model: nn.Module, ratio: float | None = None) -> PressSession:
         """This press on ``model`` for one ``with`` block; ``ratio``, when given, is used instead of
-        ``self.ratio`` (by a copy: the press itself never changes)."""
-        press = self if ratio is None else dataclasses.replace(self, ratio=ratio)
-        return PressSession(model, press)
+        ``self.ratio`` (``with_ratio``)."""
+        return PressSession(model, self.with_ratio(ratio))
+
+    def with_ratio(self, ratio: float | None) -> Press:
+        """This press at ``ratio`` (a copy: the press itself never changes); itself when ``ratio`` is None."""
+        return self if ratio is None else dataclasses.replace(self, ratio=ratio)
 
     def parts(self) -> tuple[Press, ...]:
         """The single presses the engine runs: this one, or the members of a composition."""
@@ -288,10 +291,10 @@ class ComposedPress(Press):
         """The first layer any part acts on."""
         return min(part.layer for part in self.parts())
 
-    def __call__(self, model: nn.Module, ratio: float | None = None) -> PressSession:
+    def with_ratio(self, ratio: float | None) -> Press:
         if ratio is not None:
             raise ValueError("a ComposedPress has no single ratio: set the ratio of each of its presses.")
-        return super().__call__(model)
+        return self
 
     def parts(self) -> tuple[Press, ...]:
         return tuple(part for press in self.presses for part in press.parts())

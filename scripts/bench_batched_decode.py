@@ -77,16 +77,16 @@ def step_row(generator: Generator, inputs: list[dict], press, new_tokens: int, r
     runs = [generator.generate(inputs, **kwargs) for _ in range(repeats)]
     out = runs[-1]
     step_s = statistics.median(r.timing.decode_s / (r.timing.new_tokens - 1) for r in runs)
-    rows = out.timing.batch
-    entries = out.kv_held_bytes / shape["kv_bytes_per_entry"]  # entries over all rows and layers
+    rows = out.new_tokens.shape[0]
+    entries = out.timing.kv_held_bytes / shape["kv_bytes_per_entry"]  # entries over all rows and layers
     flops = 2 * shape["linear_weights"] * rows + 4 * shape["heads"] * shape["head_dim"] * entries
-    bytes_ = shape["weight_bytes"] + out.kv_held_bytes
+    bytes_ = shape["weight_bytes"] + out.timing.kv_held_bytes
     matmul_ms, bytes_ms = 1000 * flops / rates["gemm_flops"], 1000 * bytes_ / rates["copy_bytes"]
     return dict(rows=rows, step_ms=round(1000 * step_s, 3), tokens_per_s=round(rows / step_s),
                 matmul_bound_ms=round(matmul_ms, 3), bytes_bound_ms=round(bytes_ms, 3),
                 over_max_bound=round(1000 * step_s / max(matmul_ms, bytes_ms), 3),
                 over_sum_of_bounds=round(1000 * step_s / (matmul_ms + bytes_ms), 3),
-                kv_gib=round(out.kv_held_bytes / 2**30, 2), compiled=out.step_compiled)
+                kv_gib=round(out.timing.kv_held_bytes / 2**30, 2), compiled=out.step_compiled)
 
 
 def main(argv=None) -> None:

@@ -36,7 +36,7 @@ from torch._dynamo.utils import counters
 from kvprune import parse_method, resolve_family
 from kvprune.harness.bench.presets import PRESETS
 from kvprune.harness.markdown import markdown_table
-from kvprune.harness.timing import timed_generate
+from kvprune.generation import stock_generate
 
 
 def generate_kwargs(model, new_tokens: int, cache: str) -> dict:
@@ -69,7 +69,7 @@ def measure(model, inputs: dict, kwargs: dict, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
         with torch.no_grad():
-            _, timing = timed_generate(model, inputs, **kwargs)
+            _, timing = stock_generate(model, inputs, **kwargs)
         runs.append(timing)
     decoded = [t.decode_s * 1000 / (t.new_tokens - 1) for t in runs]
     return dict(

@@ -120,28 +120,41 @@ def _short(frame: str) -> str:
 
 
 # -- measuring -----------------------------------------------------------------------------------------
+#: contexts entered where the engine's decoding starts and left where it ends, made per call (``around_decoding``)
+DECODING_CONTEXTS: list = []
+
+
 @contextmanager
 def around_decoding(context):
-    """Inside, every call of the engine's decoding runs inside ``context()`` (a context manager made per call):
-    where a request's prefill ends, for instruments."""
-    from kvprune.generation.generator import Generator
-
-    original = Generator._decode
-
-    def decode(self, *args, **kwargs):
-        with context():
-            return original(self, *args, **kwargs)
-
-    Generator._decode = decode
+    """Inside, every call of the engine's decoding (under ``DecodingProbes``) runs inside ``context()`` (a context
+    manager made per call): where a request's prefill ends, for instruments."""
+    DECODING_CONTEXTS.append(context)
     try:
         yield
     finally:
-        Generator._decode = original
+        DECODING_CONTEXTS.remove(context)
 
 
 def annotated_decoding():
     """Marks the engine's decoding in profiler traces, so that a request's prefill ends where it begins."""
     return around_decoding(lambda: torch.profiler.record_function("kvprune.decode"))
+
+
+def decoding_probes():
+    """The bench's ``Probes`` with the engine's decoding observed: ``around_decoding``'s contexts around it."""
+    from kvprune.harness.bench.measure import Probes
+
+    class DecodingProbes(Probes):
+        def decoding_started(self) -> None:
+            self._open = [context() for context in DECODING_CONTEXTS]
+            for opened in self._open:
+                opened.__enter__()
+
+        def decoding_ended(self) -> None:
+            for opened in reversed(self._open):
+                opened.__exit__(None, None, None)
+
+    return DecodingProbes
 
 
 class HostLead:
@@ -288,7 +301,7 @@ def profile(args) -> list[str]:
 
     def engine(pressed):
         def run():
-            probes = Probes(meter.clock, model, args.layer)
+            probes = decoding_probes()(meter.clock, model, args.layer)
             try:
                 return meter.engine_request(generator, prompt, probes, pressed)[0]
             finally:

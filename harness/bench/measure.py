@@ -9,8 +9,8 @@ Two ways to run a request:
   model's compiled call, the one ``generate`` compiles (``model.get_compiled_call``: torch.compile,
   CUDA graphs), on a GPU; a call at a new shape may compile again, which the caller's warm-up
   rounds absorb and ``RequestTiming.compiled`` reports.
-* ``Meter.generate_request``: one whole ``generate`` call (``timing.timed_generate``), split at the
-  end of its prefill: what a user of stock Hugging Face gets.
+* ``Meter.generate_request``: one whole ``generate`` call (``kvprune.generation.stock_generate``), split
+  at the end of its prefill: what a user of stock Hugging Face gets.
 
 Inside the prefill, ``Probes`` marks the audio encoder's span (from its first module's start to its
 projector's end), the start of decoder layer K, and the engine's own work (a token press's choice
@@ -30,30 +30,20 @@ import torch
 import torch.nn as nn
 from transformers import StaticCache
 
-from kvprune.compat import CACHE_NAMES, kv_cache_bytes, output_cache
-from kvprune.generation.clock import Clock
+from kvprune.compat import cache_argument, output_cache
+from kvprune.generation import Clock, GenerationObserver, stock_generate
 from kvprune.generation.prefill import forward_prefill, prefill_call
+from kvprune.generation.timing import cache_kind, compile_counters, kv_cache_bytes, kv_held_bytes
 from kvprune.models import resolve_family
 
 from ..setup.options import ENGINE_CACHE
-from ..timing import cache_kind, compiled_graphs, kv_held_bytes, timed_generate
 from .presets import Prompt
-
-
-def _forward_parameters(model: nn.Module):
-    return inspect.signature(model.forward).parameters
-
-
-def cache_argument(model: nn.Module) -> str:
-    """The name this transformers version gives the cache argument (``cache`` or ``past_key_values``),
-    read from the text decoder, which declares it even where the model passes it on as a keyword."""
-    return next(name for name in CACHE_NAMES if name in _forward_parameters(resolve_family(model).decoder(model)))
 
 
 def takes_logits_to_keep(model: nn.Module) -> bool:
     """Whether the prefill can compute the last position's logits only, as ``generate`` asks
     (Qwen2.5-Omni and Qwen2-Audio cannot: their LM head runs on every position)."""
-    return "logits_to_keep" in _forward_parameters(model)
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 @dataclass
@@ -80,9 +70,10 @@ class RequestTiming:
         return self.prefill_ms - self.encoder_ms
 
 
-class Probes:
+class Probes(GenerationObserver):
     """Marks inside one prefill (see the module's docstring), from hooks that remove themselves at
-    the end of the model's first forward call, so that decoding steps (compiled or not) see none."""
+    the end of the model's first forward call, so that decoding steps (compiled or not) see none. As
+    the engine's observer, it marks the press's own work once the press is installed."""
 
     def __init__(self, clock: Clock, model: nn.Module, layer: int | None = None, press=None):
         family = resolve_family(model)
@@ -98,10 +89,10 @@ class Probes:
             self._handles.append(layers[layer].register_forward_pre_hook(self._mark("layer")))
         self._layers = layers
         if press is not None:
-            self.around(press)
+            self.press_installed(press)
         self._handles.append(model.register_forward_hook(lambda *_: self.close()))
 
-    def around(self, press) -> None:
+    def press_installed(self, press) -> None:
         """Mark the press's own work: called once the engine's hooks are in place, so that ours go
         first and last around them."""
         layers = self._layers
@@ -230,7 +221,7 @@ class Meter:
         makes it (``prefill_call``: its position ids, no attention mask without padding; ``forward_prefill``: the
         head on the last position), on its dynamic cache: the ideal beside presses that run on the engine.
         Repetition and medians are the caller's."""
-        name = cache_argument(model)
+        name = cache_argument(resolve_family(model).decoder(model))
         prefill_kwargs = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
         steps = prompt.decode_ids if decode else []
         if cache == ENGINE_CACHE and steps:
@@ -245,7 +236,7 @@ class Meter:
                 return forward_prefill(entry, prefill_call(entry, prompt.inputs))
             return model(**prompt.inputs, use_cache=True, **prefill_kwargs)
 
-        graphs = compiled_graphs()
+        graphs = compile_counters()[0]
         base = self._start()
         start = self.clock.mark()
         output = prefill()
@@ -270,7 +261,7 @@ class Meter:
             kv_bytes=kv_held,
             kv_alloc_bytes=kv_alloc,
             cache=kind,
-            compiled=compiled_graphs() > graphs,
+            compiled=compile_counters()[0] > graphs,
         )
 
     @torch.no_grad()
@@ -286,10 +277,10 @@ class Meter:
         start = self.clock.mark()
         out = generator.generate([prompt.inputs] * rows, max_new_tokens=new_tokens, press=press, eos_token_id=[],
                                  suppress_tokens=[resolve_family(model).audio_token_id(model)], pad_token_id=0,
-                                 on_press=probes.around)
+                                 observer=probes)
         self.sync()
         timing = out.timing  # one prefill per row, as separate requests would make; the rows' loading once
-        prefill_ms = 1000.0 * (timing.first_prefill_s * rows + timing.prefill_s - timing.first_prefill_s)
+        prefill_ms = 1000.0 * (out.first_prefill_s * rows + timing.prefill_s - out.first_prefill_s)
         decode_ms = 1000.0 * timing.decode_s
         steps = out.new_tokens.shape[1] - 1
         timing = RequestTiming(
@@ -299,11 +290,11 @@ class Meter:
             request_ms=prefill_ms + decode_ms if steps else math.nan,
             peak_bytes=self._peak(),
             base_bytes=base,
-            kv_bytes=out.kv_held_bytes,
-            kv_alloc_bytes=out.cache_bytes,
-            cache="engine",
-            compiled=out.compilations > 0 or out.graphs_captured > 0,
-            reused_bytes=0.0 if out.new_state else float(out.cache_bytes),
+            kv_bytes=timing.kv_held_bytes,
+            kv_alloc_bytes=timing.kv_cache_bytes,
+            cache=ENGINE_CACHE,  # the request's cache, even where the engine fell back to stock generate
+            compiled=timing.compiled,
+            reused_bytes=0.0 if out.new_state else float(timing.kv_cache_bytes),
             decoded_uncompiled=bool(generator.compile) and out.step_compiled is False,
         )
         outcome = out.outcome[0] if isinstance(out.outcome, list) else out.outcome
@@ -322,12 +313,12 @@ class Meter:
             if self.compile_config is not None:
                 kwargs["compile_config"] = self.compile_config
         base = self._start()
-        marks: dict = {}
-        _, timing = timed_generate(model, prompt.inputs, marks=marks, **kwargs)
+        start = self.clock.mark()
+        _, timing = stock_generate(model, prompt.inputs, **kwargs)
         steps = timing.new_tokens - 1  # the first token comes from the prefill
         return RequestTiming(
             prefill_ms=1000.0 * timing.prefill_s,
-            **probes.spans(marks["start"]),
+            **probes.spans(start),
             decode_ms_per_token=1000.0 * timing.decode_s / steps if steps else math.nan,
             request_ms=1000.0 * (timing.prefill_s + timing.decode_s),
             peak_bytes=self._peak(),

@@ -208,7 +208,7 @@ def _preset(config: EstimateConfig):
 
 
 def _compile_record(executor: TimedExecutor) -> dict:
-    from kvprune.generation.graphs import compile_counters
+    from kvprune.generation.timing import compile_counters
 
     generator = executor.generator
     graphs, recompiles = compile_counters()

@@ -14,16 +14,15 @@ sweep runs.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-from kvprune.generation import ENGINE, Generator
+from kvprune.generation import ENGINE, Generator, Timing, stock_generate
 from kvprune.models.loading import LoadedModel
 from kvprune.press import Press
 
 from ..setup.options import ENGINE_CACHE
-from ..timing import Timing, timed_generate
 
 
 @dataclass
@@ -66,9 +65,7 @@ class Executor:
         then decodes as long as it would had each row ended there, and each row's answer is cut there."""
         if self.generator is None:
             return self._stock(inputs, press, max_new_tokens, answers)
-        device = self.generator.device
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
+        _reset_peak(self.generator.device)
         stops = {} if answers is None else dict(eos_token_id=[])
         tokens = max_new_tokens if answers is None else self.generator.tokens_generated(max(answers), max_new_tokens)
         out = self.generator.generate(inputs, max_new_tokens=tokens, press=press, pad_token_id=self.pad, **stops)
@@ -77,12 +74,8 @@ class Executor:
         rows = list(out.new_tokens) if answers is None else [row[:n] for row, n in zip(out.new_tokens, answers)]
         samples = [SampleOutput(self.loaded.decode(row[None]), k, self._length(row) if answers is None else len(row))
                    for row, k in zip(rows, kept)]
-        timing = Timing(
-            prefill_s=out.timing.prefill_s, decode_s=out.timing.decode_s, new_tokens=int(out.new_tokens.shape[1]),
-            peak_memory_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
-            kv_cache_bytes=out.cache_bytes, kv_held_bytes=out.kv_held_bytes, cache=ENGINE_CACHE,
-            compiled=out.compilations > 0 or out.graphs_captured > 0,
-        )
+        # the run's cache is the engine even where it fell back to stock generate (``engine`` says so)
+        timing = replace(out.timing, peak_memory_bytes=_peak(self.generator.device), cache=ENGINE_CACHE)
         engine = ENGINE if out.engine == ENGINE else f"{ENGINE} fell back to {out.engine}"
         return BatchGeneration(samples, timing, engine, out.note, out.graphs_captured, out.compilations)
 
@@ -96,20 +89,13 @@ class Executor:
         samples, timings = [], []
         for index, sample_inputs in enumerate(inputs):
             forced = {} if answers is None else dict(max_new_tokens=answers[index], min_new_tokens=answers[index])
+            _reset_peak(self.loaded.device)
             with press(self.loaded.model) if press else nullcontext() as outcome:
-                new_ids, timing = timed_generate(self.loaded.generator, sample_inputs, **{**kwargs, **forced})
+                new_ids, timing = stock_generate(self.loaded.generator, sample_inputs, **{**kwargs, **forced})
+            timing = replace(timing, peak_memory_bytes=_peak(self.loaded.device))
             samples.append(SampleOutput(self.loaded.decode(new_ids), _kept(outcome), self._length(new_ids[0])))
             timings.append(timing)
-        first = timings[0]
-        if len(timings) > 1:
-            first = Timing(
-                prefill_s=sum(t.prefill_s for t in timings), decode_s=sum(t.decode_s for t in timings),
-                new_tokens=max(t.new_tokens for t in timings),
-                peak_memory_bytes=max((t.peak_memory_bytes or 0) for t in timings) or None,
-                kv_cache_bytes=sum(t.kv_cache_bytes for t in timings), kv_held_bytes=sum(t.kv_held_bytes for t in timings),
-                cache=first.cache, compiled=any(t.compiled for t in timings),
-            )
-        return BatchGeneration(samples, first, "transformers.generate")
+        return BatchGeneration(samples, Timing.of_calls(timings), "transformers.generate")
 
     def _length(self, row: torch.Tensor) -> int:
         """New tokens a row generated: up to and with its first end-of-sequence token, else all."""
@@ -118,6 +104,17 @@ class Executor:
             if len(ended):
                 return int(ended[0]) + 1
         return int(row.shape[0])
+
+
+def _reset_peak(device: torch.device) -> None:
+    """Start the device's peak-memory count afresh, for ``_peak`` after the call (the generation calls leave it alone)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak(device: torch.device) -> int | None:
+    """The device memory allocated at its peak since ``_reset_peak`` (None on a CPU, where it is not tracked)."""
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
 
 
 def _kept(outcome) -> dict[str, int] | None:

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 import time
 
 from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
-from kvprune.generation.graphs import compile_counters
+from kvprune.generation.timing import compile_counters
 from kvprune.models.loading import LoadedModel
 
 from ..setup.device import cpu_threads, default_device, resolve_cache

@@ -23,53 +23,32 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn as nn
 
-from ..compat import cache_argument, kv_cache_bytes, output_cache
+from ..compat import cache_argument
 from ..compiling import out_of_memory
 from ..models import resolve_family
-from .arguments import batches_of, model_of, press_of
 from .attention import decoding_attention, unsupported_attention
-from .clock import Clock
 from .decode_state import DecodeState, state_shape
-from .graphs import StepRunner, compile_counters
+from .graphs import StepRunner
 from .prefill import Prefill, family_supports_static_decoding, run_prefill
+from .request import (
+    FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput, batches_of, model_of, press_of,
+)
 from .step import Sampling, Stopping, choose, decode_step, finish
-
-ENGINE, FALLBACK = "kvprune", "transformers.generate"
-
-
-@dataclass
-class GenerationTiming:
-    """Seconds of one call: the prefill (to the first token) and the decoding after it."""
-
-    prefill_s: float
-    decode_s: float
-    new_tokens: int  # generated per row (the longest row; ended rows are padded)
-    batch: int
-    first_prefill_s: float = 0.0  # the first batch's prefill alone (within ``prefill_s``)
-    capture_s: float = 0.0  # between prefill and decoding: capturing the decode step's CUDA graph (and compiling
-    # it) when this call met a new state; the token loop's time, ``decode_s``, is after it
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        """Tokens after the first, over all rows, per second of decoding."""
-        decoded = (self.new_tokens - 1) * self.batch
-        return decoded / self.decode_s if decoded > 0 and self.decode_s > 0 else None
-
+from .stock import stock_generate
+from .timing import ENGINE_CACHE, Clock, Timing, compile_counters
 
 @dataclass
-class GenerationOutput:
-    sequences: torch.Tensor  # (B, prompt + new): the prompt followed by the new tokens, as generate returns
-    new_tokens: torch.Tensor  # (B, new)
-    timing: GenerationTiming
-    outcome: object | None = None  # the press's PressOutcome (what its prefill pruned)
-    engine: str = ENGINE  # which path decoded: kvprune's engine, or transformers.generate (and why, in ``note``)
-    note: str = ""
-    graphs_captured: int = 0  # CUDA graphs this call captured (0: replayed existing ones, or none used)
-    compilations: int = 0  # torch.compile graphs this call made
-    kv_held_bytes: int = 0  # after the prefill: the keys and values the prompts left in every layer's cache
-    cache_bytes: int = 0  # the decode state's buffers (bucketed room for the new tokens included)
-    new_state: bool = False  # this call allocated its decode state (False: it refilled one kept from an earlier call)
-    step_compiled: bool | None = None  # its decoding ran a compiled step (None: no decoding step; see ``fallbacks``)
+class _Prefilled:
+    """The running values of one call's prefills, batch after batch: the decode state they fill and what
+    decoding and the call's record need of them."""
+
+    state: DecodeState | None = None  # None until a prefill is loaded, and with max_new_tokens=1
+    stopping: Stopping | None = None  # made once the first prefill gives the vocabulary size
+    firsts: list = field(default_factory=list)  # each loaded batch's first tokens
+    outcomes: list = field(default_factory=list)  # each loaded batch's PressOutcome
+    rows: int = 0  # rows loaded so far: where the next batch's rows go
+    held_bytes: int = 0  # the keys and values the loaded prefills left
+    first_end: object = None  # the clock's mark after the first prefill
 
 
 @dataclass
@@ -125,30 +104,30 @@ class Generator:
         self, inputs: dict | Sequence[dict], *, max_new_tokens: int, press=None, ratio: float | None = None,
         do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
         eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
-        suppress_tokens: list[int] | None = None, on_press=None,
+        suppress_tokens: list[int] | None = None, observer: GenerationObserver | None = None,
     ) -> GenerationOutput:
         """Generate up to ``max_new_tokens`` per row under ``press`` at ``ratio`` (its own ratio if None;
         no press: unpruned; a registered press's name builds it). ``inputs`` is a batch of model inputs (as
         ``LoadedModel.build_inputs`` or a processor makes them, left-padded), or a list of such batches: each is prefilled on its own (so that one prefill's activations, not
         the whole batch's, bound the memory), then all rows decode together; a batch repeated as the
-        same object (``[inputs] * 16``: sixteen answers to one prompt) is prefilled once. ``on_press``:
-        see ``prefill.run_prefill`` (instruments)."""
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens={max_new_tokens} is invalid: generate at least 1 token.")
-        batches, press = batches_of(inputs), press_of(press)
-        sampling = Sampling(do_sample, temperature, top_k, top_p)
+        same object (``[inputs] * 16``: sixteen answers to one prompt) is prefilled once. ``observer``: a
+        ``GenerationObserver`` told where the call's prefills and decoding begin and end (instruments)."""
         eos, pad = self._special_tokens(eos_token_id, pad_token_id)
+        request = GenerateRequest(
+            batches=tuple(batches_of(inputs)), press=press_of(press, ratio), max_new_tokens=max_new_tokens,
+            sampling=Sampling(do_sample, temperature, top_k, top_p), eos=tuple(eos), pad=pad,
+            suppress_tokens=tuple(suppress_tokens or ()), observer=observer or GenerationObserver(),
+        )
         if self.unsupported:
-            return self._fallback(batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press)
-        arguments = (batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press)
+            return self._fallback(request)
         kept = bool(self._states)
         try:
-            return self._generate(*arguments)
+            return self._generate(request)
         except Exception as error:  # kept states give way to the work: once, then the error is the caller's
             if not (kept and out_of_memory(error)):
                 raise
         self.forget_states()
-        return self._generate(*arguments)
+        return self._generate(request)
 
     def tokens_generated(self, answer_tokens: int, max_new_tokens: int) -> int:
         """Tokens a call generates per row when its longest row's answer ends after ``answer_tokens`` (its
@@ -163,48 +142,57 @@ class Generator:
         for runner in self._runners.values():
             runner.release_pool()
 
-    def _generate(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
+    def _generate(self, request: GenerateRequest) -> GenerationOutput:
         graphs_before, (compiled_before, _) = self._captures(), compile_counters()
         made_before = self._made
         clock = Clock(self.device)
         start = clock.mark()
-        rows = sum(batch["input_ids"].shape[0] for batch in batches)
-        longest = max(batch["input_ids"].shape[1] for batch in batches)
-        state, stopping, firsts, outcomes, offset, held, first_end = None, None, [], [], 0, 0, None
-        previous = None
-        for batch in batches:
-            # a batch given again as the same object (several answers to one prompt) is prefilled once
-            prefill = previous[1] if previous is not None and previous[0] is batch else run_prefill(self.module, batch, press, ratio, on_press)
-            previous = (batch, prefill)
-            first_end = first_end or clock.mark()
-            stopping = stopping or self._stopping(eos, pad, suppress_tokens, prefill.logits.shape[-1])
-            first = choose(prefill.logits, sampling, stopping)
-            first, done = finish(first, torch.zeros_like(first, dtype=torch.bool), stopping)
-            if max_new_tokens > 1:
-                state = self._state_for(state, prefill, rows, max_new_tokens, offset, longest / batch["input_ids"].shape[1])
-                state.load(prefill, offset, first, done)
-            firsts.append(first)
-            outcomes.append(prefill.outcome)
-            held += sum(t.numel() * t.element_size() for entries in prefill.layers for t in (entries.keys, entries.values))
-            offset += prefill.batch
-            del prefill  # its cache is in the decode state now: one batch's cache at a time (or the repeated one's)
+        prefilled = self._prefill(request, clock)
         prefill_end = clock.mark()
-        loop_start = prefill_end
-        compiled = None
+        loop_start, compiled, state = prefill_end, None, prefilled.state
         if state is not None:
-            new, loop_start, compiled = self._decode(state, rows, max_new_tokens, sampling, stopping, clock)
+            new, loop_start, compiled = self._decode(state, request, prefilled.stopping, clock)
         else:
-            new = torch.cat(firsts)[:, None]
+            new = torch.cat(prefilled.firsts)[:, None]
         end = clock.mark()
-        new = _trim(new, eos)
-        timing = GenerationTiming(clock.seconds(start, prefill_end), clock.seconds(loop_start, end), new.shape[1], rows,
-                                  clock.seconds(start, first_end), clock.seconds(prefill_end, loop_start))
-        return GenerationOutput(
-            sequences=_joined([batch["input_ids"] for batch in batches], new, pad), new_tokens=new, timing=timing,
-            outcome=outcomes[0] if len(outcomes) == 1 else outcomes, graphs_captured=self._captures() - graphs_before,
-            compilations=compile_counters()[0] - compiled_before, kv_held_bytes=held,
-            cache_bytes=state.nbytes if state is not None else 0, new_state=self._made > made_before, step_compiled=compiled,
+        new = _trim(new, request.eos)
+        graphs, compilations = self._captures() - graphs_before, compile_counters()[0] - compiled_before
+        timing = Timing(
+            prefill_s=clock.seconds(start, prefill_end), decode_s=clock.seconds(loop_start, end), new_tokens=new.shape[1],
+            kv_cache_bytes=state.nbytes if state is not None else 0, kv_held_bytes=prefilled.held_bytes,
+            cache=ENGINE_CACHE, compiled=compilations > 0 or graphs > 0,
         )
+        return GenerationOutput(
+            sequences=_joined([batch["input_ids"] for batch in request.batches], new, request.pad), new_tokens=new,
+            timing=timing, outcome=_one_or_all(prefilled.outcomes), first_prefill_s=clock.seconds(start, prefilled.first_end),
+            capture_s=clock.seconds(prefill_end, loop_start), graphs_captured=graphs, compilations=compilations,
+            new_state=self._made > made_before, step_compiled=compiled,
+        )
+
+    def _prefill(self, request: GenerateRequest, clock: Clock) -> _Prefilled:
+        """Every batch's prefill under the request's press, each loaded into the decode state (grown as
+        needed) as soon as it is done, so that one batch's cache is held at a time beside the state."""
+        prefilled = _Prefilled()
+        rows, longest = request.rows, request.longest
+        for batch, copies in request.prefills:
+            prefill = run_prefill(self.module, batch, request.press, request.observer)
+            request.observer.prefill_ended()
+            for _ in range(copies):
+                prefilled.first_end = prefilled.first_end or clock.mark()
+                prefilled.stopping = prefilled.stopping or self._stopping(request, prefill.logits.shape[-1])
+                first = choose(prefill.logits, request.sampling, prefilled.stopping)
+                first, done = finish(first, torch.zeros_like(first, dtype=torch.bool), prefilled.stopping)
+                if request.max_new_tokens > 1:
+                    stretch = longest / batch["input_ids"].shape[1]
+                    prefilled.state = self._state_for(prefilled.state, prefill, rows, request.max_new_tokens, prefilled.rows, stretch)
+                    prefilled.state.load(prefill, prefilled.rows, first, done)
+                prefilled.firsts.append(first)
+                prefilled.outcomes.append(prefill.outcome)
+                prefilled.held_bytes += sum(t.numel() * t.element_size() for entries in prefill.layers
+                                            for t in (entries.keys, entries.values))
+                prefilled.rows += prefill.batch
+            del prefill  # its cache is in the decode state now: one batch's cache at a time
+        return prefilled
 
     @property
     def fallbacks(self) -> dict[str, int]:
@@ -250,18 +238,22 @@ class Generator:
         grown.copy_rows_from(state, offset)
         return grown
 
-    def _decode(self, state: DecodeState, rows: int, max_new_tokens: int, sampling, stopping, clock) -> tuple[torch.Tensor, object, bool]:
+    def _decode(self, state: DecodeState, request: GenerateRequest, stopping: Stopping, clock: Clock) -> tuple[torch.Tensor, object, bool]:
         """The new tokens, the clock's mark where the token loop began (after a graph capture, if any), and
         whether the step ran compiled."""
-        runner = self._runner(sampling, stopping, state.shape.batch)
-        with torch.no_grad(), decoding_attention(self.config):
-            runner.prepare(state)
-            loop_start = clock.mark()
-            for step in range(1, max_new_tokens):
-                runner.run(state)
-                if step % self.check_every == 0 and bool(state.done.all()):
-                    break
-        return state.out[:rows, :max_new_tokens].clone(), loop_start, runner.compiled_for(state)
+        request.observer.decoding_started()
+        try:
+            runner = self._runner(request.sampling, stopping, state.shape.batch)
+            with torch.no_grad(), decoding_attention(self.config):
+                runner.prepare(state)
+                loop_start = clock.mark()
+                for step in range(1, request.max_new_tokens):
+                    runner.run(state)
+                    if step % self.check_every == 0 and bool(state.done.all()):
+                        break
+            return state.out[:request.rows, :request.max_new_tokens].clone(), loop_start, runner.compiled_for(state)
+        finally:
+            request.observer.decoding_ended()
 
     def _state(self, shape, template: Prefill) -> DecodeState:
         """A kept state of ``shape``, or a new one (the least recently used go beyond ``max_state_bytes``)."""
@@ -306,52 +298,37 @@ class Generator:
         pad = pad_token_id if pad_token_id is not None else (eos[0] if eos else 0)
         return eos, int(pad)
 
-    def _stopping(self, eos, pad, suppress_tokens, vocab: int) -> Stopping:
-        """The stop tensors of these settings, made once per generator (each call would otherwise copy them in)."""
-        key = (tuple(eos), pad, tuple(suppress_tokens or ()), vocab)
+    def _stopping(self, request: GenerateRequest, vocab: int) -> Stopping:
+        """The stop tensors of the request's settings, made once per generator (each call would otherwise copy them in)."""
+        key = (request.eos, request.pad, request.suppress_tokens, vocab)
         if key not in self._stoppings:
-            self._stoppings[key] = Stopping.on_device(eos, pad, list(suppress_tokens or ()), vocab, self.device)
+            self._stoppings[key] = Stopping.on_device(list(request.eos), request.pad, list(request.suppress_tokens), vocab,
+                                                      self.device)
         return self._stoppings[key]
 
-    def _fallback(self, batches, press, ratio, max_new_tokens, sampling, eos, pad, suppress_tokens, on_press) -> GenerationOutput:
+    def _fallback(self, request: GenerateRequest) -> GenerationOutput:
         """``model.generate`` (on its dynamic cache), batch by batch, for a model the engine cannot decode."""
-        clock = Clock(self.device)
-        start = clock.mark()
-        marks: dict = {}
-
-        def after_prefill(module, args, output) -> None:  # each batch's first forward is its prefill
-            if not marks["in_batch"]:
-                marks.setdefault("prefill_end", clock.mark())
-                marks["held"] = marks.get("held", 0) + kv_cache_bytes(output_cache(output))
-                marks["in_batch"] = True
-
-        kwargs = dict(max_new_tokens=max_new_tokens, do_sample=sampling.do_sample, pad_token_id=pad,
-                      eos_token_id=eos or None, suppress_tokens=suppress_tokens)
-        if sampling.do_sample:
+        kwargs = dict(max_new_tokens=request.max_new_tokens, do_sample=request.sampling.do_sample, pad_token_id=request.pad,
+                      eos_token_id=list(request.eos) or None, suppress_tokens=list(request.suppress_tokens) or None)
+        if request.sampling.do_sample:
+            sampling = request.sampling
             kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
-        news, outcomes = [], []
-        for batch in batches:
-            marks["in_batch"] = False
-            handle = self.module.register_forward_hook(after_prefill)
-            session = press(self.module, ratio) if press is not None else None
-            try:
-                with torch.no_grad(), session if session is not None else nullcontext() as outcome:
-                    if on_press is not None and outcome is not None:
-                        on_press(outcome.press)
-                    sequences = self.module.generate(**batch, **kwargs)
-            finally:
-                handle.remove()
-            news.append(sequences[:, batch["input_ids"].shape[1] :])
+        news, timings, outcomes = [], [], []
+        for batch in request.batches:
+            session = request.press(self.module) if request.press is not None else None
+            with torch.no_grad(), session if session is not None else nullcontext() as outcome:
+                if outcome is not None:
+                    request.observer.press_installed(outcome.press)
+                new, timing = stock_generate(self.module, batch, request.observer, **kwargs)
+            news.append(new)
+            timings.append(timing)
             outcomes.append(outcome)
-        end = clock.mark()
         width = max(new.shape[1] for new in news)
-        new = torch.cat([torch.nn.functional.pad(n, (0, width - n.shape[1]), value=pad) for n in news])
-        timing = GenerationTiming(clock.seconds(start, marks["prefill_end"]), clock.seconds(marks["prefill_end"], end),
-                                  new.shape[1], new.shape[0])
+        new = torch.cat([torch.nn.functional.pad(n, (0, width - n.shape[1]), value=request.pad) for n in news])
         return GenerationOutput(
-            _joined([b["input_ids"] for b in batches], new, pad), new, timing,
-            outcomes[0] if len(outcomes) == 1 else outcomes, engine=FALLBACK, note=self.unsupported,
-            kv_held_bytes=marks.get("held", 0),
+            _joined([b["input_ids"] for b in request.batches], new, request.pad), new, Timing.of_calls(timings),
+            _one_or_all(outcomes),
+            engine=FALLBACK, note=self.unsupported, first_prefill_s=timings[0].prefill_s,
         )
 
 
@@ -359,6 +336,11 @@ def generate(model, inputs, *, max_new_tokens: int, press=None, ratio: float | N
     """One call of kvprune's generation engine on ``model`` (a module or a ``LoadedModel``; see
     ``Generator``, and keep one to reuse its compiled steps and graphs across calls)."""
     return Generator(model).generate(inputs, max_new_tokens=max_new_tokens, press=press, ratio=ratio, **kwargs)
+
+
+def _one_or_all(outcomes: list):
+    """A call's press outcome: the one batch's, or each batch's in order."""
+    return outcomes[0] if len(outcomes) == 1 else outcomes
 
 
 def _joined(prompts: list[torch.Tensor], new: torch.Tensor, pad: int) -> torch.Tensor:

@@ -10,7 +10,6 @@ without a graph and why, and ``Generator`` reports it.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -36,15 +35,6 @@ def _distinct_lengths():
     from torch.fx.experimental import _config as shape_config
 
     return shape_config.patch(use_duck_shape=False)
-
-
-def compile_counters() -> tuple[int, int]:
-    """(graphs torch.compile has made, recompilations) in this process so far."""
-    utils = sys.modules.get("torch._dynamo.utils")  # not imported unless something compiled
-    if utils is None:
-        return 0, 0
-    stats = utils.counters["stats"]
-    return int(stats["unique_graphs"]), int(sum(utils.counters["recompiles"].values()))
 
 
 @dataclass

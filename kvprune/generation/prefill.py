@@ -93,16 +93,16 @@ def forward_prefill(module: nn.Module, call: PrefillCall):
         return module(**call.arguments)
 
 
-def run_prefill(module: nn.Module, inputs: dict, press=None, ratio: float | None = None, on_press=None) -> Prefill:
+def run_prefill(module: nn.Module, inputs: dict, press=None, observer=None) -> Prefill:
     """Prefill ``inputs`` (a batch, left-padded as processors pad) on ``module`` (the module whose
-    ``generate`` writes text) under ``press`` at ``ratio`` (its own if None; no press: unpruned).
-    ``on_press(press)``, if given, is called once the press's hooks are installed, before the forward
+    ``generate`` writes text) under ``press`` (at its ratio; no press: unpruned). ``observer`` (a
+    ``GenerationObserver``), if given, is told once the press's hooks are installed, before the forward
     (for instruments that time the press's own work around them)."""
     call = prefill_call(module, inputs)
-    session = press(module, ratio) if press is not None else None
+    session = press(module) if press is not None else None
     with session if session is not None else nullcontext() as outcome:
-        if on_press is not None and session is not None:
-            on_press(outcome.press)
+        if observer is not None and session is not None:
+            observer.press_installed(outcome.press)
         output = forward_prefill(module, call)
         cache = output_cache(output)
         layout = session.layout_of(cache) if session is not None else None

@@ -129,7 +129,7 @@ def test_a_kept_state_a_batch_grows_into_starts_clean():
 def test_a_graph_capture_is_timed_apart_from_the_token_loop(monkeypatch):
     """Capturing (and compiling) the decode step for a new state happens once, before the loop: its time is
     ``capture_s``, not part of ``decode_s`` (which prices every later token). A fake clock makes it exact."""
-    from kvprune.generation import clock
+    import kvprune.generation.timing as timing_module
     from kvprune.generation.graphs import StepRunner
 
     now = [0.0]
@@ -138,12 +138,12 @@ def test_a_graph_capture_is_timed_apart_from_the_token_loop(monkeypatch):
         now[0] += 1.0  # every reading of the clock: one second
         return now[0]
 
-    monkeypatch.setattr(clock.time, "perf_counter", tick)
+    monkeypatch.setattr(timing_module.time, "perf_counter", tick)
     monkeypatch.setattr(StepRunner, "prepare", lambda runner, state: now.__setitem__(0, now[0] + 1000.0))  # a capture
     family = "qwen2_audio"
     m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
-    timing = Generator(m).generate(inputs, max_new_tokens=NEW, **NO_STOP).timing
-    assert 1000.0 <= timing.capture_s < 1002.0 and timing.decode_s < 1000.0
+    out = Generator(m).generate(inputs, max_new_tokens=NEW, **NO_STOP)
+    assert 1000.0 <= out.capture_s < 1002.0 and out.timing.decode_s < 1000.0
 
 
 def test_end_of_sequence_stops_rows_as_generate_does():
@@ -365,7 +365,7 @@ def test_grouped_linear_equals_linear_per_weight():
 def test_a_compiled_step_compiles_once_per_layout_over_many_lengths():
     """Bounded compilation: cache lengths are dynamic from the first compilation (never once static, then
     again dynamic), and lengths that differ between groups of layers stay apart; the tokens are eager's."""
-    from kvprune.generation.graphs import compile_counters
+    from kvprune.generation.timing import compile_counters
 
     family = "qwen2_5_omni"
     m = model(family, "sdpa")

@@ -18,7 +18,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from kvprune import DARTPress, FastVPress, FramePress, Generator, RandomPress, fast_audio_encoder
-from kvprune.generation import generator as generator_module
+from kvprune.generation import GenerationObserver
 from kvprune.models import resolve_family
 from tests.support.helpers import decoder_layers, model
 from tests.support.tiny_models import FAMILIES
@@ -51,22 +51,23 @@ class HostReads(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+class UntilDecoding(GenerationObserver):
+    """Calls ``on_stop`` when the engine's decoding starts."""
+
+    def __init__(self, on_stop):
+        self.on_stop = on_stop
+
+    def decoding_started(self) -> None:
+        self.on_stop()
+
+
 @contextmanager
-def until_decoding(m, start_hook, on_start, on_stop):
-    """Calls ``on_start`` when ``start_hook(callback)`` calls back (once the prefill reaches a module) and
-    ``on_stop`` when decoding starts."""
+def from_hook(start_hook, on_start):
+    """Calls ``on_start`` when ``start_hook(callback)`` calls back (once the prefill reaches a module)."""
     handle = start_hook(lambda *_: on_start())
-    original = generator_module.Generator._decode
-
-    def decode(self, *args, **kwargs):
-        on_stop()
-        return original(self, *args, **kwargs)
-
-    generator_module.Generator._decode = decode
     try:
         yield
     finally:
-        generator_module.Generator._decode = original
         handle.remove()
 
 
@@ -90,8 +91,8 @@ def _generate(m, inputs, press, on_start, on_stop, start_at=first_layer) -> None
             started.append(True)
             on_start()
 
-    with until_decoding(m, start_at(m), start, on_stop):
-        generator.generate(inputs, max_new_tokens=4, press=press, **NO_STOP)
+    with from_hook(start_at(m), start):
+        generator.generate(inputs, max_new_tokens=4, press=press, observer=UntilDecoding(on_stop), **NO_STOP)
     assert started, "the prefill never reached the window's first module"
 
 

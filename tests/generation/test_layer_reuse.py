@@ -71,7 +71,7 @@ def test_a_full_memory_keeps_what_it_has_and_runs_the_rest():
 def test_sharing_leaves_the_compiled_decode_step_alone():
     """The layers are replaced only while a prefill runs: the compiled step compiles once, whether the
     prefills before it shared or not (no recompilation from the layers' forward coming and going)."""
-    from kvprune.generation.graphs import compile_counters
+    from kvprune.generation.timing import compile_counters
 
     m, inputs = model("qwen2_5_omni", "sdpa"), FAMILIES["qwen2_5_omni"].inputs(ROWS[:1])
     generator, reuse = Generator(m, compile=True), LayerReuse()

@@ -14,7 +14,7 @@ import torch
 from kvprune import fast_audio_encoder
 from kvprune.encoders import ENCODER_KINDS
 from kvprune.encoders.compiled import Piece
-from kvprune.generation.graphs import compile_counters
+from kvprune.generation.timing import compile_counters
 from tests.support.helpers import GREEDY
 from tests.support.tiny_models import FAMILIES
 

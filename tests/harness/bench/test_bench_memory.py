@@ -10,7 +10,7 @@ from kvprune.harness.bench import memory
 from kvprune.harness.bench.config import BenchConfig
 from kvprune.harness.bench.presets import PRESETS
 from kvprune.harness.cli import main
-from kvprune.compat import kv_cache_bytes
+from kvprune.generation.timing import kv_cache_bytes
 
 GIB = 2**30
 
