@@ -6,7 +6,9 @@ sample's prompt rendered once, with the identity of everything its results depen
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 
 from kvprune.press import Press
 
@@ -21,13 +23,19 @@ from .source import Checkpoints, PlannedSample
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One method at one ratio, with the press that runs it (None: the unpruned baseline)."""
+    """One method at one ratio (the unpruned baseline: no method). The ratio is the run's alone: the press
+    that runs it is built from the method at that ratio where it is first used (``press``)."""
 
     method: str  # the method's canonical label, or BASELINE
     ratio: float
-    press: Press | None
+    build: Callable[[float], Press] | None = field(default=None, compare=False, repr=False)  # the method at a ratio
     spec: str | None = None  # the method's full spec: every parameter of every press, layer included
     method_id: str = BASELINE  # a digest of ``spec``: what results are grouped and resumed by
+
+    @cached_property
+    def press(self) -> Press | None:
+        """The press at the run's ratio (None: the unpruned baseline)."""
+        return None if self.build is None else self.build(self.ratio)
 
     @property
     def layer(self) -> int | None:
@@ -37,10 +45,11 @@ class PlannedRun:
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
     """The unpruned baseline once, then every method at every ratio (with the protocol's keep rule)."""
     rule = keep_rule(config.protocol)
-    runs = [PlannedRun(BASELINE, 0.0, None)]
+    runs = [PlannedRun(BASELINE, 0.0)]
     for method in config.methods:
-        spec = repr(method.build(0.0, config.layer, rule))  # the ratio is the sweep's, apart
-        runs += [PlannedRun(method.label, r, method.build(r, config.layer, rule), spec, digest(spec)) for r in config.ratios]
+        build = partial(method.build, layer=config.layer, keep_rule=rule)
+        spec = repr(build(0.0))  # the ratio is the sweep's, apart
+        runs += [PlannedRun(method.label, r, build, spec, digest(spec)) for r in config.ratios]
     return runs
 
 
