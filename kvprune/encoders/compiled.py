@@ -58,11 +58,11 @@ class Piece:
         self.failed: str | None = None
         self._compiled: Callable | None = None
 
-    def __call__(self, compile: bool, batched: tuple[torch.Tensor | None, ...], *args):
-        """``fn(*batched, *args)``: compiled if ``compile`` (and nothing failed before, and no gradient is
-        recorded), the first axis of each ``batched`` tensor dynamic."""
+    def __call__(self, compile: bool, batched: tuple[torch.Tensor | None, ...], *args, **named):
+        """``fn(*batched, *args, **named)``: compiled if ``compile`` (and nothing failed before, and no gradient
+        is recorded), the first axis of each ``batched`` tensor dynamic."""
         if not compile or self.failed is not None or torch.is_grad_enabled():
-            return self._plain(*batched, *args)
+            return self._plain(*batched, *args, **named)
         if self._compiled is None:
             self._compiled = torch.compile(self.fn, fullgraph=True)
         for tensor in batched:
@@ -76,24 +76,24 @@ class Piece:
                     ExitStack() as stack:
                 if ATTENTION_PRIORITY is not None:
                     stack.enter_context(_attention_kernels(ATTENTION_PRIORITY))
-                return self._compiled(*batched, *args)
+                return self._compiled(*batched, *args, **named)
         except Exception as error:
             if not from_compiler(error):  # the computation's own error (out of memory, bad inputs)
                 raise
             self.failed = reason(error)
             warnings.warn(f"kvprune: the fast audio encoder's {self.what} could not compile and runs uncompiled from now "
                           f"on (same math, less fused): {self.failed}", RuntimeWarning, stacklevel=2)
-            return self._plain(*batched, *args)
+            return self._plain(*batched, *args, **named)
 
     def reset(self) -> None:
         """Forget a compilation failure: the next compiled call tries again (after a setting changed)."""
         self.failed = None
 
-    def _plain(self, *args):
+    def _plain(self, *args, **named):
         with ExitStack() as stack:
             if self.eager_attention is not None:
                 stack.enter_context(_attention_kernels([self.eager_attention]))
-            return self.fn(*args)
+            return self.fn(*args, **named)
 
 
 # -- a module's weights as the pieces take them -------------------------------------------------------------------

@@ -89,7 +89,7 @@ def _attention(hidden: torch.Tensor, w: BlockWeights, dists: torch.Tensor, heads
     return F.linear(out[:, :frames, :], *w.out)
 
 
-def conformer_block(hidden: torch.Tensor, w: BlockWeights, dists: torch.Tensor, heads: int, context: int, scale: float,
+def conformer_block(hidden: torch.Tensor, w: BlockWeights, dists: torch.Tensor, *, heads: int, context: int, scale: float,
                     padding: tuple[int, int]) -> torch.Tensor:
     """One conformer block as ``GraniteSpeechConformerBlock`` computes it (``padding``: the depthwise
     convolution's, left and right)."""
@@ -121,7 +121,8 @@ def fast_forward(encoder: nn.Module, compile: bool | None):
             attention = block.attn
             padding = block.conv.depth_conv.padding
             hidden_states = BLOCK(compiled, (hidden_states,), BlockWeights.of(block), encoder.attention_dists,
-                                  attention.num_heads, attention.context_size, attention.scale, padding)
+                                  heads=attention.num_heads, context=attention.context_size, scale=attention.scale,
+                                  padding=padding)
             if index == encoder.num_layers // 2:  # the CTC head's softmax fed back, as stock does
                 hidden_states += encoder.out_mid(F.softmax(encoder.out(hidden_states.clone()), dim=-1))
         output = BaseModelOutputWithPooling(last_hidden_state=hidden_states)

@@ -122,7 +122,7 @@ def _feed_forward(x: torch.Tensor, weights: tuple, act) -> torch.Tensor:
     return F.linear(up * act(gate), *down)
 
 
-def conformer_block(hidden: torch.Tensor, bias: torch.Tensor, w: BlockWeights, heads: int, scaling: float,
+def conformer_block(hidden: torch.Tensor, bias: torch.Tensor, w: BlockWeights, *, heads: int, scaling: float,
                     kernel: int, activations: tuple[str, str, str]) -> torch.Tensor:
     """One conformer block as the stock one computes it (``activations``: the feed-forwards', the GLU's and
     the convolution module's; ``kernel``: the depthwise convolution's size)."""
@@ -186,8 +186,8 @@ def fast_forward(encoder: nn.Module, compile: bool | None):
         for layer in encoder.encoders:
             attention = layer.self_attn
             heads = attention.q_proj.out_features // attention.head_dim
-            hidden_states = BLOCK(compiled, (hidden_states, bias), BlockWeights.of(layer), heads, attention.scaling,
-                                  layer.conv.kernel_size, activations)
+            hidden_states = BLOCK(compiled, (hidden_states, bias), BlockWeights.of(layer), heads=heads,
+                                  scaling=attention.scaling, kernel=layer.conv.kernel_size, activations=activations)
         if frames > CHUNK:
             hidden_states = hidden_states.reshape(batch, -1, hidden_states.shape[-1])[:, :frames]
         return hidden_states

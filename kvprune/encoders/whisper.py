@@ -111,7 +111,7 @@ def encoder_layer(hidden: torch.Tensor, mask: torch.Tensor | None, w: LayerWeigh
     return hidden
 
 
-def stem(features: torch.Tensor, conv1_weight, conv1_bias, conv2_weight, conv2_bias, positions,
+def stem(features: torch.Tensor, conv1_weight, conv1_bias, conv2_weight, conv2_bias, positions, *,
          conv1: tuple[int, int], conv2: tuple[int, int]) -> torch.Tensor:
     """The two GELU convolutions ((stride, padding) each) and the positions, (windows, frames, width)."""
     x = F.gelu(F.conv1d(features, conv1_weight, conv1_bias, stride=conv1[0], padding=conv1[1]))
@@ -186,7 +186,7 @@ def fast_forward(encoder: nn.Module, style: WhisperStyle, compile: bool | None):
         compiled = features.is_cuda if compile is None else compile
         mask = additive_mask(_padding_mask(encoder, style, padding, features, conv1.weight.dtype), conv1.weight.dtype)
         hidden = STEM(compiled, (features,), conv1.weight, conv1.bias, conv2.weight, conv2.bias,
-                      encoder.embed_positions.weight, _conv(conv1), _conv(conv2))
+                      encoder.embed_positions.weight, conv1=_conv(conv1), conv2=_conv(conv2))
         for layer in encoder.layers:
             attention = layer.self_attn
             hidden = LAYER(compiled, (hidden, mask), LayerWeights.of(layer), attention.num_heads, attention.scaling,

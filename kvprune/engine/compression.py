@@ -25,7 +25,6 @@ compressed layer to size the layer's cache to the fullest head.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -34,6 +33,7 @@ import torch
 from .cache_scoring import CacheEvidence
 from .clips import CODES, MODALITIES, SCOPE_MODALITIES, TOKEN_SCOPES, Clip
 from .slots import SlotMap, to_device
+from .token_evidence import Evidence
 
 SCOPES = (*TOKEN_SCOPES, "prompt")
 
@@ -79,13 +79,15 @@ class _Tables:
 
 class PrefillCompression:
     """The prompt's tables (on the device, built once per prefill) and each layer's host counts.
-    ``clips`` are every clip of the prompt (``kvprune.engine.clips.clips_of``), ``kinds`` its placeholder
-    kinds, ``scope`` the cache presses' (composed cache presses share one)."""
+    ``prompt``: the prompt's masks and sample keys (an ``Evidence``, the token press's, which every prefill
+    that prunes makes); ``clips`` are every clip of the prompt (``kvprune.engine.clips.clips_of``), ``offsets``
+    each position's place in its unpadded row, ``kinds`` its placeholder kinds, ``scope`` the cache presses'
+    (composed cache presses share one)."""
 
-    def __init__(self, host_ids: torch.Tensor, host_valid: torch.Tensor, clips: list[list[Clip]],
-                 offsets: torch.Tensor, valid: torch.Tensor, kinds: torch.Tensor, scope: str):
+    def __init__(self, prompt: Evidence, clips: list[list[Clip]], offsets: torch.Tensor, kinds: torch.Tensor, scope: str):
+        host_valid, valid = prompt.host_valid, prompt.valid
         modalities = SCOPE_MODALITIES.get(scope, ())  # scope="prompt" groups by row, not by clip
-        clip_of = torch.full(host_ids.shape, -1, dtype=torch.long)
+        clip_of = torch.full(host_valid.shape, -1, dtype=torch.long)
         for row in clips:
             for clip in row:
                 if clip.modality in modalities:
@@ -96,7 +98,7 @@ class PrefillCompression:
         self.in_scope = [[clip.modality in modalities for clip in row] for row in clips]
         # the chat template's header: every entry before the row's first clip (all of it without media)
         self.header = [row[0].start - pad if row else length for row, pad, length in zip(clips, pads, self.lengths)]
-        self.sample_keys = sample_keys(host_ids, host_valid)
+        self.sample_keys = prompt.sample_keys
         device = valid.device
         self._tables = {device: _Tables(to_device(clip_of, device), to_device(offsets, device), valid,
                                         to_device(kinds == CODES["audio"], device),
@@ -206,13 +208,3 @@ def _gather_slots(tensor: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     else:
         index = index[:, None].expand(batch, kv_heads, -1)
     return tensor.gather(2, index[..., None].expand(-1, -1, -1, dim))
-
-
-def sample_keys(host_ids: torch.Tensor, host_valid: torch.Tensor) -> tuple[int, ...]:
-    """Per row, a stable 63-bit hash of its token ids, padding left out (the same in any process,
-    alone or in a batch): what presses that draw at random seed each sample with."""
-    return tuple(_hash(ids[mask]) for ids, mask in zip(host_ids, host_valid))
-
-
-def _hash(ids: torch.Tensor) -> int:
-    return int.from_bytes(hashlib.blake2b(ids.to(torch.int64).numpy().tobytes(), digest_size=8).digest(), "little") >> 1

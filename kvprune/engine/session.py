@@ -199,7 +199,7 @@ class PressSession(PressPlan):
         return PruningPrefill(
             cache=cache, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)), clips=clips,
             drop=PendingDrop(drop_clips, offsets, evidence, evidence.unpruned_positions()) if drops else None,
-            compression=PrefillCompression(host_ids, evidence.host_valid, clips, offsets, valid, kinds, scope)
+            compression=PrefillCompression(evidence, clips, offsets, kinds, scope)
             if compresses else None,
         )
 

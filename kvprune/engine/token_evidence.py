@@ -9,12 +9,12 @@ own evidence, per layer, from ``kvprune.engine.cache_scoring``.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
 
 from .clips import Clip
-from .compression import sample_keys
 from .slots import SlotMap, to_device
 
 
@@ -72,3 +72,13 @@ def drop_slots(press, clips: list[list[Clip]], evidence: Evidence, unpruned: lis
         kept_per_row.append(kept)
         rows.append(torch.cat([row_unpruned, *kept]).sort().values)
     return SlotMap.from_rows(rows, prompt_len), kept_per_row
+
+
+def sample_keys(host_ids: torch.Tensor, host_valid: torch.Tensor) -> tuple[int, ...]:
+    """Per row, a stable 63-bit hash of its token ids, padding left out (the same in any process,
+    alone or in a batch): what presses that draw at random seed each sample with."""
+    return tuple(_hash(ids[mask]) for ids, mask in zip(host_ids, host_valid))
+
+
+def _hash(ids: torch.Tensor) -> int:
+    return int.from_bytes(hashlib.blake2b(ids.to(torch.int64).numpy().tobytes(), digest_size=8).digest(), "little") >> 1

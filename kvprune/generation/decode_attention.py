@@ -228,7 +228,7 @@ def _(query, key, value, mask, scaling, last_slots=None):
     return query.new_empty(batch, 1, heads, dim)
 
 
-def decode_attention(query, key, value, mask, scaling: float | None = None, fused: bool = True,
+def decode_attention(query, key, value, mask, scaling: float | None = None, *, fused: bool = True,
                      last_slots: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of one new token per row over a static cache (see ``matmul_attention``; ``scaling``
     defaults to head_dim ** -0.5): the fused kernels on CUDA with Triton (which read each row's slots up
