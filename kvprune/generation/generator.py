@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -29,7 +28,7 @@ from ..models import resolve_family
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner
-from .prefill import Prefill, family_supports_static_decoding, run_prefill
+from .prefill import Prefill, family_supports_static_decoding, run_prefill, under_press
 from .request import (
     FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput, batches_of, model_of, press_of,
 )
@@ -315,14 +314,11 @@ class Generator:
             kwargs.update(temperature=sampling.temperature, top_k=sampling.top_k or 0, top_p=sampling.top_p or 1.0)
         news, timings, outcomes = [], [], []
         for batch in request.batches:
-            session = request.press(self.module) if request.press is not None else None
-            with torch.no_grad(), session if session is not None else nullcontext() as outcome:
-                if outcome is not None:
-                    request.observer.press_installed(outcome.press)
+            with torch.no_grad(), under_press(self.module, request.press, request.observer) as session:
                 new, timing = stock_generate(self.module, batch, request.observer, **kwargs)
             news.append(new)
             timings.append(timing)
-            outcomes.append(outcome)
+            outcomes.append(session.outcome if session is not None else None)
         width = max(new.shape[1] for new in news)
         new = torch.cat([torch.nn.functional.pad(n, (0, width - n.shape[1]), value=request.pad) for n in news])
         return GenerationOutput(

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from ..compat import output_cache
+from ..engine import PressSession
 from ..models import resolve_family
 from ..engine.slots import SlotMap
 
@@ -99,13 +100,11 @@ def run_prefill(module: nn.Module, inputs: dict, press=None, observer=None) -> P
     ``GenerationObserver``), if given, is told once the press's hooks are installed, before the forward
     (for instruments that time the press's own work around them)."""
     call = prefill_call(module, inputs)
-    session = press(module) if press is not None else None
-    with session if session is not None else nullcontext() as outcome:
-        if observer is not None and session is not None:
-            observer.press_installed(outcome.press)
+    with under_press(module, press, observer) as session:
         output = forward_prefill(module, call)
         cache = output_cache(output)
         layout = session.layout_of(cache) if session is not None else None
+        outcome = session.outcome if session is not None else None
     logits = output.logits[:, -1, :].float()
     input_ids = call.input_ids
     padding = call.attention_mask.bool() if call.attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
@@ -115,6 +114,20 @@ def run_prefill(module: nn.Module, inputs: dict, press=None, observer=None) -> P
         logits=logits,
         outcome=outcome,
     )
+
+
+@contextmanager
+def under_press(module: nn.Module, press, observer=None):
+    """The block under ``press``'s session on ``module`` (yields the ``PressSession``; None without a press),
+    ``observer`` (a ``GenerationObserver``) told once the press's hooks are installed."""
+    if press is None:
+        yield None
+        return
+    session = PressSession(module, press)
+    with session:
+        if observer is not None:
+            observer.press_installed(press)
+        yield session
 
 
 def layer_entries(cache, layout, padding: torch.Tensor) -> list[LayerEntries]:
