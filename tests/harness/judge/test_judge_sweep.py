@@ -14,7 +14,7 @@ from tests.support import benchmark_fixtures
 from kvprune.harness.cli import main
 from kvprune.harness.judge import OpenAIJudge, RetryPolicy
 from kvprune.harness.sweep import judging
-from kvprune.harness.official.avibench_refine import clean_json_output, refine_prompt
+from kvprune.harness.tasks.benchmarks.avibench.refine import clean_json_output, refine_prompt
 from kvprune.harness.sweep.store import read_rows
 from kvprune.harness.tasks.task import get_task
 from tests.harness.judge.test_judge import closed_port_url, server  # noqa: F401  (the local chat server fixture)

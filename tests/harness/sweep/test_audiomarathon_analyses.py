@@ -1,6 +1,6 @@
 """AudioMarathon's analyses on a sweep of its ten tasks under its protocol: the three category
 averages and the leaderboard's average, score against audio duration (each task on its own
-analyse_audio_duration script's buckets: tests/harness/official/test_audiomarathon_durations.py) as
+analyse_audio_duration script's buckets: tests/harness/tasks/benchmarks/test_audiomarathon_durations.py) as
 a table and a figure for any task whose samples span two buckets, the suite's view of its tasks
 together on analyse_all.py's buckets, and the radar chart."""
 

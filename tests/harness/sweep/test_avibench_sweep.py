@@ -16,7 +16,7 @@ from tests.support import benchmark_fixtures
 from kvprune import list_presses
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.store import read_rows
-from kvprune.harness.tasks.avibench_metrics import avibench_suite_levels
+from kvprune.harness.tasks.benchmarks.avibench.metrics import avibench_suite_levels
 from kvprune.harness.tasks.suites import get_suite
 from kvprune.harness.tasks.task import get_task
 from tests.support.tiny_checkpoints import checkpoint
