@@ -20,7 +20,8 @@ from kvprune.models.loading import LoadedModel
 
 from ..sweep.execute import BatchGeneration, Executor
 from ..sweep.plan import PlannedRun
-from ..sweep.samples import Pass, SampleRunner
+from ..sweep.samples import SampleRunner
+from ..sweep.schedule import Pass, Work
 
 
 @dataclass
@@ -94,8 +95,8 @@ class TimedBatches:
     loaded: LoadedModel
     units: list[Unit] = field(default_factory=list)
 
-    def run(self, task, batch: list, runs: list[PlannedRun], how: Pass, context: dict) -> None:
-        """``batch``: (planned sample, runs) pairs, as the sweep's scoring or timing pass gives them."""
+    def run(self, task, batch: list[Work], runs: list[PlannedRun], how: Pass, context: dict) -> None:
+        """``batch`` as the sweep's scoring or timing pass gives it (``schedule``)."""
         self.executor.context = context
         synchronise(self.loaded.device)
         start = time.perf_counter()

@@ -47,10 +47,10 @@ from .media import check_media
 from .judging import record_judge, sweep_judge, unreachable
 from .plan import PlannedRun, PlannedSample, plan_sweep, runs_of, tasks_by_model
 from .rescore import regrade_judge_failures, rescore
-from .samples import Pass, SampleRunner
-from .schedule import batches, sweep_passes
+from .samples import SampleRunner
+from .schedule import Pass, Schedule, Work
 from .source import Checkpoints
-from .store import ENGINE_RECORD, TASK_TIME_RECORD, TIMING_PASS, ResultStore, append_run, run_key
+from .store import ENGINE_RECORD, TASK_TIME_RECORD, ResultStore, append_run, run_key
 
 
 @dataclass
@@ -85,6 +85,7 @@ class SweepRunner:
         self.tasks = tasks_by_model(config, self.source)  # per model: under a protocol, its family's conventions
         self.cache = resolve_cache(config.cache, self.device or default_device())
         self.runs = runs_of(config)
+        self.schedule = Schedule.of(config)  # its passes, batches and timing subset
         self.presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
         self.store: ResultStore | None = None
         self.plan: SweepPlan | None = None
@@ -161,7 +162,7 @@ class SweepRunner:
         """Run what is not done yet of ``model_name``'s share; returns how many runs that was."""
         done = self.store.done_keys(self.config.retry_errors)
         plan = [(task, self._work(model_name, task, done)) for task in self.tasks[model_name]]
-        plan = [(task, work) for task, work in plan if any(work.values())]
+        plan = [(task, work) for task, work in plan if any(pending for _, pending in work)]
         if not plan:
             return 0
         loaded = self._load(model_name)
@@ -169,7 +170,6 @@ class SweepRunner:
         self._folder.record(self.plan, self._digests)
         executor = Executor(loaded, self.cache)
         samples = SampleRunner(self.config, self.store, executor, self.judge, self.source)
-        passes = self._passes()
         with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
@@ -177,39 +177,31 @@ class SweepRunner:
             self._record_run(loaded, encoder, threads)
             warm = False
             for task, work in plan:
-                total = sum(len(todo) for pending in work.values() for _, todo in pending)
+                total = _runs_in(work)
                 bar = tqdm(total=total, desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress, unit="run")
                 settings_id = self.plan.settings_ids[model_name][task.name]
                 start = time.perf_counter()
-                for how in passes:
-                    size = self.config.batch_size if how.name is None else 1
-                    for batch in batches(work[how.name], size):  # by length when batched (``schedule``)
-                        samples.run(loaded, task, batch, settings_id, self.runs, warmup=not warm, bar=bar, how=how)
+                for how, pending in work:
+                    for batch in self.schedule.batches(how, pending):  # by length when batched
+                        samples.run(loaded, task, batch, settings_id=settings_id, runs=self.runs, warmup=not warm,
+                                    bar=bar, how=how)
                         warm = True
                 bar.close()
                 self._record_task_time(model_name, task.name, time.perf_counter() - start, work)
             self._record_engine(loaded, executor)
-        return sum(len(todo) for _, work in plan for pending in work.values() for _, todo in pending)
+        return sum(_runs_in(work) for _, work in plan)
 
-    def _passes(self) -> list[Pass]:
-        return sweep_passes(self.config)
-
-    def _work(self, model_name: str, task, done: set[tuple]) -> dict[str | None, list[tuple[PlannedSample, list[PlannedRun]]]]:
-        """Per pass, (sample, runs not done yet) for this process's samples of ``task``: every sample
-        in the scoring pass, those of the task's first ``--timing-samples`` in the timing pass."""
+    def _work(self, model_name: str, task, done: set[tuple]) -> list[tuple[Pass, list[Work]]]:
+        """Per pass of the schedule, this process's samples of ``task`` it takes, under the runs not
+        done yet."""
         settings_id = self.plan.settings_ids[model_name][task.name]
-        passes = self._passes()
-        work: dict[str | None, list] = {how.name: [] for how in passes}
-        for index, planned in enumerate(self._samples[task.name]):
-            place = self.rank + index * self.world_size  # in the task: the timing subset is its first samples
-            for how in passes:
-                if how.name == TIMING_PASS and (place >= self.config.timing_samples or planned.sample.problem):
-                    continue
-                todo = [run for run in self.runs
-                        if _key(model_name, task.name, run, planned, settings_id, how.name) not in done]
-                if todo:
-                    work[how.name].append((planned, todo))
-        return work
+        share = self._samples[task.name]
+        places = [self.rank + index * self.world_size for index in range(len(share))]  # in the whole task
+
+        def todo(how: Pass, planned: PlannedSample) -> list[PlannedRun]:
+            return [run for run in self.runs if _key(model_name, task.name, run, planned, settings_id, how.name) not in done]
+
+        return self.schedule.work(zip(places, share), todo)
 
     def _load(self, model_name: str) -> LoadedModel:
         """The model, under the name the user gave (``demo``: the embedded demo model's folder); how long
@@ -220,11 +212,11 @@ class SweepRunner:
                                          seconds=round(time.perf_counter() - start, 3), rank=self.rank))
         return loaded
 
-    def _record_task_time(self, model_name: str, task: str, seconds: float, work: dict) -> None:
+    def _record_task_time(self, model_name: str, task: str, seconds: float, work: list[tuple[Pass, list[Work]]]) -> None:
         """How long this process took over a task's runs (``runs.jsonl``): a sweep's cost, measured."""
         append_run(self.config.out, dict(
             time=now(), model=model_name, kind=TASK_TIME_RECORD, task=task, seconds=round(seconds, 3), rank=self.rank,
-            runs={str(name): sum(len(todo) for _, todo in pending) for name, pending in work.items()},
+            runs={str(how.name): _runs_in([(how, pending)]) for how, pending in work},
         ))
 
     def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:
@@ -266,6 +258,10 @@ class SweepRunner:
             world_size=self.world_size,
             versions=where.versions,
         ))
+
+
+def _runs_in(work: list[tuple[Pass, list[Work]]]) -> int:
+    return sum(len(item.runs) for _, pending in work for item in pending)
 
 
 def _key(model_name: str, task_name: str, run: PlannedRun, planned: PlannedSample, settings_id: str,

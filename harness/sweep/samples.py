@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import uuid
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.generation.layer_reuse import LayerReuse, share_layers_below
@@ -35,6 +35,7 @@ from ..tasks.task import Task, TaskDataError
 from .config import SweepConfig
 from .execute import BatchGeneration, Executor
 from .plan import PlannedRun, PlannedSample
+from .schedule import Pass, Work
 from .source import VISUAL, Checkpoints
 from .store import ResultStore
 
@@ -51,17 +52,6 @@ def kept_counts(base: dict, kept: dict[str, int] | None) -> dict:
     return counts
 
 
-@dataclass
-class Pass:
-    """How a batch runs: its samples decoded together or not, encoder outputs reused or not, and
-    whether its rows time each sample (``timed``) or only the batch."""
-
-    name: str | None  # None: the pass that scores (every sample once); "timing": the timing subset (store.TIMING_PASS)
-    reuse_encoder: bool
-    timed: bool
-    share_layers: bool = False  # layers < K computed once per sample for the token presses at K
-
-
 class SampleRunner:
     """Runs the planned runs of a batch of samples, one run after another, and appends one row per
     sample and run to ``store``."""
@@ -74,8 +64,8 @@ class SampleRunner:
         self.judge = judge  # for the judged steps of grading (refine, judged metrics): harness.judge
         self.source = source or Checkpoints()  # how a sample's inputs are made, and how long its answer is
 
-    def run(self, loaded: LoadedModel, task: Task, batch: list[tuple[PlannedSample, list[PlannedRun]]],
-            settings_id: str, runs: list[PlannedRun], warmup: bool, bar, how: Pass) -> None:
+    def run(self, loaded: LoadedModel, task: Task, batch: list[Work], *, settings_id: str, runs: list[PlannedRun],
+            warmup: bool, bar, how: Pass) -> None:
         prepared = []
         for planned, todo in batch:
             base = self._base(loaded, task, planned, settings_id, warmup)
@@ -108,11 +98,11 @@ class SampleRunner:
         hits, layer_hits = self.reuse.hits, self.layers.hits
         try:
             generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
-            if how.timed and generation.timing.compiled:  # it compiled or captured: time it again, warm
+            if how.times_again(generation.timing.compiled):  # it compiled or captured: time it again, warm
                 generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
         except Exception as error:
             release_memory()
-            if len(members) > 1:  # find the sample that fails: each alone
+            if len(members) > 1:  # find the sample that fails: each alone (``schedule``)
                 for member in members:
                     self._generate(task, run, [member], how, bar)
                 return
