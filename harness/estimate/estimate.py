@@ -152,7 +152,7 @@ def _time_sweep(timer: TimedBatches, task, planned: list, timed: list[PlannedRun
     scoring = batches([Work(p, timed) for p in planned], how.batch_size)
     for index in chosen_batches([len(b) for b in scoring], config.batches_per_task):
         for repeat in range(config.repeats):
-            timer.run(task, scoring[index], timed, how, dict(task=task.name, mode="sweep", unit=index, repeat=repeat))
+            timer.time_batch(task, scoring[index], timed, how, dict(task=task.name, mode="sweep", unit=index, repeat=repeat))
 
 
 def chosen_batches(sizes: list[int], count: int) -> list[int]:
@@ -170,7 +170,7 @@ def _time_alone(timer: TimedBatches, task, planned: list, timed: list[PlannedRun
     picks = sorted({int((k + 0.5) * len(ordered) / count) for k in range(count)})
     for index in picks:
         for repeat in range(config.repeats):
-            timer.run(task, [Work(ordered[index], timed)], timed, ALONE, dict(task=task.name, mode=mode, unit=index, repeat=repeat))
+            timer.time_batch(task, [Work(ordered[index], timed)], timed, ALONE, dict(task=task.name, mode=mode, unit=index, repeat=repeat))
 
 
 def _costs(calls, units, task: str, runs, planned, config: EstimateConfig) -> dict:
@@ -205,12 +205,12 @@ def _preset(config: EstimateConfig):
 def _compile_record(executor: TimedExecutor) -> dict:
     from kvprune.generation.graphs import compile_counters
 
-    generator = executor.generator
+    engine = executor.engine
     graphs, recompiles = compile_counters()
-    if generator is None:
+    if engine is None:
         return dict(compile_graphs=graphs, recompiles=recompiles)
-    return dict(compile_graphs=graphs, recompiles=recompiles, cuda_graphs=generator.captures,
-                decode_states=generator.states, fallbacks=generator.fallbacks, engine_unsupported=generator.unsupported)
+    return dict(compile_graphs=graphs, recompiles=recompiles, cuda_graphs=engine.captures,
+                decode_states=engine.states, fallbacks=engine.fallbacks, engine_unsupported=engine.unsupported)
 
 
 def _device(loaded) -> str:

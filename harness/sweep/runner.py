@@ -50,7 +50,8 @@ from .rescore import regrade_judge_failures, rescore
 from .samples import SampleRunner
 from .schedule import Pass, Schedule, Work
 from .source import Checkpoints
-from .store import ENGINE_RECORD, TASK_TIME_RECORD, ResultStore, append_run, run_key
+from .rows import RunKey
+from .store import ENGINE_RECORD, TASK_TIME_RECORD, ResultStore, append_log_line
 
 
 @dataclass
@@ -108,7 +109,7 @@ class SweepRunner:
                 self._samples = {name: samples[self.rank :: self.world_size] for name, samples in planned.items()}
                 folder.check(self.plan, self.config.overwrite)
                 barrier()
-                self.store = ResultStore(out, self.rank, self.world_size, stamp=dict(started=self.started))
+                self.store = ResultStore(out, self.rank, self.world_size, started=self.started)
                 self.judge = sweep_judge(self.config.judge, out)
                 self._tidy(folder)
                 todo = sum(self._run_model(model_name) for model_name in self.config.models)
@@ -174,7 +175,7 @@ class SweepRunner:
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
             threads = model_lifetime.enter_context(cpu_threads(loaded.model))
-            self._record_run(loaded, encoder, threads)
+            self._record_model(loaded, encoder, threads)
             warm = False
             for task, work in plan:
                 total = _runs_in(work)
@@ -183,15 +184,15 @@ class SweepRunner:
                 start = time.perf_counter()
                 for how, pending in work:
                     for batch in self.schedule.batches(how, pending):  # by length when batched
-                        samples.run(loaded, task, batch, settings_id=settings_id, runs=self.runs, warmup=not warm,
-                                    bar=bar, how=how)
+                        samples.run_batch(loaded, task, batch, settings_id=settings_id, runs=self.runs, warmup=not warm,
+                                          bar=bar, how=how)
                         warm = True
                 bar.close()
                 self._record_task_time(model_name, task.name, time.perf_counter() - start, work)
             self._record_engine(loaded, executor)
         return sum(_runs_in(work) for _, work in plan)
 
-    def _work(self, model_name: str, task, done: set[tuple]) -> list[tuple[Pass, list[Work]]]:
+    def _work(self, model_name: str, task, done: set[RunKey]) -> list[tuple[Pass, list[Work]]]:
         """Per pass of the schedule, this process's samples of ``task`` it takes, under the runs not
         done yet."""
         settings_id = self.plan.settings_ids[model_name][task.name]
@@ -208,13 +209,13 @@ class SweepRunner:
         loading took is recorded (what ``kvprune estimate`` is checked against includes it)."""
         start = time.perf_counter()
         loaded = self.source.load(model_name, self.config, self.device)
-        append_run(self.config.out, dict(time=now(), model=model_name, kind=TASK_TIME_RECORD, task=None,
+        append_log_line(self.config.out, dict(time=now(), model=model_name, kind=TASK_TIME_RECORD, task=None,
                                          seconds=round(time.perf_counter() - start, 3), rank=self.rank))
         return loaded
 
     def _record_task_time(self, model_name: str, task: str, seconds: float, work: list[tuple[Pass, list[Work]]]) -> None:
         """How long this process took over a task's runs (``runs.jsonl``): a sweep's cost, measured."""
-        append_run(self.config.out, dict(
+        append_log_line(self.config.out, dict(
             time=now(), model=model_name, kind=TASK_TIME_RECORD, task=task, seconds=round(seconds, 3), rank=self.rank,
             runs={str(how.name): _runs_in([(how, pending)]) for how, pending in work},
         ))
@@ -222,22 +223,22 @@ class SweepRunner:
     def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:
         """What decoding compiled and kept for this model (``runs.jsonl``): compiled graphs, captured CUDA
         graphs, decode states and the memory they hold, and any run that could not use a graph and why."""
-        generator = executor.generator
-        if generator is None:
+        engine = executor.engine
+        if engine is None:
             return
         graphs, recompiles = compile_counters()
-        append_run(self.config.out, dict(
+        append_log_line(self.config.out, dict(
             time=now(), model=loaded.name, kind=ENGINE_RECORD, compile_graphs=graphs, recompiles=recompiles,
-            cuda_graphs=generator.captures,
-            decode_states=generator.states, decode_state_bytes=generator.state_bytes,
-            fallbacks=generator.fallbacks, unsupported=generator.unsupported,
+            cuda_graphs=engine.captures,
+            decode_states=engine.states, decode_state_bytes=engine.state_bytes,
+            fallbacks=engine.fallbacks, unsupported=engine.unsupported,
         ))
 
-    def _record_run(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
+    def _record_model(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
         """Record what runs where (card, versions, audio encoder path) and each task as it runs, so
         that numbers can be traced and results summarised even after a task file changes."""
         where = environment(self.device)
-        append_run(self.config.out, dict(
+        append_log_line(self.config.out, dict(
             time=where.time,
             started=self.started,
             command=self.command,
@@ -265,12 +266,10 @@ def _runs_in(work: list[tuple[Pass, list[Work]]]) -> int:
 
 
 def _key(model_name: str, task_name: str, run: PlannedRun, planned: PlannedSample, settings_id: str,
-         pass_name: str | None) -> tuple:
-    return run_key(dict(
-        model=model_name, task=task_name, method=run.method, ratio=run.ratio, layer=run.layer,
-        method_id=run.method_id, sample_id=planned.sample.id, input_hash=planned.input_hash, settings_id=settings_id,
-        **({"pass": pass_name} if pass_name else {}),
-    ))
+         pass_name: str | None) -> RunKey:
+    return RunKey.of(model=model_name, task=task_name, method=run.method, ratio=run.ratio, layer=run.layer,
+                     method_id=run.method_id, sample_id=planned.sample.id, input_hash=planned.input_hash,
+                     settings_id=settings_id, pass_name=pass_name)
 
 
 def run_sweep(config: SweepConfig, progress: bool = True, command: str | None = None,

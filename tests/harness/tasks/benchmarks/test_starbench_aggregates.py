@@ -13,6 +13,7 @@ import pytest
 from kvprune.harness.tasks.benchmarks.starbench import rules as starbench
 from kvprune.harness.sweep.breakdown import breakdown, suite_scores
 from kvprune.harness.sweep.rescore import regraded
+from kvprune.harness.sweep.rows import ResultRow
 from kvprune.harness.sweep.plan import PlannedSample
 from kvprune.harness.sweep.summary import summarize
 from kvprune.harness.tasks.suites import get_suite
@@ -49,9 +50,9 @@ def test_a_failed_generation_is_scored_as_the_official_error_text(root, message)
 def test_a_failed_run_scored_again_keeps_its_error_and_reads_its_message(root):
     task = get_task("starbench_sr")
     sample = task.load(root)[1]  # gold B
-    row = dict(rows(task, [sample], [None])[0], error="RuntimeError: bad tensor at B, giving up", output=None)
-    again = regraded(row, task, PlannedSample(sample, None, "h", "g"))
-    assert again["error"] == row["error"] and again["grade_hash"] == "g"
+    row = ResultRow.from_json(dict(rows(task, [sample], [None])[0], error="RuntimeError: bad tensor at B, giving up", output=None))
+    again = regraded(row, task, PlannedSample(sample, None, "h", "g")).to_json()
+    assert again["error"] == row.error and again["grade_hash"] == "g"
     assert again["parsed"] == task.parse("ERROR: bad tensor at B, giving up", sample)
     assert again["correct"] == float(starbench.parse_answer("ERROR: bad tensor at B, giving up", sample.choices) == "<B>")
     unanswered = get_task("gtzan")  # a task without failed_reply: a failed run is no answer
@@ -64,9 +65,9 @@ def test_a_regraded_row_keeps_none_of_its_old_scores_when_the_new_grade_stores_f
 
     task = get_task("starbench_sr")
     sample = task.load(root)[1]
-    row = dict(rows(task, [sample], [f"<{sample.answer}>"])[0], correct=1.0)
+    row = ResultRow.from_json(dict(rows(task, [sample], [f"<{sample.answer}>"])[0], correct=1.0))
     monkeypatch.setattr(type(task), "grade", lambda self, *args, **kwargs: Grade(None, {}, ValueError("unparsable")))
-    again = regraded(row, task, PlannedSample(sample, None, "h", "g"))
+    again = regraded(row, task, PlannedSample(sample, None, "h", "g")).to_json()
     assert again["correct"] == task.score(None, sample)["correct"] == 0.0
     assert again["error"] == "ValueError: unparsable"
 
