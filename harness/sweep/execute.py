@@ -1,12 +1,12 @@
 """One planned run (the unpruned baseline, or a method at a ratio) on a batch of prepared samples: the
 generation call and what each sample got from it.
 
-On the default ``--cache auto`` (``engine``) the batch goes through kvprune's generation engine
+On the default ``--decoding auto`` (``engine``) the batch goes through kvprune's generation engine
 (``Executor.engine``: a ``kvprune.Generator``, kept for the model's lifetime so that compiled steps and decode states are
 reused from batch to batch): each sample is prefilled on its own, then all rows decode together. The
 engine's greedy tokens equal ``model.generate``'s (checked on every family's tiny model), so batch size
 changes throughput, not answers (on a CPU in float32; a GPU in bfloat16 may differ at near ties, and the
-report says how often). ``--cache static`` or ``dynamic`` runs stock ``generate`` instead, one sample
+report says how often). ``--decoding static`` or ``dynamic`` runs stock ``generate`` instead, one sample
 per call, through the model's generating module (``LoadedModel.generator``). The sweep (``samples``) and
 ``kvprune estimate`` both call this, so an estimate times what a sweep runs.
 """

@@ -5,7 +5,7 @@ A run (one sample under one method at one ratio) is identified by
 
 * ``settings_id``, per model x task: the model's fingerprint (a Hugging Face id and the revision its
   files come from, or a digest of a local folder's files), the weights' dtype, the attention
-  backend, the generation settings (new tokens, greedy), the decoding cache (``--cache`` as resolved:
+  backend, the generation settings (new tokens, greedy), the decoding cache (``--decoding`` as resolved:
   static or dynamic), the protocol, the long-audio policy and the task's resolved config (its channel
   policy included; under a protocol with conventions per model family, the model's family's form of
   the task, a task of its own name);

@@ -195,12 +195,12 @@ def test_a_model_whose_static_cache_cannot_hold_a_pruned_prompt_is_refused_befor
     pruned static cache cannot lay out: refused from the checkpoint's config, with both fixes named."""
     model = tmp_path / "gemma3n"
     FAMILIES["gemma3n"].config.save_pretrained(model)  # the check needs only the config: no weights are read
-    arguments = args(data_root, tmp_path / "out", "--cache", "static")
+    arguments = args(data_root, tmp_path / "out", "--decoding", "static")
     arguments[arguments.index("--model") + 1] = str(model)
     assert main(arguments) == 2
     error = capsys.readouterr().err
     assert f"method frame (ratio 0.5) cannot run on {model}: Gemma-3n: kvprune cannot prune into a static cache" in error
-    assert error.rstrip().endswith("On the command line: --cache dynamic.") and not (tmp_path / "out").exists()
+    assert error.rstrip().endswith("On the command line: --decoding dynamic.") and not (tmp_path / "out").exists()
 
 
 def test_an_unwritable_output_folder_is_refused_with_a_message(data_root, tmp_path, capsys):
