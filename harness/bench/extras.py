@@ -6,6 +6,7 @@ Each records its own failure without losing the rows."""
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import nullcontext
 from dataclasses import replace
 
@@ -77,13 +78,16 @@ def _encoder_outputs(model, prompt: Prompt) -> tuple[torch.Tensor, torch.Tensor]
 
 def encoder_flops(state: BenchState, model, prompt: Prompt) -> float:
     """The FLOPs of the span the rows time as the audio encoder (``roofline.encoder_span_flops``; NaN: not
-    counted, for lack of time or because counting failed)."""
+    counted, for lack of time or because counting failed, which is said on stderr: the report then shows no
+    floor for the encoder)."""
     if state.expired():
+        print("kvprune bench: the audio encoder's FLOPs not counted (--max-minutes reached)", file=sys.stderr)
         return math.nan
     try:
         return float(encoder_span_flops(model, prompt.inputs))
-    except Exception:
+    except Exception as error:
         release_memory()
+        print(f"kvprune bench: the audio encoder's FLOPs not counted: {describe(error)}", file=sys.stderr)
         return math.nan
 
 

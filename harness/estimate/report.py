@@ -78,11 +78,18 @@ def _comparison(table: pd.DataFrame, modes: list[str]) -> list[str]:
         hours = totals(table, leave_out)
         if hours.get("sweep", 0) <= 0:
             continue
-        ratios = [f"{hours[m] / hours['sweep']:.2f}x fewer hours than {'kvprune one sample at a time' if m == 'batch1' else 'AudioMarathon' + chr(39) + 's way'}"
+        ratios = [_against(hours[m] / hours["sweep"], "kvprune one sample at a time" if m == "batch1" else "AudioMarathon's way")
                   for m in modes if m != "sweep"]
         if ratios:
             lines.append(f"- {words}: the sweep's settings take " + ", and ".join(ratios) + f" ({hours['sweep']:.3f} h).")
     return lines
+
+
+def _against(ratio: float, other: str) -> str:
+    """The sweep's hours against another way's, in words that read right either way round."""
+    if ratio >= 1:
+        return f"{ratio:.2f}x fewer hours than {other}"
+    return f"{1 / ratio:.2f}x more hours than {other} (where fixed costs dominate, one sample at a time is cheaper)"
 
 
 def _where_time_goes(table: pd.DataFrame, modes: list[str]) -> str:

@@ -119,3 +119,19 @@ def test_a_call_faster_than_its_compute_floor_stops_the_estimate_naming_the_task
     assert main(argv) == 1
     error = capsys.readouterr().err
     assert "task vesus" in error and "compute floor" in error
+
+
+def test_the_comparison_reads_right_whichever_way_is_cheaper():
+    """A sweep that costs more than one sample at a time (fixed costs dominate, as on the demo on a GPU) is said
+    to take more hours, not '0.86x fewer'."""
+    import pandas as pd
+
+    from kvprune.harness.estimate.report import _comparison
+
+    def table(sweep_hours: float) -> pd.DataFrame:
+        return pd.DataFrame([dict(task="a", mode="batch1", gpu_hours=2.0), dict(task="a", mode="sweep", gpu_hours=sweep_hours)])
+
+    assert _comparison(table(0.5), ["batch1", "sweep"]) == [
+        "- all tasks: the sweep's settings take 4.00x fewer hours than kvprune one sample at a time (0.500 h)."]
+    (line,) = _comparison(table(2.5), ["batch1", "sweep"])
+    assert "1.25x more hours than kvprune one sample at a time" in line and "fewer" not in line
