@@ -44,8 +44,8 @@ class Press:
     """Base of all presses: calling one on a model returns a context manager that yields a ``PressOutcome``.
 
     Every press has ``layer``, the first decoder layer it acts on, and ``kind``: "token", "cache"
-    or "composed". The engine reads ``kind``, ``ratio``, ``keep_rule``, ``layer`` and ``needs`` and
-    calls ``parts()``, ``select()`` and ``score()``; nothing else.
+    or "composed". The engine reads ``kind``, ``layer``, ``needs`` and ``prunes`` and calls ``parts()``,
+    ``keep()``, ``select()`` and ``score()``; nothing else: what a ratio means is the press's own.
     """
 
     kind: ClassVar[str]
@@ -65,6 +65,12 @@ class Press:
     def parts(self) -> tuple[Press, ...]:
         """The single presses the engine runs: this one, or the members of a composition."""
         return (self,)
+
+    @property
+    def prunes(self) -> bool:
+        """Whether the press removes anything at all (a part's ratio above 0); else the engine leaves the
+        model exactly as without it."""
+        return any(part.ratio > 0 for part in self.parts())
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,11 @@ class TokenDropPress(Press):
         object.__setattr__(self, "ratio", validate_ratio(self.ratio))
         validate_keep_rule(self.keep_rule)
         scope_modalities(self.scope)
+
+    def keep(self, n: int) -> int:
+        """Tokens a clip of ``n`` in the press's scope keeps: ``keep_count(n, ratio, keep_rule)``
+        (``clip.n_keep``, what ``select`` returns)."""
+        return keep_count(n, self.ratio, self.keep_rule)
 
     def select(self, clip: Clip, evidence) -> torch.Tensor:
         """Indices (into the prompt tensor) of the ``clip.n_keep`` tokens of ``clip`` to keep, on the

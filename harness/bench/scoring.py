@@ -97,9 +97,9 @@ class ScoringInputs:
     def is_audio(self) -> torch.Tensor:
         return self.input_ids == self.audio_token_id
 
-    def clip(self, ratio: float) -> Clip:
-        """The prompt's audio clip with its kept count at ``ratio`` (the bench's prompts have one)."""
-        return find_clips(self.input_ids, self.audio_token_id, ratio)[0][0]
+    def clip(self, press: TokenDropPress) -> Clip:
+        """The prompt's audio clip with the count ``press`` keeps of it (the bench's prompts have one)."""
+        return find_clips(self.input_ids, self.audio_token_id, press.keep)[0][0]
 
     def evidence(self, needs) -> Evidence:
         """What the engine hands a press, computed the way the engine computes it."""

@@ -4,10 +4,10 @@ One ``PressSession`` is live per ``with press(model) as outcome:`` block; what i
 on the ``PressOutcome`` it yields. It serves two kinds of press, alone or together: at most one
 *token-dropping* press (drops audio tokens from the hidden states before decoder layer K) and any
 number of *cache* presses (compress each layer's KV cache once that layer has run its prefill).
-Presses are duck-typed: the engine reads ``kind``, ``ratio``, ``layer`` and ``needs`` and calls
-``parts()``, ``select()`` and ``score()``; of cache presses it also reads ``scope``, ``window``,
-``query_rows`` and ``headwise`` and calls ``keep()`` and ``choose()``, and nothing else. Per forward
-call of the model:
+Presses are duck-typed: the engine reads ``kind``, ``layer``, ``scope``, ``needs`` and ``prunes`` and
+calls ``parts()``, ``keep()`` (how many of a clip's tokens, or a group's entries, stay: never a ratio, which
+is the press's own), ``select()`` and ``score()``; of cache presses it also reads ``window``,
+``query_rows`` and ``headwise`` and calls ``choose()``, and nothing else. Per forward call of the model:
 
 1. The entry module's pre-hook reads ``input_ids`` and the cache. A call that starts from an empty
    cache is a *prefill*: its prompt is read to the host (one transfer, before the model queues its

@@ -16,11 +16,10 @@ computed from its whole length (a sound track's count is per track, not per chun
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-from ..ratios import keep_count
 
 #: placeholder kinds, as codes in a (B, S) kinds tensor (0: text, special tokens, markers)
 MODALITIES = ("audio", "video", "image")
@@ -86,10 +85,10 @@ def scope_mask(kinds: torch.Tensor, modalities: tuple[str, ...]) -> torch.Tensor
     return mask
 
 
-def clips_of(kinds: torch.Tensor, ratio: float = 0.0, keep_rule: str = "round",
+def clips_of(kinds: torch.Tensor, keep: Callable[[int], int] | None = None,
              modalities: tuple[str, ...] = ("audio",)) -> list[list[Clip]]:
-    """Every clip of a (B, S) host kinds tensor, per row in prompt order. Clips of ``modalities``
-    keep ``keep_count(length, ratio, keep_rule)`` tokens; the others keep all of theirs."""
+    """Every clip of a (B, S) host kinds tensor, per row in prompt order. Clips of ``modalities`` keep
+    ``keep(length)`` tokens (a token-dropping press's ``keep``; None: all); the others keep all of theirs."""
     kinds = kinds.to(torch.int8)
     padded = torch.nn.functional.pad(kinds, (1, 1))
     changes = (padded[:, 1:] != padded[:, :-1]).nonzero().tolist()  # (row, index) where a run starts or ends
@@ -100,11 +99,11 @@ def clips_of(kinds: torch.Tensor, ratio: float = 0.0, keep_rule: str = "round",
     for row, edges in enumerate(boundaries):
         codes = kinds[row].tolist()
         runs = [(codes[start], start, end) for start, end in zip(edges, edges[1:]) if codes[start]]
-        rows.append(_group(row, runs, ratio, keep_rule, modalities))
+        rows.append(_group(row, runs, keep, modalities))
     return rows
 
 
-def _group(row: int, runs, ratio, keep_rule, modalities) -> list[Clip]:
+def _group(row: int, runs, keep, modalities) -> list[Clip]:
     """The runs of one row grouped into clips: a run joins the open clip of its modality unless
     something that is no placeholder came between them."""
     open_spans: dict[int, list[tuple[int, int]]] = {}
@@ -124,11 +123,11 @@ def _group(row: int, runs, ratio, keep_rule, modalities) -> list[Clip]:
     for index, (code, spans) in enumerate(zip(kinds_of, groups)):
         modality = MODALITIES[code - 1]
         length = sum(end - start for start, end in spans)
-        n_keep = keep_count(length, ratio, keep_rule) if modality in modalities else length
+        n_keep = keep(length) if keep is not None and modality in modalities else length
         clips.append(Clip(row=row, index=index, spans=tuple(spans), n_keep=n_keep, modality=modality))
     return clips
 
 
-def find_clips(input_ids: torch.Tensor, audio_token_id: int, ratio: float, keep_rule: str = "round") -> list[list[Clip]]:
-    """The audio clips of each row with their kept counts (a prompt without other media)."""
-    return clips_of(placeholder_kinds(input_ids, {"audio": audio_token_id}).cpu(), ratio, keep_rule)
+def find_clips(input_ids: torch.Tensor, audio_token_id: int, keep: Callable[[int], int] | None = None) -> list[list[Clip]]:
+    """The audio clips of each row with their kept counts, ``keep(length)`` (a prompt without other media)."""
+    return clips_of(placeholder_kinds(input_ids, {"audio": audio_token_id}).cpu(), keep)

@@ -31,7 +31,7 @@ class PressPlan:
         self.press = press
         self.compressors = [p for p in parts if p.kind == "cache"]
         self.dropper = droppers[0] if droppers else None
-        self.prunes = any(part.ratio > 0 for part in parts)  # else the model runs as without the press
+        self.prunes = press.prunes  # else the model runs as without the press
         self.family = resolve_family(model)
         self.entry = self.family.entry(model)
         self.layers = self.family.layers(model)

@@ -172,11 +172,9 @@ class PressSession(PressPlan):
         """The prefill's pruning, from its prompt (read to the host already: nothing here waits for the
         device); None if nothing is to be pruned."""
         input_ids, attention_mask, cache, host_ids = prompt.input_ids, prompt.attention_mask, prompt.cache, prompt.host_ids
-        drop_ratio = self.dropper.ratio if self.dropper else 0.0
-        keep_rule = self.dropper.keep_rule if self.dropper else "round"
         drop_scope = scope_modalities(self.dropper.scope if self.dropper else "audio")
         kinds = placeholder_kinds(host_ids, self.placeholder_ids)
-        clips = clips_of(kinds, drop_ratio, keep_rule, drop_scope)
+        clips = clips_of(kinds, self.dropper.keep if self.dropper else None, drop_scope)
         drop_clips = [[c for c in row if c.modality in drop_scope] for row in clips]
         offsets = prompt.offsets()
         drops = any(c.n_keep < c.length for row in drop_clips for c in row)
@@ -184,7 +182,7 @@ class PressSession(PressPlan):
         if not drops:  # no token-dropping press, ratio 0 or nothing in its scope: every token is kept
             self.outcome.record_kept(drop_clips, [[c.positions() for c in row] for row in drop_clips], offsets)
         scope = self.compressors[0].scope if self.compressors else "audio"  # composed cache presses share one
-        compresses = any(p.ratio > 0 for p in self.compressors) and has_candidates(clips, scope)
+        compresses = any(p.prunes for p in self.compressors) and has_candidates(clips, scope)
         if not drops and not compresses:  # the model runs exactly as without the presses
             return None
         self.check_window(input_ids.shape[1])
@@ -269,7 +267,7 @@ class PressSession(PressPlan):
             recorder = self.recorders.get(layer_idx)
             queries, scaling = recorder.take_queries() if recorder is not None else (None, None)
             for press in self.compressors:
-                if layer_idx >= press.layer and press.ratio > 0:
+                if layer_idx >= press.layer and press.prunes:
                     layer = self._layer_prefill(call, cache.layers[layer_idx], layer_idx, queries, scaling, kwargs)
                     self._compress(call, layer, press)
             return None

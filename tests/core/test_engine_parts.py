@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvprune import ComposedPress, FastVPress, FramePress, KNormPress
 from kvprune.engine.attention_probe import key_validity, last_query_attention
 from kvprune.engine.clips import find_clips
 from kvprune.engine.masks import restrict_mask
@@ -28,9 +29,24 @@ def test_keep_count_uses_python_round_and_keeps_one(n, ratio, expected):
     assert keep_count(n, ratio) == expected
 
 
+@pytest.mark.parametrize("rule", ["round", "floor"])
+def test_a_token_press_keeps_its_own_count(rule):
+    """The engine asks the press how many of a clip's tokens stay (``keep``) and whether it removes
+    anything at all (``prunes``); the ratio and keep rule are the press's alone."""
+    press = FramePress(ratio=0.5, keep_rule=rule)
+    assert [press.keep(n) for n in (1, 7, 10)] == [keep_count(n, 0.5, rule) for n in (1, 7, 10)]
+    assert [press.keep(7) for press in (FramePress(ratio=0.5), FramePress(ratio=0.5, keep_rule="floor"))] == [4, 3]
+    assert press.prunes and not FramePress(ratio=0.0).prunes
+
+
+def test_a_composition_prunes_where_any_part_does():
+    assert ComposedPress([FastVPress(ratio=0.0), KNormPress(ratio=0.3)]).prunes
+    assert not ComposedPress([FastVPress(ratio=0.0), KNormPress(ratio=0.0)]).prunes
+
+
 def test_find_clips_splits_runs_per_row():
     ids = torch.tensor([[1, A, A, 2, A, A, A, 3], [0, 0, 4, 5, A, A, A, A]])
-    clips = find_clips(ids, A, ratio=0.5)
+    clips = find_clips(ids, A, lambda n: keep_count(n, 0.5))
     assert [(c.start, c.end, c.index, c.n_keep) for c in clips[0]] == [(1, 3, 0, 1), (4, 7, 1, 2)]
     assert [(c.start, c.end, c.index, c.n_keep) for c in clips[1]] == [(4, 8, 0, 2)]
 

@@ -36,7 +36,7 @@ def test_second_turn_on_the_same_cache_equals_recompute(family, press_name):
             max_new_tokens=3, output_logits=True, return_dict_in_generate=True, **GREEDY,
         )
     kept = outcome.kept_positions
-    fixed = FixedPress(ratio=0.5, layer=K, keep=kept)
+    fixed = FixedPress(ratio=0.5, layer=K, positions=kept)
     for step, step_logits in enumerate(second.logits):
         seq = second.sequences[:, : ids.shape[1] + step]
         with torch.no_grad(), fixed(m):
@@ -174,7 +174,7 @@ def test_plain_forward_then_manual_decoding_on_the_returned_cache():
         next_token = out.logits[:, -1].argmax(-1, keepdim=True)
         ids = torch.cat([inputs["input_ids"], next_token], dim=1)
         step = m(input_ids=next_token, attention_mask=torch.ones_like(ids), past_key_values=cache_of(out), use_cache=True)
-    fixed = FixedPress(ratio=0.5, layer=K, keep=outcome.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, positions=outcome.kept_positions)
     with torch.no_grad(), fixed(m):
         full = m(**dict(inputs, input_ids=ids, attention_mask=torch.ones_like(ids)), use_cache=False)
     torch.testing.assert_close(step.logits[:, -1], full.logits[:, -1], rtol=1e-4, atol=1e-4)

@@ -133,7 +133,7 @@ def test_second_turn_on_a_static_cache_with_room_equals_recompute(family):
             input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache, max_new_tokens=3, **RETURN
         )
     assert cache_lengths(cache)[K] < cache_lengths(cache)[0] == 64
-    fixed = FixedPress(ratio=0.5, layer=K, keep=outcome.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, positions=outcome.kept_positions)
     for step, step_logits in enumerate(second.logits):
         seq = second.sequences[:, : ids.shape[1] + step]
         with torch.no_grad(), fixed(m):

@@ -77,7 +77,7 @@ def test_the_sound_track_between_video_chunks_is_one_clip(omni):
     media = media_positions(ids[0].tolist())
     assert runs(media["track"]) > 1 and runs(media["video"]) > 1, "the video and its sound track interleave"
     kinds = placeholder_kinds(ids, FAMILIES[name].family.placeholder_ids(model))
-    (clips,) = clips_of(kinds, ratio=0.5, modalities=("audio", "video", "image"))
+    (clips,) = clips_of(kinds, lambda n: keep_count(n, 0.5), modalities=("audio", "video", "image"))
     found = {clip.modality: [] for clip in clips}
     for clip in clips:
         found[clip.modality].append(clip.positions().tolist())
@@ -164,7 +164,7 @@ def test_cached_decoding_equals_recompute(omni, press_name, scope):
     with torch.no_grad(), get_press(press_name, layer=K, scope=scope)(model, ratio=0.5) as outcome:
         out = model.generate(**inputs, max_new_tokens=3, output_logits=True, return_dict_in_generate=True, **GREEDY)
     width = inputs["input_ids"].shape[1]
-    fixed = FixedPress(ratio=0.5, layer=K, scope=scope, keep=outcome.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, scope=scope, positions=outcome.kept_positions)
     for step, step_logits in enumerate(out.logits):
         ids = out.sequences[:, : width + step]
         with torch.no_grad(), fixed(model):

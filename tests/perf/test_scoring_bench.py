@@ -38,7 +38,7 @@ def inputs() -> ScoringInputs:
 def kept(inputs) -> torch.Tensor:
     """Every text token and every other audio token."""
     keep = ~inputs.is_audio
-    clip = inputs.clip(RATIO)
+    clip = inputs.clip(get_press("fastv", ratio=RATIO))
     keep[0, clip.start : clip.end : 2] = True
     return keep
 
@@ -52,7 +52,7 @@ def test_last_query_attention(benchmark, inputs):
 def test_select(benchmark, inputs, name):
     """A press's ``select`` on evidence already computed (FastV: top-k; DART: pivots and greedy picks)."""
     press = get_press(name, layer=2, ratio=RATIO)
-    clip = inputs.clip(RATIO)
+    clip = inputs.clip(press)
     evidence = inputs.evidence(press.needs)
     chosen = benchmark(press.select, clip, evidence)
     assert len(chosen) == clip.n_keep

@@ -193,7 +193,7 @@ def test_token_dropping_composed_with_snapkv():
     # reference: the same token dropping alone, with eager attention weights, then SnapKV by hand
     full = ref.prefill(family, attn, ROWS)
     pads = [int((~valid).sum()) for valid in full.valid]
-    with torch.no_grad(), FixedPress(ratio=0.5, layer=K, keep=[k + pad for k, pad in zip(outcome.kept_positions, pads)])(m):
+    with torch.no_grad(), FixedPress(ratio=0.5, layer=K, positions=[k + pad for k, pad in zip(outcome.kept_positions, pads)])(m):
         dropped = m(**inputs, use_cache=True, output_attentions=True)
     for j in range(1, N_LAYERS):
         keys = cache_of(dropped).layers[j].keys

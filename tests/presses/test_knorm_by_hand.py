@@ -109,7 +109,7 @@ def test_token_dropping_composed_with_knorm():
     with ComposedPress([DARTPress(ratio=0.5, layer=K), KNormPress(ratio=0.5)])(m) as outcome:
         pressed, token, logits = _generate_two(m, inputs)
     # reference: the same token dropping alone, then KNorm applied by hand to each layer's cache
-    fixed = FixedPress(ratio=0.5, layer=K, keep=outcome.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, positions=outcome.kept_positions)
     with torch.no_grad(), fixed(m):
         dropped = cache_of(m(**inputs, use_cache=True))
     audio_positions = (ids[0] == AUDIO).nonzero().flatten()

@@ -84,7 +84,7 @@ def test_cached_decoding_equals_recompute_without_cache(family, attn, press_name
     with torch.no_grad(), get_press(press_name, layer=K)(m, ratio=0.5) as outcome:
         out = m.generate(**inputs, max_new_tokens=4, output_logits=True, return_dict_in_generate=True, **GREEDY)
     width = inputs["input_ids"].shape[1]
-    fixed = FixedPress(ratio=0.5, layer=K, keep=outcome.kept_positions)
+    fixed = FixedPress(ratio=0.5, layer=K, positions=outcome.kept_positions)
     for step, step_logits in enumerate(out.logits):
         ids = out.sequences[:, : width + step]
         recompute = dict(inputs, input_ids=ids, attention_mask=torch.ones_like(ids))

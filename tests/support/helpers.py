@@ -100,10 +100,10 @@ def clip_positions(family: str, rows) -> list[list[torch.Tensor]]:
 class FixedPress(TokenDropPress):
     """Keeps given prompt positions (per row; rows without padding) whatever the evidence says."""
 
-    keep: list[torch.Tensor] = field(default_factory=list)
+    positions: list[torch.Tensor] = field(default_factory=list)
 
     def select(self, clip, evidence):
-        positions = self.keep[clip.row]
+        positions = self.positions[clip.row]
         return positions[torch.isin(positions, clip.positions())]
 
 
