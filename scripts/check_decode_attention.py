@@ -123,7 +123,7 @@ def accuracy(setup: Setup, out) -> bool:
                 errors.append(float("nan"))
         passed = errors[0] <= TOLERANCE[dtype]  # False for NaN
         ok &= passed
-        splits, chunk = fused.split_layout(batch, setup.kv_heads, length, fused._processors(query.device))
+        splits, chunk = fused.split_sizes(batch, setup.kv_heads, length, fused._processors(query.device))
         print(f"{batch:>5} {length:>6} {'head' if per_head else 'row':>5} {str(dtype)[6:]:>9} "
               + " ".join(f"{e:>9.2e}" for e in errors) + f"  {splits} x {chunk}" + ("" if passed else "  <- FAILS"), file=out)
         del expected
@@ -257,7 +257,7 @@ def sweep(setup: Setup, out, deadline: float) -> None:
             sets = input_sets(setup, batch, length, False)
             processors = fused._processors(sets[0][0].device)
             settings = [(block, warps, stages, None) for block in (32, 64, 128) for warps in (4, 8) for stages in (2, 3)]
-            tiles = fused.split_layout(batch, setup.kv_heads, length, processors)[1] // fused.BLOCK
+            tiles = fused.split_sizes(batch, setup.kv_heads, length, processors)[1] // fused.BLOCK
             chunks = {}  # split count -> the fewest slots per split that give it
             for t in (max(1, tiles // 2), 2 * tiles, 4 * tiles):
                 chunks.setdefault(-(-length // (t * fused.BLOCK)), t * fused.BLOCK)
@@ -267,7 +267,7 @@ def sweep(setup: Setup, out, deadline: float) -> None:
                 if time.monotonic() > deadline:
                     print("   stopped: the run reached --budget seconds", file=out)
                     return
-                chunk_used = chunk_override or fused.split_layout(batch, setup.kv_heads, length, processors, block)[1]
+                chunk_used = chunk_override or fused.split_sizes(batch, setup.kv_heads, length, processors, block)[1]
 
                 def launch(q, k, v, m, scaling, block=block, warps=warps, stages=stages, chunk=chunk_used):
                     return fused.flash_decode(q, k, v, m, scaling, chunk=chunk, block=block, warps=warps, stages=stages)

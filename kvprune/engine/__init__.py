@@ -13,7 +13,7 @@ is the press's own), ``select()`` and ``score()``; of cache presses it also read
    cache is a *prefill*: its prompt is read to the host (one transfer, before the model queues its
    audio encoder), and decoder layer 0's pre-hook finds the audio clips and marks the call for
    pruning if any press has something to remove (host bookkeeping done while the GPU encodes the
-   audio, not while it waits). A call that continues a cache pruned earlier reuses its layout.
+   audio, not while it waits). A call that continues a cache pruned earlier reuses its slots.
 2. Token dropping: layers ``0..K-1`` run untouched; layer K-1's attention is recorded (keys and the
    last query's attention row) and its output kept, if the press needs them. At layer K the press
    picks the audio tokens to keep and the hidden states, rotary embeddings, position ids and
@@ -23,11 +23,11 @@ is the press's own), ``select()`` and ``score()``; of cache presses it also read
    cache (from the layer's keys and, if it needs them, the queries of the last prompt positions,
    recorded during the layer's attention) and ``kvprune.engine.compression`` keeps the best of its
    candidates, gathering keys and values in place.
-4. The layout (which prompt positions each layer's cache holds) outlives the call, keyed by the
+4. The cache's slots (which prompt positions each layer's cache holds: ``CacheSlots``) outlive the call, keyed by the
    cache object; on later calls (decoding, another turn) every layer whose cache differs from the
    full prompt gets the attention mask restricted to its slots. Nothing else changes, because kept
    tokens keep their original positions. On a static cache (``cache_implementation="static"``) the
-   layout lives in the cache instead, each layer at its own static length, and decoding keeps no
+   slots live in the cache instead, each layer at its own static length, and decoding keeps no
    Python state, so that it compiles (``kvprune/engine/static_cache.py``).
 
 Cache layer 0 always stays full length: HF sizes masks and positions from it, which is why pruning

@@ -20,7 +20,7 @@ from .layer_arguments import continuation_arguments, prefill_arguments
 from ..models.layer_io import by_name
 from .press_plan import PressPlan
 from .outcome import PressOutcome
-from .slots import CacheLayout, SlotMap
+from .slots import CacheSlots, SlotMap
 from .token_evidence import Evidence, drop_slots
 
 
@@ -34,7 +34,7 @@ class PressSession(PressPlan):
         self.outcome = PressOutcome(press)
         self.recorders = self._recorders()
         self.want_hidden = self.dropper is not None and "hidden" in self.dropper.needs
-        self._layouts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._cache_slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._call: PruningPrefill | Continuation | None = None  # the stage of the call under way (``stages``)
         self._pending: PromptOnHost | None = None  # a prefill's prompt, until decoder layer 0 sets the prefill up
         self._handles: list = []
@@ -64,10 +64,10 @@ class PressSession(PressPlan):
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def layout_of(self, cache) -> CacheLayout | None:
+    def slots_of(self, cache) -> CacheSlots | None:
         """Which prompt positions each layer of ``cache`` holds after a pruning prefill on it (a
         dynamic cache; None when the prefill pruned nothing): what decoding on it must mask by."""
-        return self._layouts.get(cache)
+        return self._cache_slots.get(cache)
 
     def _hook(self, handle) -> None:
         self._handles.append(handle)
@@ -108,12 +108,12 @@ class PressSession(PressPlan):
         self._pending = None
         past_len = int(cache.get_seq_length()) if cache is not None else 0
         if past_len > 0:
-            layout = self._layouts.get(cache)
+            cache_slots = self._cache_slots.get(cache)
             n_new = input_ids.shape[1] if input_ids is not None else _embeds_len(kwargs)
-            if layout:
+            if cache_slots:
                 self.check_window(past_len + n_new)
             padding = kwargs.get("attention_mask")
-            self._call = Continuation(cache, past_len, n_new, layout, padding) if layout else None
+            self._call = Continuation(cache, past_len, n_new, cache_slots, padding) if cache_slots else None
             return None
         # a prefill: its prompt is read to the host now, before the model queues its audio encoder; the
         # press's bookkeeping on it waits for decoder layer 0, so that the host does it while the GPU encodes
@@ -157,13 +157,13 @@ class PressSession(PressPlan):
         if call is None:  # nothing was pruned (and, decoding, nothing may change: it may be compiled)
             return None
         self._call = None
-        if call.layout.pruned:
+        if call.cache_slots.pruned:
             cache = output_cache(output)
             cache = call.cache if cache is None else cache  # a Cache may be falsy (len 0): compare to None
             if static_cache.is_static(cache):
-                static_cache.freeze(cache, call.layout, call.n_new)
+                static_cache.freeze(cache, call.cache_slots, call.n_new)
             elif cache is not None:
-                self._layouts[cache] = call.layout
+                self._cache_slots[cache] = call.cache_slots
         for recorder in self.recorders.values():
             recorder.clear()
         return None
@@ -195,7 +195,7 @@ class PressSession(PressPlan):
         for j, recorder in self.recorders.items():  # record only what this prefill's presses will read
             recorder.armed = (drops and j == self.k - 1) or (compresses and j in self.query_layers)
         return PruningPrefill(
-            cache=cache, n_new=input_ids.shape[1], layout=CacheLayout([None] * len(self.layers)), clips=clips,
+            cache=cache, n_new=input_ids.shape[1], cache_slots=CacheSlots([None] * len(self.layers)), clips=clips,
             drop=PendingDrop(drop_clips, offsets, evidence, evidence.unpruned_positions()) if drops else None,
             compression=PrefillCompression(evidence, clips, offsets, kinds, scope)
             if compresses else None,
@@ -223,7 +223,7 @@ class PressSession(PressPlan):
                 if call.dropped is None or layer_idx < self.k:
                     return None
                 return prefill_arguments(call, layer_idx == self.k, self.io, self.attn_implementation, args, kwargs)
-            slots = call.layout[layer_idx]
+            slots = call.cache_slots[layer_idx]
             return None if slots is None else continuation_arguments(call, slots, self.attn_implementation, args, kwargs)
 
         return hook
@@ -248,7 +248,7 @@ class PressSession(PressPlan):
                 counts[clip.index] = len(positions)
         call.drop = DroppedTokens(slots, kept_counts)
         for j in range(self.k, len(self.layers)):
-            call.layout.layers[j] = slots
+            call.cache_slots.layers[j] = slots
 
     # -- after each decoder layer: cache compression ---------------------------------------------
     def _after_layer(self, layer_idx: int):
@@ -258,7 +258,7 @@ class PressSession(PressPlan):
                 return None
             source = self.kv_sources.get(layer_idx)
             if source is not None:  # it holds no cache: it attends to its source layer's, as compressed
-                call.layout.layers[layer_idx] = call.layout[source]
+                call.cache_slots.layers[layer_idx] = call.cache_slots[source]
                 return None
             args, kwargs = by_name(self.layers[layer_idx], args, kwargs)  # its rotary embedding may be positional
             cache = find_cache(kwargs)
@@ -281,7 +281,7 @@ class PressSession(PressPlan):
         dropped = call.dropped if layer_idx >= self.k else None
         full = SlotMap.identity(batch, call.n_new, device)
         return LayerPrefill(
-            index=layer_idx, cache=cache_layer, slots=call.layout[layer_idx] or full,
+            index=layer_idx, cache=cache_layer, slots=call.cache_slots[layer_idx] or full,
             query_slots=dropped.slots if dropped else full,
             clip_entries=dropped.kept_counts if dropped else call.compression.clip_lengths,
             kv_groups=self.kv_groups, queries=queries, scaling=scaling, rope=kwargs.get("position_embeddings"),
@@ -291,7 +291,7 @@ class PressSession(PressPlan):
     def _compress(self, call: PruningPrefill, layer: LayerPrefill, press) -> None:
         """Keep each row's best candidates of one layer's cache (and everything else), in place."""
         slots, candidates, kept = call.compression.compress(press, layer, self.cache_layers)
-        call.layout.layers[layer.index] = slots
+        call.cache_slots.layers[layer.index] = slots
         earlier = self.outcome.layer_stats.get(layer.index)  # composed cache presses: report the layer's first count
         self.outcome.record_layer(layer.index, [s.audio_tokens for s in earlier] if earlier else candidates, kept)
 

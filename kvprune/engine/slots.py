@@ -119,7 +119,7 @@ class SlotMap:
 
 
 @dataclass
-class CacheLayout:
+class CacheSlots:
     """Per decoder layer, the slots its cache holds (``None``: every position, unpruned)."""
 
     layers: list[SlotMap | None]

@@ -4,15 +4,15 @@ The session's hooks share the stage of the call under way (``PressSession``); a 
 
 * ``PromptOnHost``: a prefill's prompt, read to the host by the entry module's pre-hook, until decoder
   layer 0 sets the prefill up (host bookkeeping done while the device encodes the audio).
-* ``PruningPrefill``: a prefill that prunes: every clip of the prompt and the layout its layers' caches
-  get, layer by layer, with the work of each kind of press:
+* ``PruningPrefill``: a prefill that prunes: every clip of the prompt and the slots its layers' caches
+  hold, layer by layer (``cache_slots``), with the work of each kind of press:
 
   - ``drop``: the token-dropping press's, a ``PendingDrop`` before layer K (what it chooses from), a
     ``DroppedTokens`` from layer K on (the slots layers >= K hold); None when no press drops tokens;
   - ``compression``: the cache presses' (``kvprune.engine.compression.PrefillCompression``: the
     prompt's tables and each layer's counts); None when no cache press compresses.
 * ``Continuation``: a later call (decoding, another turn) on a dynamic cache that a prefill pruned:
-  the layout its layers' masks are restricted to.
+  the slots its layers' masks are restricted to.
 
 A call with nothing to prune and no pruned cache to continue has no stage: the model runs as stock.
 """
@@ -26,7 +26,7 @@ import torch
 
 from .clips import Clip
 from .compression import PrefillCompression
-from .slots import CacheLayout, SlotMap
+from .slots import CacheSlots, SlotMap
 from .token_evidence import Evidence
 
 
@@ -83,7 +83,7 @@ class PruningPrefill:
 
     cache: Any
     n_new: int  # the prompt's length (padded)
-    layout: CacheLayout  # filled layer by layer: the prompt entries each layer's cache holds (None: all)
+    cache_slots: CacheSlots  # filled layer by layer: the prompt entries each layer's cache holds (None: all)
     clips: list[list[Clip]]  # per row, every clip (every modality), by index
     drop: PendingDrop | DroppedTokens | None
     compression: PrefillCompression | None
@@ -97,11 +97,11 @@ class PruningPrefill:
 
 @dataclass
 class Continuation:
-    """A call that continues a dynamic cache a prefill pruned: its layout, lengths and padding."""
+    """A call that continues a dynamic cache a prefill pruned: its slots, lengths and padding."""
 
     cache: Any
     past_len: int
     n_new: int
-    layout: CacheLayout
+    cache_slots: CacheSlots
     padding: torch.Tensor | None  # the call's (B, past + new) attention mask, if it had one
     memo: dict = field(default_factory=dict)

@@ -35,7 +35,7 @@ from transformers.cache_utils import StaticCache, StaticLayer
 from .attention_probe import key_validity
 from ..compat import find_cache
 from .masks import restrict_mask
-from .slots import CacheLayout, SlotMap
+from .slots import CacheSlots, SlotMap
 
 
 class PrunedStaticLayer(StaticLayer):
@@ -185,11 +185,11 @@ def adopt(cache) -> None:
             cache.layers[j] = PrunedStaticLayer(layer.max_cache_len)
 
 
-def freeze(cache, layout: CacheLayout, prompt_len: int) -> None:
+def freeze(cache, cache_slots: CacheSlots, prompt_len: int) -> None:
     """After a prefill that pruned: every layer moves to its own static buffers (see ``PrunedStaticLayer``)."""
     shared: dict = {}
     for j, layer in enumerate(cache.layers):
-        layer.freeze(layout[j], prompt_len, shared)
+        layer.freeze(cache_slots[j], prompt_len, shared)
 
 
 def prompt_padding(mask, prompt_len: int) -> torch.Tensor | None:

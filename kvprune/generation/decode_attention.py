@@ -7,7 +7,7 @@ does it in one pass over the cache, plus one small kernel when the cache is spli
 * each program takes one row, one key-value head and one *split* (a run of cache slots): it loads each
   key and value tile once for all the query heads that share the key-value head (grouped-query
   attention), and keeps an online softmax (running maximum, sum and weighted values, float32);
-* the number of splits is a function of the static shape (``split_layout``): enough programs to fill
+* the number of splits is a function of the static shape (``split_sizes``): enough programs to fill
   the device twice over, so that one row with four key-value heads still reads a long cache with
   every multiprocessor; a second kernel then combines the splits of each head (none when there is one);
 * given each row's last slot that may be visible (``last_slots``: the decode state's column), a program
@@ -60,7 +60,7 @@ def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
     return output.view(batch, heads, 1, dim).transpose(1, 2).contiguous()
 
 
-def split_layout(batch: int, kv_heads: int, length: int, processors: int, block: int = BLOCK) -> tuple[int, int]:
+def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: int = BLOCK) -> tuple[int, int]:
     """(splits, slots per split) for a cache of ``length`` slots: the splits aim at ``batch * kv_heads *
     splits`` programs filling ``processors`` twice over (at most ``MAX_SPLITS``), each split as few whole
     tiles as that aim allows; so no split is empty, and a long cache splits more than a short one."""
@@ -185,7 +185,7 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     if chunk is None:
-        _, chunk = split_layout(batch, kv_heads, length, _processors(query.device), block)
+        _, chunk = split_sizes(batch, kv_heads, length, _processors(query.device), block)
     splits = -(-length // chunk)
     out = query.new_empty(batch, 1, heads, dim)
     if splits > 1:

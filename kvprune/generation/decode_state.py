@@ -91,13 +91,14 @@ class StateShape:
     new_tokens: int  # room of the output buffer
 
     @property
-    def layout(self) -> tuple:
-        """How the layers are laid out (groups and their mask heads), whatever the lengths and rows."""
+    def grouping(self) -> tuple:
+        """How the layers are grouped (each layer's group, each group's mask heads), whatever the lengths
+        and rows: a compiled step's own key."""
         return self.mask_heads, self.layer_group
 
     def fits(self, other: StateShape) -> bool:
-        """Whether a state of this shape can hold what ``other`` asks for (same layout, enough room)."""
-        return (self.batch, self.layout) == (other.batch, other.layout) and all(
+        """Whether a state of this shape can hold what ``other`` asks for (same grouping, enough room)."""
+        return (self.batch, self.grouping) == (other.batch, other.grouping) and all(
             mine >= theirs for mine, theirs in zip((*self.capacities, self.new_tokens), (*other.capacities, other.new_tokens))
         )
 
@@ -135,7 +136,7 @@ class DecodeState:
         self.shape = shape
         device = template.logits.device
         batch = shape.batch
-        # one tensor per group, not rows of one (groups, B) tensor: a compiled step that meets a second layout
+        # one tensor per group, not rows of one (groups, B) tensor: a compiled step that meets a second grouping
         # would see each layer's view of that tensor as an input whose base has a size of its own, a symbol
         # that torch 2.11 cannot build the GPU backend's 32-bit-indexing guard for (the step then fell back
         # to running uncompiled for every token press in batches)
@@ -152,8 +153,8 @@ class DecodeState:
             torch.zeros(batch, heads, 1, capacity, dtype=torch.bool, device=device)
             for capacity, heads in zip(shape.capacities, shape.mask_heads)
         ]
-        # each layer's mask, chosen here on the host: the step reads no layout numbers (which a compiled step
-        # that met two layouts would take as dynamic integers)
+        # each layer's mask, chosen here on the host: the step reads no grouping numbers (which a compiled step
+        # that met two groupings would take as dynamic integers)
         self.layer_masks = tuple(self.masks[g] for g in shape.layer_group)
         self.layer_columns = tuple(self.columns[g] for g in shape.layer_group)  # each row's last visible slot
         self.tokens = torch.zeros(batch, 1, dtype=torch.long, device=device)
@@ -173,8 +174,8 @@ class DecodeState:
     def mark_lengths_dynamic(self) -> None:
         """Mark the dimensions that are bucket lengths (caches, masks, the output's room) dynamic, once per
         state: a compiled step then takes them as dynamic from its first compilation, and new lengths reuse it.
-        The layout's own sizes (a mask's heads: 1, or a head-wise press's heads) stay static: a layout is a
-        compilation of its own, never a dynamic size that a second layout would make of it."""
+        The grouping's own sizes (a mask's heads: 1, or a head-wise press's heads) stay static: a grouping is a
+        compilation of its own, never a dynamic size that a second grouping would make of it."""
         if self._lengths_marked:
             return
         import torch._dynamo
@@ -200,7 +201,7 @@ class DecodeState:
         rows = slice(offset, offset + prefill.batch)
         layer_group, widths, _ = layer_groups(prefill)
         if layer_group != self.shape.layer_group:
-            raise ValueError("these prompts were pruned with another layout than the decode state's; decode them apart.")
+            raise ValueError("these prompts were pruned into other groups of layers than the decode state's; decode them apart.")
         for layer, entries in zip(self.cache.layers, prefill.layers):
             held = entries.keys.shape[-2]
             layer.keys[rows, :, :held].copy_(entries.keys)
@@ -214,7 +215,7 @@ class DecodeState:
         self.out[rows, 0] = first_tokens
 
     def copy_rows_from(self, other: DecodeState, rows: int) -> None:
-        """The first ``rows`` rows of a smaller state (same layout), for a batch that outgrew it."""
+        """The first ``rows`` rows of a smaller state (same grouping), for a batch that outgrew it."""
         for mine, theirs in zip(self.cache.layers, other.cache.layers):
             width = theirs.keys.shape[-2]
             mine.keys[:rows, :, :width].copy_(theirs.keys[:rows])

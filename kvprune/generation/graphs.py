@@ -49,7 +49,7 @@ class StepRunner:
     captures: int = 0  # CUDA graphs captured so far
     fallbacks: dict[str, int] = field(default_factory=dict)  # why a state or the step fell back, by reason: how often
     _compiled: Callable | None = None
-    _failed: set = field(default_factory=set)  # layouts (``StateShape.layout``) whose step could not compile
+    _failed: set = field(default_factory=set)  # groupings of layers (``StateShape.grouping``) whose step could not compile
     _pool: object = None
     _keeper: object = None  # see _pool_keeper
 
@@ -59,9 +59,9 @@ class StepRunner:
 
     def function(self, state: DecodeState) -> None:
         """One step on ``state``, compiled if asked for (the compiler pass is in force while it compiles,
-        with room for one compilation per cache shape). A step that cannot compile for a layout of layers
-        says so in ``fallbacks`` and runs uncompiled for that layout from then on, never silently; other
-        layouts keep their compiled step (torch 2.11 fails now and then to build a guard of one layout)."""
+        with room for one compilation per cache shape). A step that cannot compile for a grouping of layers
+        says so in ``fallbacks`` and runs uncompiled for that grouping from then on, never silently; other
+        groupings keep their compiled step (torch 2.11 fails now and then to build a guard of one grouping)."""
         if not self.compiled_for(state):
             return self.step(state)
         import torch._inductor.config as inductor_config
@@ -77,13 +77,13 @@ class StepRunner:
             if not from_compiler(error):  # the model's own error (out of memory, bad inputs): the caller's
                 raise
             groups = len(state.shape.capacities)
-            self._note(f"compile failed, decoding uncompiled (a layout of {groups} group(s) of layers): {reason(error)}")
-            self._failed.add(state.shape.layout)
+            self._note(f"compile failed, decoding uncompiled (layers in {groups} group(s)): {reason(error)}")
+            self._failed.add(state.shape.grouping)
             return self.step(state)
 
     def compiled_for(self, state: DecodeState) -> bool:
-        """Whether ``state``'s step runs compiled (asked for, and its layout did not fail to compile)."""
-        return self._compiled is not None and state.shape.layout not in self._failed
+        """Whether ``state``'s step runs compiled (asked for, and its grouping did not fail to compile)."""
+        return self._compiled is not None and state.shape.grouping not in self._failed
 
     def prepare(self, state: DecodeState) -> None:
         """Capture ``state``'s step as a CUDA graph if that is asked for and not done yet: a warm-up

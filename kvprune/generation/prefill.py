@@ -103,13 +103,13 @@ def run_prefill(module: nn.Module, inputs: dict, press=None, observer=None) -> P
     with under_press(module, press, observer) as session:
         output = forward_prefill(module, call)
         cache = output_cache(output)
-        layout = session.layout_of(cache) if session is not None else None
+        cache_slots = session.slots_of(cache) if session is not None else None
         outcome = session.outcome if session is not None else None
     logits = output.logits[:, -1, :].float()
     input_ids = call.input_ids
     padding = call.attention_mask.bool() if call.attention_mask is not None else torch.ones_like(input_ids, dtype=torch.bool)
     return Prefill(
-        layers=layer_entries(cache, layout, padding.to(logits.device)),
+        layers=layer_entries(cache, cache_slots, padding.to(logits.device)),
         next_positions=_next_positions(call.position_ids, input_ids),
         logits=logits,
         outcome=outcome,
@@ -130,12 +130,12 @@ def under_press(module: nn.Module, press, observer=None):
         yield session
 
 
-def layer_entries(cache, layout, padding: torch.Tensor) -> list[LayerEntries]:
+def layer_entries(cache, cache_slots, padding: torch.Tensor) -> list[LayerEntries]:
     """Per layer, its cached keys and values with the validity of each slot: a pruned layer's slots
     (its ``SlotMap``: filler invalid, padding positions invalid) or the whole padded prompt."""
     entries, validity = [], {}  # layers laid out by the same slots share one validity (computed once, not per layer)
     for j, layer in enumerate(cache.layers):
-        slots = layout[j] if layout is not None else None
+        slots = cache_slots[j] if cache_slots is not None else None
         key = (id(slots), layer.keys.device)
         if key not in validity:
             full = padding.to(layer.keys.device)
@@ -143,7 +143,7 @@ def layer_entries(cache, layout, padding: torch.Tensor) -> list[LayerEntries]:
         valid = validity[key]
         if valid.shape[-1] != layer.keys.shape[-2]:
             raise RuntimeError(
-                f"kvprune: decoder layer {j}'s cache holds {layer.keys.shape[-2]} entries where its layout has "
+                f"kvprune: decoder layer {j}'s cache holds {layer.keys.shape[-2]} entries where its slot map has "
                 f"{valid.shape[-1]} slots; this model's cache is not laid out as kvprune expects."
             )
         entries.append(LayerEntries(layer.keys, layer.values, valid, slots))

@@ -1,11 +1,11 @@
-"""What torch.compile sees of the decode step: only bucket lengths are dynamic, over every layout the engine
-builds, so that every guard of the compiled step can be built on the GPU as on the CPU.
+"""What torch.compile sees of the decode step: only bucket lengths are dynamic, over every grouping of layers the
+engine builds, so that every guard of the compiled step can be built on the GPU as on the CPU.
 
 On CUDA, Inductor guards that every buffer a kernel indexes fits 32-bit indexing; torch 2.11 failed to build
-that guard (``IndexError`` in ``issue_guard``) once a second layout of layers (one group, then layers < K and
+that guard (``IndexError`` in ``issue_guard``) once a second grouping of layers (one group, then layers < K and
 >= K) met the compiled step, and every token press then decoded uncompiled in batches. The CPU backend builds
 no such guard, so the backend here builds it on every input (as Inductor's GPU path does), and records every
-symbol Dynamo made with the inputs it came from. The old step made the layout itself dynamic: the size of the
+symbol Dynamo made with the inputs it came from. The old step made the grouping itself dynamic: the size of the
 one (groups, B) columns tensor, each layer's view of it (an input whose base has a size of its own), and the
 layer-to-group numbers that chose each layer's mask.
 """
@@ -28,7 +28,7 @@ BUCKET_LENGTH = re.compile(
     r"L\['state'\]\.(cache\.layers\[\d+\]\.(keys|values)\.size\(\)\[2\]|masks\[\d+\]\.size\(\)\[3\]|out\.size\(\)\[1\])"
     r"|L\['stopping'\]\.pad\.item\(\)"
 )
-LAYOUTS = {  # one decode layout each: one group, two groups, a group per compressed layer, head-wise masks, both
+GROUPINGS = {  # one grouping of layers each: one group, two groups, a group per compressed layer, head-wise masks, both
     "none": None,
     "fastv": FastVPress(layer=2, ratio=0.5),
     "pyramidkv": PyramidKVPress(ratio=0.5),
@@ -57,7 +57,7 @@ def guarding_backend(symbols: dict[str, list[str]]):
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_a_compiled_step_takes_only_bucket_lengths_as_dynamic_over_every_layout(monkeypatch):
+def test_a_compiled_step_takes_only_bucket_lengths_as_dynamic_over_every_grouping(monkeypatch):
     from kvprune.generation import graphs
 
     symbols: dict[str, list[str]] = {}
@@ -69,7 +69,7 @@ def test_a_compiled_step_takes_only_bucket_lengths_as_dynamic_over_every_layout(
     for rows in (2, 3):  # a runner per batch size
         for n in (8, 40):
             inputs = FAMILIES[family].inputs([[("text", 3), ("audio", n + row), ("text", 2)] for row in range(rows)])
-            for name, press in LAYOUTS.items():
+            for name, press in GROUPINGS.items():
                 out = compiled.generate(inputs, max_new_tokens=6, press=press, **NO_STOP)
                 assert out.step_compiled, name
                 assert torch.equal(out.new_tokens, eager.generate(inputs, max_new_tokens=6, press=press, **NO_STOP).new_tokens)

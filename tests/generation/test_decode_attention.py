@@ -4,7 +4,7 @@ The Triton kernels run on CUDA, or on the CPU in Triton's interpreter: ``TRITON_
 before Python starts (Triton reads it when it is imported), e.g.
 ``TRITON_INTERPRET=1 python -m pytest -q tests/generation/test_decode_attention.py``. Without Triton (CI: the CPU
 build of torch has none), or on the CPU without the interpreter, those tests are skipped; the split
-layout, the fake implementation and the fallback are tested everywhere. Where Triton is installed (and
+sizes, the fake implementation and the fallback are tested everywhere. Where Triton is installed (and
 the interpreter is off), the kernels are also compiled for an H100 (no GPU needed).
 
 Tolerances (largest |error| of each (row, head) output over its largest |reference| value): float32
@@ -68,16 +68,16 @@ def inputs(batch, heads, kv_heads, length, dim, per_head, dtype, seed=0, transpo
     return [t.to(DEVICE, dtype) for t in (query, key, value)] + [mask.to(DEVICE)]
 
 
-def test_split_layout_fills_the_device_with_whole_tiles():
+def test_split_sizes_fills_the_device_with_whole_tiles():
     for batch, kv_heads, length in [(1, 4, 7700), (1, 4, 900), (16, 4, 7700), (16, 4, 900), (1, 4, 40), (64, 32, 7700)]:
-        splits, chunk = fused.split_layout(batch, kv_heads, length, H100_PROCESSORS)
+        splits, chunk = fused.split_sizes(batch, kv_heads, length, H100_PROCESSORS)
         aim = min(-(-fused.PROGRAMS_PER_PROCESSOR * H100_PROCESSORS // (batch * kv_heads)), fused.MAX_SPLITS)
         assert chunk % fused.BLOCK == 0 and (splits - 1) * chunk < length <= splits * chunk  # no empty split
         assert splits <= aim  # and one tile fewer per split would overshoot the aim:
         assert chunk == fused.BLOCK or -(-length // (chunk - fused.BLOCK)) > aim
-    assert fused.split_layout(1, 4, 7700, H100_PROCESSORS)[0] * 4 >= H100_PROCESSORS  # one row fills an H100
-    assert fused.split_layout(1, 4, 900, H100_PROCESSORS) == (15, 64)  # 15 tiles: one each
-    assert fused.split_layout(64, 32, 7700, H100_PROCESSORS) == (1, 7744)  # 2048 programs already: no split
+    assert fused.split_sizes(1, 4, 7700, H100_PROCESSORS)[0] * 4 >= H100_PROCESSORS  # one row fills an H100
+    assert fused.split_sizes(1, 4, 900, H100_PROCESSORS) == (15, 64)  # 15 tiles: one each
+    assert fused.split_sizes(64, 32, 7700, H100_PROCESSORS) == (1, 7744)  # 2048 programs already: no split
 
 
 def test_fake_implementation_gives_the_output_shape():
@@ -102,12 +102,12 @@ def test_off_cuda_the_operator_and_the_dispatch_compute_the_matmul_path(per_head
         assert torch.equal(decode_attention(query, key, value, mask), expected)
 
 
-CASES = {  # batch, heads, kv_heads, length, dim, per_head, chunk (slots per split; None: split_layout's)
+CASES = {  # batch, heads, kv_heads, length, dim, per_head, chunk (slots per split; None: split_sizes's)
     "groups1-one-split": (2, 4, 4, 100, 64, False, 128),
     "groups2-per-head-3-splits": (2, 4, 2, 150, 128, True, 64),
     "groups7-per-row-5-splits": (1, 14, 2, 300, 128, False, 64),
     "groups7-per-head-3-splits": (2, 14, 2, 300, 64, True, 128),
-    "groups7-default-layout": (1, 14, 2, 1000, 64, True, None),
+    "groups7-default-splits": (1, 14, 2, 1000, 64, True, None),
 }
 
 
@@ -197,7 +197,7 @@ def test_kernels_compile_for_an_h100(dtype, single):
 
 
 @needs_kernels
-@pytest.mark.parametrize("chunk", [64, 128, None], ids=["splits-of-64", "splits-of-128", "default-layout"])
+@pytest.mark.parametrize("chunk", [64, 128, None], ids=["splits-of-64", "splits-of-128", "default-splits"])
 def test_each_row_reads_its_own_slots_only(chunk):
     """Given each row's last slot that may be visible, the kernel reads nothing after it: values there are NaN
     (any read would make the output NaN), and the output is the float64 attention over the row's own slots."""

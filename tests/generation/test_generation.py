@@ -176,7 +176,7 @@ def test_decode_states_are_kept_across_calls_within_their_memory_budget():
     for _ in range(2):
         generator.generate(inputs, max_new_tokens=NEW, press=PRESSES["fastv"], **NO_STOP)
     assert generator.states == 1  # the same shape: the same buffers, refilled
-    generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)  # unpruned: another layout
+    generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)  # unpruned: another grouping of layers
     assert generator.states == 2
     tight = Generator(m, max_state_bytes=1)
     for press in (None, PRESSES["fastv"]):
@@ -362,7 +362,7 @@ def test_grouped_linear_equals_linear_per_weight():
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="Inductor on a CPU needs a C compiler")
-def test_a_compiled_step_compiles_once_per_layout_over_many_lengths():
+def test_a_compiled_step_compiles_once_per_grouping_over_many_lengths():
     """Bounded compilation: cache lengths are dynamic from the first compilation (never once static, then
     again dynamic), and lengths that differ between groups of layers stay apart; the tokens are eager's."""
     from kvprune.generation.timing import compile_counters
@@ -372,7 +372,7 @@ def test_a_compiled_step_compiles_once_per_layout_over_many_lengths():
     prompts = [FAMILIES[family].inputs([[("text", 3), ("audio", n), ("text", 2)]]) for n in (8, 70, 150)]
     compiled, eager = Generator(m, compile=True), Generator(m, compile=False)
     graphs_before, recompiles_before = compile_counters()
-    for press in (None, PRESSES["fastv"]):  # two layouts: one group of layers, then layers < K and >= K
+    for press in (None, PRESSES["fastv"]):  # two groupings: one group of layers, then layers < K and >= K
         for inputs in prompts:
             out = compiled.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP)
             assert torch.equal(out.new_tokens, eager.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens)
@@ -413,9 +413,9 @@ def test_a_step_that_cannot_compile_runs_uncompiled_and_says_so(monkeypatch):
     assert any(reason.startswith("compile failed, decoding uncompiled") for reason in generator.fallbacks)
 
 
-def test_a_layout_that_cannot_compile_decodes_uncompiled_while_others_stay_compiled(monkeypatch):
-    """torch 2.11 fails now and then to build a guard for one layout of layers: that layout decodes as
-    written, said per call (``step_compiled``) and in ``fallbacks``; the unpruned layout keeps its compiled step."""
+def test_a_grouping_that_cannot_compile_decodes_uncompiled_while_others_stay_compiled(monkeypatch):
+    """torch 2.11 fails now and then to build a guard for one grouping of layers: that grouping decodes as
+    written, said per call (``step_compiled``) and in ``fallbacks``; the unpruned grouping keeps its compiled step."""
     from kvprune.generation import graphs
 
     def fake_compile(step, **kwargs):  # "compiles" one group of layers, fails on two (layers < K and >= K)
@@ -430,7 +430,7 @@ def test_a_layout_that_cannot_compile_decodes_uncompiled_while_others_stay_compi
     for press, out in calls:
         assert torch.equal(out.new_tokens, stock_tokens(family, m, inputs, PRESSES[press]))
     assert list(generator.fallbacks.values()) == [1]  # one failed compilation, not one per call
-    assert "a layout of 2 group(s) of layers" in next(iter(generator.fallbacks))
+    assert "layers in 2 group(s)" in next(iter(generator.fallbacks))
 
 
 def _raise_from_dynamo(state):
