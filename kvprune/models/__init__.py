@@ -8,6 +8,7 @@ from .base import (
     register_family,
     resolve_family,
 )
+from .parts import Loading, Prompting, Structure, Tiny
 from .qwen2_5_omni import QWEN2_5_OMNI
 from .phi4_multimodal import PHI4_MULTIMODAL
 from .voxtral import VOXTRAL
@@ -29,7 +30,11 @@ __all__ = [
     "QWEN2_AUDIO",
     "QWEN3_OMNI",
     "VOXTRAL",
+    "Loading",
     "ModelFamily",
+    "Prompting",
+    "Structure",
+    "Tiny",
     "UnsupportedModelError",
     "list_families",
     "register_family",

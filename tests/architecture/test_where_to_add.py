@@ -38,6 +38,7 @@ from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration
 
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
+from .parts import Prompting, Tiny
 from .qwen2_audio import TINY, build_inputs
 
 
@@ -54,11 +55,10 @@ DUMMY_AUDIO = register_family(
         name="dummy_audio",
         display_name="Dummy-Audio",
         model_class=DummyAudioForConditionalGeneration,
-        llm_tokens_per_second=25.0,
-        audio_format=WhisperChunkAudio(),
-        tiny_kwargs=TINY,
-        build_inputs=build_inputs,
-        max_clip_seconds=30.0,
+        prompting=Prompting(
+            audio_format=WhisperChunkAudio(), llm_tokens_per_second=25.0, build_inputs=build_inputs, max_clip_seconds=30.0
+        ),
+        tiny=Tiny(TINY),
     )
 )
 '''
