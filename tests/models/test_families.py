@@ -4,6 +4,7 @@ from it, and what its AudioFormat promises is what its model's encoder does."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -95,13 +96,32 @@ def test_voxtral_refuses_a_clip_between_whole_chunks():
         VOXTRAL.prompting.audio_format.frames_for(FAMILIES["voxtral"].config, 6)
 
 
-def test_every_family_lists_what_the_readme_table_shows():
-    readme = (REPO / "README.md").read_text()
+def _readme_family_rows() -> list[str]:
+    """The rows of the README's families table."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    header = next(n for n, line in enumerate(lines) if line.startswith("| family | classes | decoder layers |"))
+    return list(itertools.takewhile(lambda line: line.startswith("| "), lines[header + 2:]))  # past the header's rule
+
+
+def _family_of_row(row: str) -> ModelFamily | None:
+    """The family whose display name the row's first cell is (sizes in brackets may follow)."""
+    cell = row.split("|")[1].strip()
+    return next((f for f in list_families() if cell == f.display_name or cell.startswith(f"{f.display_name} (")), None)
+
+
+def test_every_readme_row_shows_what_its_family_declares():
+    """Every family's listing is complete, and each row of the README's families table shows its family's
+    declaration. A family without a row (one just added) is listed by ``kvprune families`` all the same."""
     for family in list_families():
         listing = family.listing()
         assert list(listing) == ["family", "classes", "decoder layers", "audio tokens", "long audio", "longest clip", "transformers"]
         assert all(listing.values()), listing
-        row = next(line for line in readme.splitlines() if line.startswith(f"| {family.display_name}"))
+    rows = _readme_family_rows()
+    families = [_family_of_row(row) for row in rows]
+    assert rows and None not in families, [row for row, family in zip(rows, families) if family is None]
+    assert len({family.name for family in families}) == len(families), "a family has two rows"
+    for row, family in zip(rows, families):
+        listing = family.listing()
         assert f"`{listing['decoder layers']}`" in row and listing["audio tokens"] in row, row
         assert all(f"`{name}`" in row for name in family.architectures), row
         assert row.rstrip(" |").endswith(family.loading.min_transformers), row
