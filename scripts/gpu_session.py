@@ -68,7 +68,7 @@ def passes(others: str) -> list[Pass]:
         Pass("families", f"--preset {NEW_FAMILIES} --audio-seconds 300 --methods fastv,frame --ratios 0.5,0.9 "
              "--warmup 1 --repeats 3 --decode-tokens 16", 5.0, 1.0, "new_families.md"),
         Pass("gemma", "--preset gemma-3n-e4b --audio-seconds 30 --methods fastv,frame --ratios 0.5,0.9 "
-             "--cache dynamic --warmup 1 --repeats 3 --decode-tokens 16", 2.0, 0.5, "gemma3n.md"),
+             "--decoding dynamic --warmup 1 --repeats 3 --decode-tokens 16", 2.0, 0.5, "gemma3n.md"),
     ]
 
 

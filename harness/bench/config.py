@@ -13,7 +13,7 @@ Three modes, each one run per preset and audio length, every request timed in in
   compile), kvprune unpruned (fast encoder, compiled static decoding), each method at each ratio
   (the same), and the ideal: whole ``generate`` calls, the targets as ratios against the stock rows.
 
-Decoding runs on a static cache, compiled on a GPU (``--cache``: static on a GPU by default).
+Decoding runs on a static cache, compiled on a GPU (``--decoding``: static on a GPU by default).
 Models run with ``kvprune.fast_audio_encoder`` unless ``--stock-encoder`` is given. Results go to
 ``bench.csv``, ``bench.md`` and a figure, rewritten after every preset.
 """

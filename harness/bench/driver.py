@@ -111,7 +111,8 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
     def on_round(index: int) -> None:
         state.bar.set_description(f"{base['preset']} {base['audio_seconds']:g}s round {index + 1}/{rounds}")
 
-    outcomes = run_rounds(requests, rounds, state.meter.warmup, run_one, state.expired, failed, on_round)
+    outcomes = run_rounds(requests, rounds, state.meter.warmup, run_one=run_one, expired=state.expired, describe=failed,
+                          on_round=on_round)
     dropped = disturbed(outcomes)
     rows = [dict(base, **describe_request(request, state, fast_path), **summary(outcomes[request], dropped[request]))
             for request in requests]
@@ -128,7 +129,7 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
             if row["method"] != "stock":
                 row.update(agreement)
     if config.largest_batch:
-        largest_batches(state, model, preset, base, requests, outcomes, prompts, rows)
+        largest_batches(state, model, preset, base, requests=requests, outcomes=outcomes, prompts=prompts, rows=rows)
     state.rows.extend(rows)
 
 

@@ -91,7 +91,7 @@ def encoder_flops(state: BenchState, model, prompt: Prompt) -> float:
         return math.nan
 
 
-def largest_batches(state: BenchState, model, preset: Preset, base: dict, requests, outcomes, prompts, rows) -> None:
+def largest_batches(state: BenchState, model, preset: Preset, base: dict, *, requests, outcomes, prompts, rows) -> None:
     """Per configuration, the largest batch that fits (CUDA only): predicted from the measured
     batches, then run (see ``bench.batch``); the run that fits gives the throughput at that batch."""
     if not state.meter.cuda:

@@ -62,7 +62,7 @@ class RequestTiming:
     compiled: bool  # torch.compile made new graphs during the request: its timing is compilation's
     reused_bytes: float = 0.0  # memory it used that an earlier request left allocated (the engine's kept decode
     # state): its cost, though not in peak - base
-    decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for this layout failed to compile
+    decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for these layers failed to compile
 
     @property
     def llm_ms(self) -> float:

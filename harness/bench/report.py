@@ -212,12 +212,12 @@ def _scoring_line(rows: pd.DataFrame) -> str:
 
 def _uncompiled_line(rows: pd.DataFrame) -> str:
     """The rows whose decoding was to be compiled but ran uncompiled (the engine's step failed to compile for
-    their layout of layers): their decode times are not the compiled step's."""
+    their arrangement of layers): their decode times are not the compiled step's."""
     fell = rows[rows["decode_fell_back"].fillna(False).astype(bool)] if "decode_fell_back" in rows else rows.iloc[:0]
     if fell.empty:
         return ""
     runs = ", ".join(f"{r.method} {r.ratio:g} at batch {r.batch:g}" for r in fell.itertuples())
-    return (f"Decoding uncompiled (the compiled step failed for their layout of layers: the error is in the log; the "
+    return (f"Decoding uncompiled (the compiled step failed for their arrangement of layers: the error is in the log; the "
             f"step ran as written, in a CUDA graph where one was captured): {runs}.")
 
 

@@ -53,7 +53,7 @@ def _drop_ratio(press) -> float | None:
 
 def run_request(state: BenchState, model, prompt: Prompt, request: Request):
     """One timed request; returns its timing and the audio tokens its layers >= K kept (row 0). On the
-    engine (``--cache engine``, the default) ``prompt`` is the one-row prompt every row of the batch holds."""
+    engine (``--decoding engine``, the default) ``prompt`` is the one-row prompt every row of the batch holds."""
     meter, k = state.meter, state.config.k
     if request.cache == ENGINE_CACHE and request.keep is None:
         with ExitStack() as stack:

@@ -59,7 +59,7 @@ class Outcome:
     error: str | None = None
 
 
-def run_rounds(requests: list[Request], rounds: int, warmup: int, run_one: Callable[[Request], tuple],
+def run_rounds(requests: list[Request], rounds: int, warmup: int, *, run_one: Callable[[Request], tuple],
                expired: Callable[[], bool], describe: Callable[[Exception], str], on_round=None) -> dict[Request, Outcome]:
     """Run every request once per round (``run_one(request) -> (RequestTiming, kept tokens)``); the
     first ``warmup`` rounds are not kept. A request that raises is not run again: its error is kept.

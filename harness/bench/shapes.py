@@ -116,7 +116,7 @@ def _aero_1_5b() -> AeroConfig:
 register_shapes(BenchShapes(
     "aero", {"aero-1-audio-1.5b": _aero_1_5b},
     note=(
-        "Aero-1 is remote code: the stand-in in kvprune.models.aero has its layout (Qwen2-Audio's Whisper "
+        "Aero-1 is remote code: the stand-in in kvprune.models.aero has its structure (Qwen2-Audio's Whisper "
         "encoder, a linear projector, a Qwen2 LLM of its shape) and inputs, with an untied LM head"
     ),
 ))

@@ -41,9 +41,9 @@ from ..setup.device import cpu_threads, resolve_cache
 from ..setup.methods import check_methods
 from ..sweep.identity import AudioDigests
 from ..sweep.plan import PlannedRun, load_tasks, runs_of
-from ..sweep.samples import Pass, SampleRunner
-from ..sweep.schedule import batches, sweep_passes
-from ..sweep.store import TIMING_PASS, ResultStore, read_rows
+from ..sweep.samples import SampleRunner
+from ..sweep.schedule import ALONE, Schedule, Work, batches
+from ..sweep.store import ResultStore, read_rows
 from .config import MODES, EstimateConfig
 from .floor import check_floor, layer_parameters, matrix_rate
 from .outputs import outputs_seconds
@@ -98,7 +98,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
             planned = [task_source.planned(task, s, digests) for s in task_source.samples(task, config)]
             planned = [p for p in planned if not p.sample.problem]
             planning += time.perf_counter() - start
-            counts[task.name] = (len(planned), timing_samples(config, len(planned)))
+            counts[task.name] = (len(planned), Schedule.of(config).timing_count(len(planned)))
             if task.name in done or not planned:
                 bar.update()
                 continue
@@ -148,11 +148,11 @@ def settings_key(config: EstimateConfig) -> str:
 
 def _time_sweep(timer: TimedBatches, task, planned: list, timed: list[PlannedRun], config: EstimateConfig) -> None:
     """The sweep's scoring batches (ordered by length), a few of them, each ``repeats`` times."""
-    how = sweep_passes(config)[0]
-    scoring = batches([(p, timed) for p in planned], config.batch_size)
+    how = Schedule.of(config).scoring
+    scoring = batches([Work(p, timed) for p in planned], how.batch_size)
     for index in chosen_batches([len(b) for b in scoring], config.batches_per_task):
         for repeat in range(config.repeats):
-            timer.run(task, scoring[index], timed, how, dict(task=task.name, mode="sweep", unit=index, repeat=repeat))
+            timer.time_batch(task, scoring[index], timed, how, dict(task=task.name, mode="sweep", unit=index, repeat=repeat))
 
 
 def chosen_batches(sizes: list[int], count: int) -> list[int]:
@@ -170,14 +170,14 @@ def _time_alone(timer: TimedBatches, task, planned: list, timed: list[PlannedRun
     picks = sorted({int((k + 0.5) * len(ordered) / count) for k in range(count)})
     for index in picks:
         for repeat in range(config.repeats):
-            timer.run(task, [(ordered[index], timed)], timed, Pass(TIMING_PASS, reuse_encoder=False, timed=True),
-                      dict(task=task.name, mode=mode, unit=index, repeat=repeat))
+            timer.time_batch(task, [Work(ordered[index], timed)], timed, ALONE, dict(task=task.name, mode=mode, unit=index, repeat=repeat))
 
 
 def _costs(calls, units, task: str, runs, planned, config: EstimateConfig) -> dict:
     """Per mode, what the whole task costs; the sweep's with its timing subset (priced from ``batch1``)."""
-    scoring = [(sum(p.seconds or 0.0 for p, _ in b) / len(b), len(b))
-               for b in batches([(p, None) for p in planned], config.batch_size)]
+    schedule = Schedule.of(config)
+    scoring = [(sum(work.sample.seconds or 0.0 for work in b) / len(b), len(b))
+               for b in batches([Work(p, []) for p in planned], schedule.scoring.batch_size)]
     alone = [(p.seconds or 0.0, 1) for p in planned]
     costs = {}
     for mode in MODES:
@@ -185,16 +185,11 @@ def _costs(calls, units, task: str, runs, planned, config: EstimateConfig) -> di
         if not call_frame.empty:
             paying = payers(runs) if mode == "sweep" and config.share_layers else set()
             costs[mode] = mode_cost(call_frame, unit_frame, runs, scoring if mode == "sweep" else alone, paying)
-    subset = planned[: timing_samples(config, len(planned))]
+    subset = planned[: schedule.timing_count(len(planned))]
     if subset and "batch1" in costs:
         call_frame, unit_frame = frames(calls, units, task, "batch1")
         costs["timing_subset"] = mode_cost(call_frame, unit_frame, runs, [(p.seconds or 0.0, 1) for p in subset])
     return costs
-
-
-def timing_samples(config: EstimateConfig, samples: int) -> int:
-    """How many of a task's samples the sweep also runs alone (its timing pass)."""
-    return min(config.timing_samples, samples) if len(sweep_passes(config)) > 1 else 0
 
 
 def _has_data(config: EstimateConfig, task) -> bool:
@@ -210,12 +205,12 @@ def _preset(config: EstimateConfig):
 def _compile_record(executor: TimedExecutor) -> dict:
     from kvprune.generation.timing import compile_counters
 
-    generator = executor.generator
+    engine = executor.engine
     graphs, recompiles = compile_counters()
-    if generator is None:
+    if engine is None:
         return dict(compile_graphs=graphs, recompiles=recompiles)
-    return dict(compile_graphs=graphs, recompiles=recompiles, cuda_graphs=generator.captures,
-                decode_states=generator.states, fallbacks=generator.fallbacks, engine_unsupported=generator.unsupported)
+    return dict(compile_graphs=graphs, recompiles=recompiles, cuda_graphs=engine.captures,
+                decode_states=engine.states, fallbacks=engine.fallbacks, engine_unsupported=engine.unsupported)
 
 
 def _device(loaded) -> str:

@@ -3,7 +3,7 @@ batches and samples of each task, every generation call and every batch clocked.
 
 ``TimedExecutor`` is the sweep's executor with a clock around each call (the device synchronised at
 both ends), recording what the call ran (its run, rows, prompt and kept lengths, tokens generated,
-whether it compiled or captured a graph). ``TimedBatches.run`` runs one batch exactly as the sweep
+whether it compiled or captured a graph). ``TimedBatches.time_batch`` runs one batch exactly as the sweep
 does (its inputs prepared, then every run, the audio encoder output and layers < K shared between
 them as the pass says) and records the batch's wall time: what the calls leave of it is the batch's
 own work (reading audio, building inputs, grading, writing rows: to a scratch folder, as the sweep writes them).
@@ -20,7 +20,8 @@ from kvprune.models.loading import LoadedModel
 
 from ..sweep.execute import BatchGeneration, Executor
 from ..sweep.plan import PlannedRun
-from ..sweep.samples import Pass, SampleRunner
+from ..sweep.samples import SampleRunner
+from ..sweep.schedule import Pass, Work
 
 
 @dataclass
@@ -57,11 +58,11 @@ class TimedExecutor(Executor):
         self._runs = {id(run.press): index for index, run in enumerate(runs)}
         self._seen: set[int] = set()
 
-    def run(self, inputs: list[dict], press, max_new_tokens: int, answers: list[int] | None = None) -> BatchGeneration:
+    def generate(self, inputs: list[dict], press, max_new_tokens: int, answers: list[int] | None = None) -> BatchGeneration:
         device = self.loaded.device
         synchronise(device)
         start = time.perf_counter()
-        generation = super().run(inputs, press, max_new_tokens, answers)
+        generation = super().generate(inputs, press, max_new_tokens, answers)
         synchronise(device)
         seconds = time.perf_counter() - start
         run = self._runs[id(press)]
@@ -94,12 +95,12 @@ class TimedBatches:
     loaded: LoadedModel
     units: list[Unit] = field(default_factory=list)
 
-    def run(self, task, batch: list, runs: list[PlannedRun], how: Pass, context: dict) -> None:
-        """``batch``: (planned sample, runs) pairs, as the sweep's scoring or timing pass gives them."""
+    def time_batch(self, task, batch: list[Work], runs: list[PlannedRun], how: Pass, context: dict) -> None:
+        """``batch`` as the sweep's scoring or timing pass gives it (``schedule``)."""
         self.executor.context = context
         synchronise(self.loaded.device)
         start = time.perf_counter()
-        self.runner.run(self.loaded, task, batch, settings_id="estimate", runs=runs, warmup=False, bar=_NoBar(), how=how)
+        self.runner.run_batch(self.loaded, task, batch, settings_id="estimate", runs=runs, warmup=False, bar=_NoBar(), how=how)
         synchronise(self.loaded.device)
         seconds = [planned.seconds or 0.0 for planned, _ in batch]
         self.units.append(Unit(dict(context), time.perf_counter() - start, sum(seconds) / len(seconds), len(batch)))

@@ -30,7 +30,7 @@ DEFAULT_TIMEOUT = 120.0
 class OpenAIJudge(CachedJudge):
     """``base_url`` is the API root (``http://host:port/v1``); ``model`` the served model's name."""
 
-    def __init__(self, base_url: str, model: str, key_env: str = DEFAULT_KEY_ENV, timeout: float = DEFAULT_TIMEOUT,
+    def __init__(self, base_url: str, model: str, *, key_env: str = DEFAULT_KEY_ENV, timeout: float = DEFAULT_TIMEOUT,
                  cache: JudgementCache | None = None, retry: RetryPolicy | None = None,
                  breaker: CircuitBreaker | None = None):
         super().__init__(cache, retry, breaker)

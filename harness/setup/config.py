@@ -35,6 +35,8 @@ class CommandConfig:
     error: ClassVar[type[ValueError]] = ValueError
     #: YAML keys read as another setting, one value as a list of one (``model: x`` is ``models: [x]``)
     aliases: ClassVar[dict[str, str]] = {}
+    #: YAML keys spelled as their flag, read as the setting the flag sets (``decoding: static`` is ``cache``)
+    spellings: ClassVar[dict[str, str]] = {"decoding": "cache"}
 
     def __post_init__(self) -> None:
         self.normalise()
@@ -51,7 +53,7 @@ class CommandConfig:
         if self.encoder not in ENCODERS:
             raise self.error(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)} (--stock-encoder).")
         if self.cache not in CACHES:
-            raise self.error(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--cache).")
+            raise self.error(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--decoding).")
         from .device import check_device  # imports torch: after every other check
 
         check_device(self.device)
@@ -82,6 +84,11 @@ class CommandConfig:
         if not isinstance(values, dict):
             raise cls.error(f"{cls.file_kind} {path} must be a mapping of settings.")
         written = set(values)
+        for spelled, name in cls.spellings.items():
+            if spelled in values and name in values:
+                raise cls.error(f"{cls.file_kind} {path}: {spelled} and {name} are one setting; give it once.")
+            if spelled in values:
+                values[name] = values.pop(spelled)
         for alias, name in cls.aliases.items():
             if alias in values:
                 value = values.pop(alias)
@@ -89,13 +96,14 @@ class CommandConfig:
         known = {f.name for f in fields(cls) if f.init}
         unknown = sorted(set(values) - known)
         if unknown:
-            spelled = sorted(known | set(cls.aliases))
+            spelled = sorted(known | set(cls.aliases) | set(cls.spellings))
             raise cls.error(f"{cls.file_kind} {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(spelled)}.")
         hints = typing.get_type_hints(cls, localns=_UNIMPORTED)
         for name, value in values.items():
             expected = _kinds(hints[name])
             if expected and not any(_is(value, kind) for kind in expected):
-                spelled = next((alias for alias, target in cls.aliases.items() if target == name and alias in written), name)
+                spelled = next((alias for alias, target in {**cls.aliases, **cls.spellings}.items()
+                                if target == name and alias in written), name)
                 raise cls.error(f"{cls.file_kind} {path}: {spelled}: expected {' or '.join(_WORDS[k] for k in expected)}, "
                                 f"got {value!r}; fix the value or leave the setting out for its default.")
         return values

@@ -43,7 +43,7 @@ def check_device(device: str | None) -> None:
 
 
 def resolve_cache(choice: str, device) -> str:
-    """How ``--cache`` decodes on ``device``: "engine", "static" or "dynamic" (auto: the engine, which
+    """How ``--decoding`` decodes on ``device``: "engine", "static" or "dynamic" (auto: the engine, which
     falls back to stock generate, and says so, for a model it cannot decode)."""
     if choice not in CACHES:
         raise ValueError(f"cache={choice!r} is invalid: choose one of {', '.join(CACHES)}.")

@@ -24,7 +24,7 @@ def check_presses(model: nn.Module, model_name: str, presses: dict[tuple[str, fl
             try:
                 validate_press(model, press, static=on_static)
             except (ValueError, NotImplementedError) as error:
-                fix = " On the command line: --cache dynamic." if on_static else ""
+                fix = " On the command line: --decoding dynamic." if on_static else ""
                 raise ValueError(f"method {label} (ratio {ratio:g}) cannot run on {model_name}: {error}{fix}") from None
 
 

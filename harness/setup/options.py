@@ -3,13 +3,16 @@
 A command adds the shared options it takes with ``add_shared_options(parser, defaults)``: the keys of
 ``defaults`` name the options (argparse destinations) and give the command's own default; ``notes``
 append what only that command needs to say. Names, types, choices and help live here alone, so
-``--attn-implementation eager`` means the same on both commands. The checks of those options that
+``--attn-implementation eager`` means the same on both commands. An option whose flag is not its
+setting's name says so (``flag``: ``--decoding`` sets ``cache``, as plan.json and every result row
+record it); a renamed flag's old spelling still works, with a note (``RENAMED``). The checks of those options that
 both commands make before anything is loaded or run are in ``device`` and ``methods``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -38,6 +41,7 @@ SHARED_OPTIONS: dict[str, dict] = {
     "seed": dict(type=int, help="seed of the random inputs"),
     "quiet": dict(action="store_true", help="no progress bars; default: progress bars"),
     "cache": dict(
+        flag="--decoding",
         choices=CACHES,
         help="how decoding runs: engine (kvprune's generation engine: static caches of the pruned lengths, on a GPU a "
         "compiled step replayed as a CUDA graph), static or dynamic (stock Hugging Face generate on its static "
@@ -51,6 +55,23 @@ SHARED_OPTIONS: dict[str, dict] = {
 }
 
 
+#: flags renamed (old -> new): the old one still works, with a note on stderr. ``--cache`` named how decoding
+#: runs (kvprune's engine, or stock generate on a static or dynamic cache), not a cache alone
+RENAMED = {"--cache": "--decoding"}
+
+
+class RenamedFlag(argparse.Action):
+    """A flag's old spelling: sets the same setting, and says the new one on stderr."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"note: {option_string} is now {self.new} (the old name still works)", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
 def add_shared_options(parser: argparse.ArgumentParser, defaults: dict[str, object], notes: dict[str, str] | None = None) -> None:
     """Add the shared options named by ``defaults`` (in the order of ``SHARED_OPTIONS``)."""
     unknown = sorted(set(defaults) - set(SHARED_OPTIONS))
@@ -60,8 +81,13 @@ def add_shared_options(parser: argparse.ArgumentParser, defaults: dict[str, obje
     for dest, spec in SHARED_OPTIONS.items():
         if dest not in defaults:
             continue
+        spec = dict(spec)
+        flag = spec.pop("flag", f"--{dest.replace('_', '-')}")
         help_text = "; ".join(part for part in (spec["help"], notes.get(dest)) if part)
-        parser.add_argument(f"--{dest.replace('_', '-')}", **dict(spec, help=help_text), default=defaults[dest])
+        parser.add_argument(flag, dest=dest, **dict(spec, help=help_text), default=defaults[dest])
+        for old in (old for old, new in RENAMED.items() if new == flag):
+            parser.add_argument(old, dest=dest, action=RenamedFlag, new=flag, choices=spec.get("choices"),
+                                default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 def name_list(value) -> list[str]:

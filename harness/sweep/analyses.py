@@ -3,7 +3,7 @@ scores per task.
 
 Duration: samples are bucketed by the audio the model heard (``audio_seconds``) as AudioMarathon's
 ``analyse_audio_duration`` scripts bucket durations, each task by its own script's edges, labels
-and boundaries (``Task.duration_buckets``: ``official.audiomarathon_durations``; Vox_age's script
+and boundaries (``Task.duration_buckets``: ``benchmarks/audiomarathon/durations.py``; Vox_age's script
 has none, so it and every task outside AudioMarathon take ``analyse_all.py``'s); each bucket is
 scored with the task's own metrics, as the breakdowns are (the scripts only count; scoring per
 bucket is ours). ``duration_breakdown`` writes them as rows of breakdown.csv and report.md under

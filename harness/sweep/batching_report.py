@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..markdown import markdown_table
 from .headline import ratio_text
-from .store import ENGINE_RECORD, TIMING_PASS, read_runs
+from .store import ENGINE_RECORD, TIMING_PASS, read_log
 from .summary import MIB, NOT_TIMED, TIMING_SUBSET
 
 
@@ -66,7 +66,7 @@ def _how(summary: pd.DataFrame, results: pd.DataFrame | None) -> str:
 
 def _batch_choice(out_dir: Path) -> str:
     """Why ``--batch-size auto`` chose its size, as the sweep recorded it."""
-    choices = list(dict.fromkeys(run["config"]["batch_choice"] for run in read_runs(out_dir)
+    choices = list(dict.fromkeys(run["config"]["batch_choice"] for run in read_log(out_dir)
                                  if (run.get("config") or {}).get("batch_choice")))
     return "".join(f"- Batch size: {choice}.\n" for choice in choices)
 
@@ -91,7 +91,7 @@ def _timings(summary: pd.DataFrame) -> str:
 
 
 def _engine(out_dir: Path) -> str:
-    records = read_runs(out_dir, kind=ENGINE_RECORD)
+    records = read_log(out_dir, kind=ENGINE_RECORD)
     if not records:
         return ""
     rows = []

@@ -181,7 +181,7 @@ SWEEP_EPILOG = """\
 With no option at all, the embedded demo model runs on its synthetic suite (no download).
 
 A results folder holds one configuration. Every run is identified by what determines its outputs
-(the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --cache as
+(the model's files or revision, --dtype, --attn-implementation, --max-new-tokens, --decoding as
 resolved, --stock-encoder, --protocol, --long-audio, --judge for judged tasks, --no-audio, each
 task's config, the method's full spec with its layer and keep rule, the ratio, the prompt and the
 media files' content): rerunning the same

@@ -1,14 +1,14 @@
 """One planned run (the unpruned baseline, or a method at a ratio) on a batch of prepared samples: the
 generation call and what each sample got from it.
 
-On the default ``--cache auto`` (``engine``) the batch goes through kvprune's generation engine
-(``kvprune.Generator``, kept for the model's lifetime so that compiled steps and decode states are
+On the default ``--decoding auto`` (``engine``) the batch goes through kvprune's generation engine
+(``Executor.engine``: a ``kvprune.Generator``, kept for the model's lifetime so that compiled steps and decode states are
 reused from batch to batch): each sample is prefilled on its own, then all rows decode together. The
 engine's greedy tokens equal ``model.generate``'s (checked on every family's tiny model), so batch size
 changes throughput, not answers (on a CPU in float32; a GPU in bfloat16 may differ at near ties, and the
-report says how often). ``--cache static`` or ``dynamic`` runs stock ``generate`` instead, one sample
-per call. The sweep (``samples``) and ``kvprune estimate`` both call this, so an estimate times what a
-sweep runs.
+report says how often). ``--decoding static`` or ``dynamic`` runs stock ``generate`` instead, one sample
+per call, through the model's generating module (``LoadedModel.generator``). The sweep (``samples``) and
+``kvprune estimate`` both call this, so an estimate times what a sweep runs.
 """
 
 from __future__ import annotations
@@ -52,30 +52,30 @@ class Executor:
 
     def __init__(self, loaded: LoadedModel, cache: str):
         self.loaded, self.cache = loaded, cache
-        self.generator = Generator(loaded.model) if cache == ENGINE_CACHE else None
+        self.engine = Generator(loaded.model) if cache == ENGINE_CACHE else None  # None: stock generate
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = getattr(loaded.generator.generation_config, "eos_token_id", None)
         self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
-    def run(self, inputs: list[dict], press: Press | None, max_new_tokens: int,
-            answers: list[int] | None = None) -> BatchGeneration:
+    def generate(self, inputs: list[dict], press: Press | None, max_new_tokens: int,
+                 answers: list[int] | None = None) -> BatchGeneration:
         """``inputs`` (one sample each) under ``press``; ``answers``: each row's answer length in tokens, its
         end included, where the model is not to end its answers itself (random weights never do): the call
         then decodes as long as it would had each row ended there, and each row's answer is cut there."""
-        if self.generator is None:
+        if self.engine is None:
             return self._stock(inputs, press, max_new_tokens, answers)
-        _reset_peak(self.generator.device)
+        _reset_peak(self.engine.device)
         stops = {} if answers is None else dict(eos_token_id=[])
-        tokens = max_new_tokens if answers is None else self.generator.tokens_generated(max(answers), max_new_tokens)
-        out = self.generator.generate(inputs, max_new_tokens=tokens, press=press, pad_token_id=self.pad, **stops)
+        tokens = max_new_tokens if answers is None else self.engine.tokens_generated(max(answers), max_new_tokens)
+        out = self.engine.generate(inputs, max_new_tokens=tokens, press=press, pad_token_id=self.pad, **stops)
         outcomes = out.outcome if isinstance(out.outcome, list) else [out.outcome]  # one per sample: each is its own batch
         kept = [_kept(outcome) for outcome in outcomes]
         rows = list(out.new_tokens) if answers is None else [row[:n] for row, n in zip(out.new_tokens, answers)]
         samples = [SampleOutput(self.loaded.decode(row[None]), k, self._length(row) if answers is None else len(row))
                    for row, k in zip(rows, kept)]
         # the run's cache is the engine even where it fell back to stock generate (``engine`` says so)
-        timing = replace(out.timing, peak_memory_bytes=_peak(self.generator.device), cache=ENGINE_CACHE)
+        timing = replace(out.timing, peak_memory_bytes=_peak(self.engine.device), cache=ENGINE_CACHE)
         engine = ENGINE if out.engine == ENGINE else f"{ENGINE} fell back to {out.engine}"
         return BatchGeneration(samples, timing, engine, out.note, out.graphs_captured, out.compilations)
 

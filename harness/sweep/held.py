@@ -14,12 +14,13 @@ from pathlib import Path
 import pandas as pd
 
 from .identity import SweepPlan, read_plan
-from .store import read_rows, read_runs, unique_runs
+from .rows import ResultRow
+from .store import read_rows, read_log, unique_runs
 
 EARLIER = "an earlier command (not recorded)"
 
 
-def other_runs(out_dir: Path | str, rows: list[dict] | None = None, plan: SweepPlan | None = None) -> pd.DataFrame:
+def other_runs(out_dir: Path | str, rows: list[ResultRow] | None = None, plan: SweepPlan | None = None) -> pd.DataFrame:
     """One row per model x task x method spec the folder holds results of outside its plan (rows of
     samples changed since left out): ``method`` (with its layer), ``ratios``, ``rows``, ``samples``
     and ``commands`` (the command lines that added them, oldest first). ``rows`` and ``plan``: the
@@ -29,18 +30,17 @@ def other_runs(out_dir: Path | str, rows: list[dict] | None = None, plan: SweepP
         return pd.DataFrame()
     rows = plan.current(read_rows(Path(out_dir)) if rows is None else rows)
     chosen = {id(row) for row in plan.select(rows)}
-    others = unique_runs([row for row in rows if id(row) not in chosen and not row.get("pass")])  # a timing pass: the same runs
-    commands = {run.get("started"): run.get("command") for run in read_runs(out_dir) if run.get("started")}
-    groups: dict[tuple, list[dict]] = {}
+    others = unique_runs([row for row in rows if id(row) not in chosen and not row.pass_name])  # a timing pass: the same runs
+    commands = {run.get("started"): run.get("command") for run in read_log(out_dir) if run.get("started")}
+    groups: dict[tuple, list[ResultRow]] = {}
     for row in others:
-        layer = row.get("layer")
-        method = row.get("method") if layer is None else f"{row.get('method')} (layer {layer})"
-        groups.setdefault((row.get("model"), row.get("task"), method, row.get("method_id")), []).append(row)
+        method = row.method if row.layer is None else f"{row.method} (layer {row.layer})"
+        groups.setdefault((row.model, row.task, method, row.method_id), []).append(row)
     listed = []
     for (model, task, method, _), group in sorted(groups.items(), key=lambda item: tuple(map(str, item[0]))):
-        added = [commands.get(row.get("started")) or EARLIER for row in sorted(group, key=lambda r: str(r.get("time")))]
-        listed.append(dict(model=model, task=task, method=method, ratios=sorted({float(r["ratio"]) for r in group}),
-                           rows=len(group), samples=len({r.get("sample_id") for r in group}),
+        added = [commands.get(row.started) or EARLIER for row in sorted(group, key=lambda r: str(r.time))]
+        listed.append(dict(model=model, task=task, method=method, ratios=sorted({float(r.ratio) for r in group}),
+                           rows=len(group), samples=len({r.sample_id for r in group}),
                            commands=list(dict.fromkeys(added))))
     return pd.DataFrame(listed)
 

@@ -5,7 +5,7 @@ A run (one sample under one method at one ratio) is identified by
 
 * ``settings_id``, per model x task: the model's fingerprint (a Hugging Face id and the revision its
   files come from, or a digest of a local folder's files), the weights' dtype, the attention
-  backend, the generation settings (new tokens, greedy), the decoding cache (``--cache`` as resolved:
+  backend, the generation settings (new tokens, greedy), the decoding cache (``--decoding`` as resolved:
   static or dynamic), the protocol, the long-audio policy and the task's resolved config (its channel
   policy included; under a protocol with conventions per model family, the model's family's form of
   the task, a task of its own name);
@@ -32,9 +32,14 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .disk import write_json
+
+if TYPE_CHECKING:
+    from .rows import ResultRow
 
 PLAN_FILE = "plan.json"
 DIGESTS_FILE = "audio-digests.json"
@@ -152,39 +157,38 @@ class SweepPlan:
         values["runs"] = [(m, float(r)) for m, r in values["runs"]]
         return cls(**values)
 
-    def select(self, rows: list[dict], graded: bool = True) -> list[dict]:
+    def select(self, rows: list[ResultRow], graded: bool = True) -> list[ResultRow]:
         """The rows of the runs this plan asks for: its models, tasks, methods x ratios and samples,
         with the settings and inputs it has now, and (``graded``) scored against the samples' answers
         and metadata as they are now."""
         runs = {(m, round(r, 6)) for m, r in self.runs}
         kept = []
         for row in rows:
-            model, task = row.get("model"), row.get("task")
-            if (row.get("method_id"), round(float(row.get("ratio", -1)), 6)) not in runs:
+            if (row.method_id, round(float(-1 if row.ratio is None else row.ratio), 6)) not in runs:
                 continue
-            if self.settings_ids.get(model, {}).get(task) != row.get("settings_id"):
+            if self.settings_ids.get(row.model, {}).get(row.task) != row.settings_id:
                 continue
-            if self.samples.get(task, {}).get(row.get("sample_id")) != row.get("input_hash"):
+            if self.samples.get(row.task, {}).get(row.sample_id) != row.input_hash:
                 continue
             if graded and not self.graded_now(row):
                 continue
             kept.append(row)
         return kept
 
-    def current(self, rows: list[dict]) -> list[dict]:
+    def current(self, rows: list[ResultRow]) -> list[ResultRow]:
         """Every row but those of samples this plan knows in another version: another prompt or
         audio (the sample ran again), other answers or metadata (the output was scored again)."""
-        def now(row: dict) -> bool:
-            known = self.samples.get(row.get("task"), {}).get(row.get("sample_id"), row.get("input_hash"))
-            return known == row.get("input_hash") and self.graded_now(row)
+        def now(row: ResultRow) -> bool:
+            known = self.samples.get(row.task, {}).get(row.sample_id, row.input_hash)
+            return known == row.input_hash and self.graded_now(row)
 
         return [row for row in rows if now(row)]
 
-    def graded_now(self, row: dict) -> bool:
+    def graded_now(self, row: ResultRow) -> bool:
         """Whether ``row`` was scored against its sample's answers and metadata as this plan knows
         them (plans written before grades were recorded know none: every row is)."""
-        known = self.grades.get(row.get("task"), {}).get(row.get("sample_id"))
-        return known is None or row.get("grade_hash") == known
+        known = self.grades.get(row.task, {}).get(row.sample_id)
+        return known is None or row.grade_hash == known
 
     def differences(self, recorded: "SweepPlan") -> list[str]:
         """The settings of ``recorded`` (an earlier start in the same folder) that this plan changes:
@@ -204,12 +208,12 @@ class SweepPlan:
                 found.append(f"task {task}: its config changed ({', '.join(changed)})")
         return found
 
-    def gaps(self, rows: list[dict]) -> dict[tuple[str, str], tuple[int, int]]:
-        """(model, task) -> (runs with a result, runs planned), for the pairs ``rows`` (the plan's own
-        selection) does not complete: what an interrupted sweep has not run yet."""
+    def gaps(self, results: Iterable[tuple[str, str]]) -> dict[tuple[str, str], tuple[int, int]]:
+        """(model, task) -> (runs with a result, runs planned), for the pairs the results (each result's
+        model and task, of the plan's own selection) do not complete: what an interrupted sweep has not run yet."""
         done: dict[tuple[str, str], int] = {}
-        for row in rows:
-            done[row["model"], row["task"]] = done.get((row["model"], row["task"]), 0) + 1
+        for pair in results:
+            done[pair] = done.get(pair, 0) + 1
         planned = {(model, task): len(self.samples.get(task, {})) * len(self.runs)
                    for model in self.models for task in self.settings_ids.get(model, {})}  # the tasks each model runs
         return {pair: (done.get(pair, 0), n) for pair, n in planned.items() if done.get(pair, 0) < n}

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from ..judge import CircuitBreaker, Judge, parse_judge_spec
 from ..setup.environment import now
-from .store import read_runs
+from .store import read_log
 
 CACHE_DIR = "judge_cache"
 RECORD = "judge.jsonl"
@@ -47,7 +47,7 @@ def judge_spec(out: Path) -> str | None:
     """The ``--judge`` the folder's results were graded with: that of its last model run
     (``runs.jsonl``; the summary reads the runs of the last sweep, whose judge is part of their
     settings); None without one."""
-    runs = read_runs(out)
+    runs = read_log(out)
     return (runs[-1].get("config") or {}).get("judge") if runs else None
 
 

@@ -28,7 +28,7 @@ from .headline import headline_markdown, input_label, input_labelled, noise_shar
 from .identity import SweepPlan, read_plan
 from .judging import judge_section, judge_spec
 from .plots import plot_summary, slug
-from .store import read_rows, read_runs, recorded_tasks
+from .store import read_rows, read_log, recorded_tasks
 from .summary import direction, failure_effect, failures, select_results, summarize, task_averages
 
 
@@ -61,7 +61,7 @@ def write_outputs(out_dir: Path, plots: bool = True, everything: bool = False) -
         written += plot_summary(summary, out_dir) + plot_duration(breakdown, out_dir) + plot_radar(summary, out_dir, tasks)
     plan = None if everything else recorded_plan
     others = other_runs(out_dir, rows, plan) if plan is not None else None
-    written.append(write_report(summary, out_dir, results, breakdown, plan, others, figures_drawn=plots))
+    written.append(write_report(summary, out_dir, results, breakdown=breakdown, plan=plan, others=others, figures_drawn=plots))
     return Outputs([p for p in written if p.exists()], results, summary, others, tasks)
 
 
@@ -126,7 +126,7 @@ def _table(frame: pd.DataFrame, columns: dict) -> str:
 
 
 def _provenance(out_dir: Path) -> str:
-    runs = read_runs(out_dir)
+    runs = read_log(out_dir)
     if not runs:
         return ""
     lines = [
@@ -140,7 +140,7 @@ def _provenance(out_dir: Path) -> str:
 def dry_run_banner(out_dir: Path) -> str:
     """What a dry run's folder holds (``kvprune sweep --preset``): timings, memory and compilation of a
     model with random weights, whose scores mean nothing."""
-    dry = sorted({run["dry_run"] for run in read_runs(out_dir) if run.get("dry_run")})
+    dry = sorted({run["dry_run"] for run in read_log(out_dir) if run.get("dry_run")})
     if not dry:
         return ""
     return (f"> **Dry run**: {'; '.join(dry)}. Timings, memory and what compiled are the sweep's at that shape; the "
@@ -162,7 +162,7 @@ def failure_banner(results: pd.DataFrame, tasks: dict | None = None) -> str:
 def incomplete_banner(plan: SweepPlan, results: pd.DataFrame) -> str:
     """A warning when runs the folder's last sweep asked for have no result yet (it was interrupted):
     until they do, a method may be scored on fewer samples than the unpruned run."""
-    gaps = plan.gaps(results.to_dict("records"))
+    gaps = plan.gaps(zip(results["model"], results["task"]))
     if not gaps:
         return ""
     missing = sum(planned - done for done, planned in gaps.values())
@@ -183,7 +183,7 @@ def timing_note(summary: pd.DataFrame) -> str:
     return f"{share:.0%} of the pruned runs' prefill speedups are within the timing noise (marked ~).\n"
 
 
-def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None,
+def write_report(summary: pd.DataFrame, out_dir: Path, results: pd.DataFrame | None = None, *,
                  breakdown: pd.DataFrame | None = None, plan: SweepPlan | None = None,
                  others: pd.DataFrame | None = None, figures_drawn: bool = True) -> Path:
     """Write ``report.md`` next to the results (with ``results``, the banners, and with the folder's

@@ -11,11 +11,14 @@ whose grading the judge failed (an unreachable endpoint) again from their stored
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..setup.environment import now
 from ..tasks.task import Task
 from .identity import SweepPlan
 from .plan import PlannedSample
-from .store import ResultStore, judge_failed, read_rows, run_key, unique_runs
+from .rows import ResultRow
+from .store import ResultStore, judge_failed, read_rows, unique_runs
 
 
 def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dict[str, list[PlannedSample]],
@@ -26,13 +29,13 @@ def rescore(store: ResultStore, plan: SweepPlan, tasks: list[Task], samples: dic
     scored again, samples they cover)."""
     by_task = {task.name: task for task in tasks}
     planned = {(name, p.sample.id): p for name, share in samples.items() for p in share}
-    rows = [row for row in plan.select(read_rows(store.out_dir), graded=False) if (row["task"], row["sample_id"]) in planned]
-    current = {run_key(row) for row in rows if plan.graded_now(row)}
-    stale = unique_runs([row for row in rows if run_key(row) not in current])
+    rows = [row for row in plan.select(read_rows(store.out_dir), graded=False) if (row.task, row.sample_id) in planned]
+    current = {row.key for row in rows if plan.graded_now(row)}
+    stale = unique_runs([row for row in rows if row.key not in current])
     for row in stale:
-        store.append(regraded(row, by_task[row["task"]], planned[row["task"], row["sample_id"]], judge))
-    runs = {run_key({**row, "pass": None}) for row in stale}  # a run's timing-pass row is the same run
-    return len(runs), len({(row["task"], row["sample_id"]) for row in stale})
+        store.append(regraded(row, by_task[row.task], planned[row.task, row.sample_id], judge))
+    runs = {row.key._replace(pass_name=None) for row in stale}  # a run's timing-pass row is the same run
+    return len(runs), len({(row.task, row.sample_id) for row in stale})
 
 
 def regrade_judge_failures(store: ResultStore, plan: SweepPlan, tasks: list[Task],
@@ -43,38 +46,39 @@ def regrade_judge_failures(store: ResultStore, plan: SweepPlan, tasks: list[Task
     runs graded)."""
     by_task = {task.name: task for task in tasks}
     planned = {(name, p.sample.id): p for name, share in samples.items() for p in share}
-    rows = unique_runs([row for row in plan.select(read_rows(store.out_dir)) if (row["task"], row["sample_id"]) in planned])
+    rows = unique_runs([row for row in plan.select(read_rows(store.out_dir)) if (row.task, row.sample_id) in planned])
     failed = [row for row in rows if judge_failed(row)]
     graded = 0
     for row in failed:
-        again = regraded(row, by_task[row["task"]], planned[row["task"], row["sample_id"]], judge)
+        again = regraded(row, by_task[row.task], planned[row.task, row.sample_id], judge)
         if not judge_failed(again):
             store.append(again)
             graded += 1
     return len(failed), graded
 
 
-def regraded(row: dict, task: Task, planned: PlannedSample, judge=None) -> dict:
+def regraded(row: ResultRow, task: Task, planned: PlannedSample, judge=None) -> ResultRow:
     """``row`` graded again against ``planned``'s sample: its reference, item and metadata, parsed
     answer, scores and (for a failure of grading) error as a sweep writes them now; the output,
     timings and everything else as they were, with the time it was scored again (``rescored``)."""
     sample, failure = planned.sample, _failure(row)
-    grade = task.grade(row.get("output"), sample, judge, failure=failure)
+    grade = task.grade(row.output, sample, judge, failure=failure)
     if failure is not None:  # the run failed: its error stays, whatever the grade
-        error = row["error"]
+        error = row.error
     else:
         error = None if grade.error is None else f"{type(grade.error).__name__}: {grade.error}"
-    return {**row, **_unanswered(task, sample, judge), **grade.scores, "reference": sample.answer, "item": sample.item,
-            "meta": sample.meta, "grade_hash": planned.grade_hash, "parsed": grade.parsed, "error": error, "rescored": now()}
+    return replace(row, scores={**row.scores, **_unanswered(task, sample, judge), **grade.scores}, reference=sample.answer,
+                   item=sample.item, meta=sample.meta, grade_hash=planned.grade_hash, parsed=grade.parsed, error=error,
+                   rescored=now())
 
 
-def _failure(row: dict) -> str | None:
+def _failure(row: ResultRow) -> str | None:
     """The error message of a run that failed before its output (a row with an error and no output),
     without the exception's name the row gives it (``"ValueError: ..."``)."""
-    if row.get("output") is not None or not row.get("error"):
+    if row.output is not None or not row.error:
         return None
-    name, separator, message = row["error"].partition(": ")
-    return message if separator and name.isidentifier() else row["error"]
+    name, separator, message = row.error.partition(": ")
+    return message if separator and name.isidentifier() else row.error
 
 
 def _unanswered(task: Task, sample, judge=None) -> dict:

@@ -47,10 +47,11 @@ from .media import check_media
 from .judging import record_judge, sweep_judge, unreachable
 from .plan import PlannedRun, PlannedSample, plan_sweep, runs_of, tasks_by_model
 from .rescore import regrade_judge_failures, rescore
-from .samples import Pass, SampleRunner
-from .schedule import batches, sweep_passes
+from .samples import SampleRunner
+from .schedule import Pass, Schedule, Work
 from .source import Checkpoints
-from .store import ENGINE_RECORD, TASK_TIME_RECORD, TIMING_PASS, ResultStore, append_run, run_key
+from .rows import RunKey
+from .store import ENGINE_RECORD, TASK_TIME_RECORD, ResultStore, append_log_line
 
 
 @dataclass
@@ -85,6 +86,7 @@ class SweepRunner:
         self.tasks = tasks_by_model(config, self.source)  # per model: under a protocol, its family's conventions
         self.cache = resolve_cache(config.cache, self.device or default_device())
         self.runs = runs_of(config)
+        self.schedule = Schedule.of(config)  # its passes, batches and timing subset
         self.presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
         self.store: ResultStore | None = None
         self.plan: SweepPlan | None = None
@@ -107,7 +109,7 @@ class SweepRunner:
                 self._samples = {name: samples[self.rank :: self.world_size] for name, samples in planned.items()}
                 folder.check(self.plan, self.config.overwrite)
                 barrier()
-                self.store = ResultStore(out, self.rank, self.world_size, stamp=dict(started=self.started))
+                self.store = ResultStore(out, self.rank, self.world_size, started=self.started)
                 self.judge = sweep_judge(self.config.judge, out)
                 self._tidy(folder)
                 todo = sum(self._run_model(model_name) for model_name in self.config.models)
@@ -161,7 +163,7 @@ class SweepRunner:
         """Run what is not done yet of ``model_name``'s share; returns how many runs that was."""
         done = self.store.done_keys(self.config.retry_errors)
         plan = [(task, self._work(model_name, task, done)) for task in self.tasks[model_name]]
-        plan = [(task, work) for task, work in plan if any(work.values())]
+        plan = [(task, work) for task, work in plan if any(pending for _, pending in work)]
         if not plan:
             return 0
         loaded = self._load(model_name)
@@ -169,83 +171,74 @@ class SweepRunner:
         self._folder.record(self.plan, self._digests)
         executor = Executor(loaded, self.cache)
         samples = SampleRunner(self.config, self.store, executor, self.judge, self.source)
-        passes = self._passes()
         with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
             threads = model_lifetime.enter_context(cpu_threads(loaded.model))
-            self._record_run(loaded, encoder, threads)
+            self._record_model(loaded, encoder, threads)
             warm = False
             for task, work in plan:
-                total = sum(len(todo) for pending in work.values() for _, todo in pending)
+                total = _runs_in(work)
                 bar = tqdm(total=total, desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress, unit="run")
                 settings_id = self.plan.settings_ids[model_name][task.name]
                 start = time.perf_counter()
-                for how in passes:
-                    size = self.config.batch_size if how.name is None else 1
-                    for batch in batches(work[how.name], size):  # by length when batched (``schedule``)
-                        samples.run(loaded, task, batch, settings_id, self.runs, warmup=not warm, bar=bar, how=how)
+                for how, pending in work:
+                    for batch in self.schedule.batches(how, pending):  # by length when batched
+                        samples.run_batch(loaded, task, batch, settings_id=settings_id, runs=self.runs, warmup=not warm,
+                                          bar=bar, how=how)
                         warm = True
                 bar.close()
                 self._record_task_time(model_name, task.name, time.perf_counter() - start, work)
             self._record_engine(loaded, executor)
-        return sum(len(todo) for _, work in plan for pending in work.values() for _, todo in pending)
+        return sum(_runs_in(work) for _, work in plan)
 
-    def _passes(self) -> list[Pass]:
-        return sweep_passes(self.config)
-
-    def _work(self, model_name: str, task, done: set[tuple]) -> dict[str | None, list[tuple[PlannedSample, list[PlannedRun]]]]:
-        """Per pass, (sample, runs not done yet) for this process's samples of ``task``: every sample
-        in the scoring pass, those of the task's first ``--timing-samples`` in the timing pass."""
+    def _work(self, model_name: str, task, done: set[RunKey]) -> list[tuple[Pass, list[Work]]]:
+        """Per pass of the schedule, this process's samples of ``task`` it takes, under the runs not
+        done yet."""
         settings_id = self.plan.settings_ids[model_name][task.name]
-        passes = self._passes()
-        work: dict[str | None, list] = {how.name: [] for how in passes}
-        for index, planned in enumerate(self._samples[task.name]):
-            place = self.rank + index * self.world_size  # in the task: the timing subset is its first samples
-            for how in passes:
-                if how.name == TIMING_PASS and (place >= self.config.timing_samples or planned.sample.problem):
-                    continue
-                todo = [run for run in self.runs
-                        if _key(model_name, task.name, run, planned, settings_id, how.name) not in done]
-                if todo:
-                    work[how.name].append((planned, todo))
-        return work
+        share = self._samples[task.name]
+        places = [self.rank + index * self.world_size for index in range(len(share))]  # in the whole task
+
+        def todo(how: Pass, planned: PlannedSample) -> list[PlannedRun]:
+            return [run for run in self.runs if _key(model_name, task.name, run, planned, settings_id, how.name) not in done]
+
+        return self.schedule.work(zip(places, share), todo)
 
     def _load(self, model_name: str) -> LoadedModel:
         """The model, under the name the user gave (``demo``: the embedded demo model's folder); how long
         loading took is recorded (what ``kvprune estimate`` is checked against includes it)."""
         start = time.perf_counter()
         loaded = self.source.load(model_name, self.config, self.device)
-        append_run(self.config.out, dict(time=now(), model=model_name, kind=TASK_TIME_RECORD, task=None,
+        append_log_line(self.config.out, dict(time=now(), model=model_name, kind=TASK_TIME_RECORD, task=None,
                                          seconds=round(time.perf_counter() - start, 3), rank=self.rank))
         return loaded
 
-    def _record_task_time(self, model_name: str, task: str, seconds: float, work: dict) -> None:
+    def _record_task_time(self, model_name: str, task: str, seconds: float, work: list[tuple[Pass, list[Work]]]) -> None:
         """How long this process took over a task's runs (``runs.jsonl``): a sweep's cost, measured."""
-        append_run(self.config.out, dict(
+        append_log_line(self.config.out, dict(
             time=now(), model=model_name, kind=TASK_TIME_RECORD, task=task, seconds=round(seconds, 3), rank=self.rank,
-            runs={str(name): sum(len(todo) for _, todo in pending) for name, pending in work.items()},
+            runs={str(how.name): _runs_in([(how, pending)]) for how, pending in work},
         ))
 
     def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:
         """What decoding compiled and kept for this model (``runs.jsonl``): compiled graphs, captured CUDA
         graphs, decode states and the memory they hold, and any run that could not use a graph and why."""
-        generator = executor.generator
-        if generator is None:
+        engine = executor.engine
+        if engine is None:
             return
         graphs, recompiles = compile_counters()
-        append_run(self.config.out, dict(
+        append_log_line(self.config.out, dict(
             time=now(), model=loaded.name, kind=ENGINE_RECORD, compile_graphs=graphs, recompiles=recompiles,
-            cuda_graphs=generator.captures,
-            decode_states=generator.states, decode_state_bytes=generator.state_bytes,
-            fallbacks=generator.fallbacks, unsupported=generator.unsupported,
+            cuda_graphs=engine.captures,
+            decode_states=engine.states, decode_state_bytes=engine.state_bytes,
+            fallbacks=engine.fallbacks, unsupported=engine.unsupported,
         ))
 
-    def _record_run(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
+    def _record_model(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
         """Record what runs where (card, versions, audio encoder path) and each task as it runs, so
         that numbers can be traced and results summarised even after a task file changes."""
         where = environment(self.device)
-        append_run(self.config.out, dict(
+        append_log_line(self.config.out, dict(
             time=where.time,
             started=self.started,
             command=self.command,
@@ -268,13 +261,15 @@ class SweepRunner:
         ))
 
 
+def _runs_in(work: list[tuple[Pass, list[Work]]]) -> int:
+    return sum(len(item.runs) for _, pending in work for item in pending)
+
+
 def _key(model_name: str, task_name: str, run: PlannedRun, planned: PlannedSample, settings_id: str,
-         pass_name: str | None) -> tuple:
-    return run_key(dict(
-        model=model_name, task=task_name, method=run.method, ratio=run.ratio, layer=run.layer,
-        method_id=run.method_id, sample_id=planned.sample.id, input_hash=planned.input_hash, settings_id=settings_id,
-        **({"pass": pass_name} if pass_name else {}),
-    ))
+         pass_name: str | None) -> RunKey:
+    return RunKey.of(model=model_name, task=task_name, method=run.method, ratio=run.ratio, layer=run.layer,
+                     method_id=run.method_id, sample_id=planned.sample.id, input_hash=planned.input_hash,
+                     settings_id=settings_id, pass_name=pass_name)
 
 
 def run_sweep(config: SweepConfig, progress: bool = True, command: str | None = None,

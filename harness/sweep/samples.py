@@ -13,17 +13,16 @@ bug in one press, a parser that fails on one output) becomes that run's error ro
 on; a batch whose call fails is retried one sample at a time, so that one bad sample costs only its
 own row.
 
-Rows say how they were made: ``batch_size`` (rows decoded together) and ``batch_id``; rows of a
-timing pass (``pass: timing``) carry per-sample prefill and decode times; rows of a batched or
-sharing pass carry the batch's times (``batch_prefill_s``, ``batch_decode_s``), which give
-throughput, not per-sample latency.
+Rows (``rows.ResultRow``) say how they were made (``Generation``: rows decoded together, the batch's
+id, what was reused); a timed pass's rows carry their own prefill and decode times (``SampleTiming``),
+a batched or sharing pass's the batch's (``BatchTiming``), which give throughput, not per-sample latency.
 """
 
 from __future__ import annotations
 
 import uuid
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 
 from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.generation.layer_reuse import LayerReuse, share_layers_below
@@ -33,33 +32,24 @@ from ..setup.device import release_memory
 from ..setup.environment import now
 from ..tasks.task import Task, TaskDataError
 from .config import SweepConfig
-from .execute import BatchGeneration, Executor
+from .execute import BatchGeneration, Executor, SampleOutput
 from .plan import PlannedRun, PlannedSample
+from .rows import BatchTiming, Generation, Received, ResultRow, SampleTiming
+from .schedule import Pass, Work
 from .source import VISUAL, Checkpoints
 from .store import ResultStore
 
 
-def kept_counts(base: dict, kept: dict[str, int] | None) -> dict:
-    """A row's kept tokens, audio and visual apart: ``kept_tokens`` (audio) and, for a model that sees,
-    ``kept_video_tokens`` (video frames and images); a modality outside the press's scope (or a run
-    without a press, or one that failed) kept all of its tokens."""
+def kept_counts(received: Received | None, kept: dict[str, int] | None) -> tuple[int | None, int | None]:
+    """A row's kept tokens, audio and visual apart: audio, and for a model that sees, video frames and
+    images (None for a model that does not); a modality outside the press's scope (or a run without a
+    press, or one that failed) kept all of its tokens."""
     kept = kept or {}
-    counts = {"kept_tokens": kept.get("audio", base.get("audio_tokens"))}
-    if "video_tokens" in base:
-        visual = [kept[modality] for modality in VISUAL if modality in kept]
-        counts["kept_video_tokens"] = sum(visual) if visual else base["video_tokens"]
-    return counts
-
-
-@dataclass
-class Pass:
-    """How a batch runs: its samples decoded together or not, encoder outputs reused or not, and
-    whether its rows time each sample (``timed``) or only the batch."""
-
-    name: str | None  # None: the pass that scores (every sample once); "timing": the timing subset (store.TIMING_PASS)
-    reuse_encoder: bool
-    timed: bool
-    share_layers: bool = False  # layers < K computed once per sample for the token presses at K
+    audio = kept.get("audio", received.audio_tokens if received else None)
+    if received is None or received.video_tokens is None:
+        return audio, None
+    visual = [kept[modality] for modality in VISUAL if modality in kept]
+    return audio, sum(visual) if visual else received.video_tokens
 
 
 class SampleRunner:
@@ -74,16 +64,16 @@ class SampleRunner:
         self.judge = judge  # for the judged steps of grading (refine, judged metrics): harness.judge
         self.source = source or Checkpoints()  # how a sample's inputs are made, and how long its answer is
 
-    def run(self, loaded: LoadedModel, task: Task, batch: list[tuple[PlannedSample, list[PlannedRun]]],
-            settings_id: str, runs: list[PlannedRun], warmup: bool, bar, how: Pass) -> None:
+    def run_batch(self, loaded: LoadedModel, task: Task, batch: list[Work], *, settings_id: str, runs: list[PlannedRun],
+            warmup: bool, bar, how: Pass) -> None:
         prepared = []
         for planned, todo in batch:
             base = self._base(loaded, task, planned, settings_id, warmup)
             try:
                 if planned.sample.problem:
                     raise TaskDataError(planned.sample.problem)
-                base.update(self.source.prepare(loaded, task, planned, self.config.long_audio_policy(task.name)))
-                prepared.append((planned, todo, base, base.pop("inputs")))
+                made = self.source.prepare(loaded, task, planned, self.config.long_audio_policy(task.name))
+                prepared.append((planned, todo, replace(base, received=Received.of(made)), made["inputs"]))
             except Exception as error:  # one bad sample must not stop the sweep
                 for run in todo:
                     self._append(task, planned, base, run, how, error=error)
@@ -107,12 +97,12 @@ class SampleRunner:
         answers = None if None in answers else [min(n, max_new_tokens) for n in answers]
         hits, layer_hits = self.reuse.hits, self.layers.hits
         try:
-            generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
-            if how.timed and generation.timing.compiled:  # it compiled or captured: time it again, warm
-                generation = self.executor.run([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
+            generation = self.executor.generate([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
+            if how.times_again(generation.timing.compiled):  # it compiled or captured: time it again, warm
+                generation = self.executor.generate([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
         except Exception as error:
             release_memory()
-            if len(members) > 1:  # find the sample that fails: each alone
+            if len(members) > 1:  # find the sample that fails: each alone (``schedule``)
                 for member in members:
                     self._generate(task, run, [member], how, bar)
                 return
@@ -120,56 +110,57 @@ class SampleRunner:
             self._append(task, planned, base, run, how, error=error)
             bar.update()
             return
-        batch = dict(batch_size=len(members), batch_id=uuid.uuid4().hex[:12], encoder_reused=self.reuse.hits > hits,
-                     layers_reused=self.layers.hits > layer_hits)
+        record = Generation(
+            batch_size=len(members), batch_id=uuid.uuid4().hex[:12], encoder_reused=self.reuse.hits > hits,
+            layers_reused=self.layers.hits > layer_hits, engine=generation.engine, engine_note=generation.note or None,
+            graphs_captured=generation.graphs_captured, compilations=generation.compilations,
+        )
         for (planned, base, _), sample in zip(members, generation.samples):
-            self._append(task, planned, base, run, how, sample=sample, generation=generation, batch=batch)
+            self._append(task, planned, base, run, how, sample=sample, record=record, timing=_timing(generation, sample, how))
             bar.update()
 
-    def _base(self, loaded: LoadedModel, task: Task, planned: PlannedSample, settings_id: str, warmup: bool) -> dict:
+    def _base(self, loaded: LoadedModel, task: Task, planned: PlannedSample, settings_id: str, warmup: bool) -> ResultRow:
+        """The row of ``planned`` before any run: the sample as this sweep sees it."""
         sample = planned.sample
-        return dict(
+        return ResultRow(
             model=loaded.name, family=loaded.family.name, task=task.name, sample_id=sample.id,
             item=sample.item, input_hash=planned.input_hash, grade_hash=planned.grade_hash, settings_id=settings_id,
             reference=sample.answer, meta=sample.meta, position=sample.position, warmup=warmup,
-            **({"dry_run": True} if self.source.dry_run else {}),
-            **self._audio_input(planned),
+            dry_run=self.source.dry_run, audio_input=self._audio_input(planned),
         )
 
-    def _audio_input(self, planned: PlannedSample) -> dict:
-        """Under ``--no-audio``, what stood for the sample's audio (``audio_input``: ``none``, or the
-        task's ``caption``); nothing otherwise (the prompt held its audio)."""
+    def _audio_input(self, planned: PlannedSample) -> str | None:
+        """Under ``--no-audio``, what stood for the sample's audio: ``none``, or the task's ``caption``;
+        None otherwise (the prompt held its audio)."""
         if not self.config.no_audio:
-            return {}
-        return {"audio_input": "caption" if planned.prompt is not None and planned.prompt.captioned else "none"}
+            return None
+        return "caption" if planned.prompt is not None and planned.prompt.captioned else "none"
 
-    def _append(self, task: Task, planned: PlannedSample, base: dict, run: PlannedRun, how: Pass, sample=None,
-                generation: BatchGeneration | None = None, batch: dict | None = None, error=None) -> None:
+    def _append(self, task: Task, planned: PlannedSample, base: ResultRow, run: PlannedRun, how: Pass, *,
+                sample: SampleOutput | None = None, record: Generation | None = None,
+                timing: SampleTiming | BatchTiming | None = None, error: Exception | None = None) -> None:
+        """``base`` under ``run``: its output graded (or its error), appended to the store."""
         output = sample.output if sample is not None else None
         grade = task.grade(output, planned.sample, self.judge, failure=None if error is None else str(error))
         error = error or grade.error
-        row = dict(
-            base,
-            method=run.method,
-            ratio=run.ratio,
-            layer=run.layer,
-            method_id=run.method_id,
-            output=output,
-            parsed=grade.parsed,
-            **grade.scores,
-            **kept_counts(base, sample.kept if sample is not None else None),
-            error=None if error is None else f"{type(error).__name__}: {error}",
-            time=now(),
+        kept, kept_video = kept_counts(base.received, sample.kept if sample is not None else None)
+        self.store.append(replace(
+            base, method=run.method, ratio=run.ratio, layer=run.layer, method_id=run.method_id, output=output,
+            parsed=grade.parsed, scores=grade.scores, kept_tokens=kept, kept_video_tokens=kept_video,
+            error=None if error is None else f"{type(error).__name__}: {error}", time=now(), pass_name=how.name,
+            generation=record, timing=timing,
+        ))
+
+
+def _timing(generation: BatchGeneration, sample: SampleOutput, how: Pass) -> SampleTiming | BatchTiming:
+    """A row's times: its own call's (a timed pass), or its batch's call's."""
+    timing = generation.timing
+    if how.timed:
+        return SampleTiming(
+            prefill_s=timing.prefill_s, decode_s=timing.decode_s, new_tokens=sample.new_tokens,
+            peak_memory_bytes=timing.peak_memory_bytes, kv_cache_bytes=timing.kv_cache_bytes,
+            kv_held_bytes=timing.kv_held_bytes, cache=timing.cache, compiled=timing.compiled,
+            decode_tokens_per_s=timing.decode_tokens_per_s,
         )
-        if how.name is not None:
-            row["pass"] = how.name
-        if generation is not None:
-            row.update(batch, engine=generation.engine, engine_note=generation.note or None,
-                       graphs_captured=generation.graphs_captured, compilations=generation.compilations)
-            timing = generation.timing
-            if how.timed:
-                row.update(asdict(timing), decode_tokens_per_s=timing.decode_tokens_per_s, new_tokens=sample.new_tokens)
-            else:
-                row.update(batch_prefill_s=timing.prefill_s, batch_decode_s=timing.decode_s, new_tokens=sample.new_tokens,
-                           batch_new_tokens=timing.new_tokens, cache=timing.cache, compiled=timing.compiled)
-        self.store.append(row)
+    return BatchTiming(prefill_s=timing.prefill_s, decode_s=timing.decode_s, new_tokens=sample.new_tokens,
+                       batch_new_tokens=timing.new_tokens, cache=timing.cache, compiled=timing.compiled)

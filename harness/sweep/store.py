@@ -1,5 +1,7 @@
-"""A sweep folder on disk: ``results.jsonl``, one JSON line per finished sample, and ``runs.jsonl``,
-one line per model run (each start or resume), saying where it ran and with which task configs.
+"""A sweep folder on disk: ``results.jsonl``, one JSON line per finished sample and run (a
+``rows.ResultRow``), and the sweep's log, ``runs.jsonl``: one line per model each start or resume
+loads, saying where it ran and with which task configs (and lines of other ``kind``: each task's time,
+what the engine compiled).
 
 A result line is written and flushed the moment its sample is done, so an interrupted sweep loses at
 most the sample in flight; a rerun reads the lines back and skips every run whose key is present.
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -24,37 +27,29 @@ from ..judge.errors import judge_error_names
 from ..tasks.task import Task, task_from_config
 from .disk import ResultsFileWarning, cannot_write, write_line
 from .identity import DIGESTS_FILE, PLAN_FILE
+from .rows import ResultRow, RunKey, results_frame
 
 RUNS_FILE = "runs.jsonl"
 JUDGE_ERRORS = judge_error_names()
-#: a run's identity (see ``identity``): the readable fields and the digests of everything else; ``pass``
-#: tells a timing-subset row ("timing") from the row that scores the same sample and run (none)
-KEY_FIELDS = ("model", "task", "method", "ratio", "layer", "method_id", "sample_id", "input_hash", "settings_id", "pass")
 #: what ``--overwrite`` removes: the files a sweep writes (other files in the folder stay)
 OUTPUT_PATTERNS = ("results*.jsonl", "results*.jsonl.unreadable", RUNS_FILE, PLAN_FILE, DIGESTS_FILE, "summary.csv",
                    "breakdown.csv", "report.md", "judge.jsonl", "*_score_vs_ratio.png", "*_score_vs_prefill.png",
                    "*_kv_saved.png")
 
 
-def run_key(row: dict) -> tuple:
-    return tuple(round(row[k], 6) if k == "ratio" else row.get(k) for k in KEY_FIELDS)
-
-
-def judge_failed(row: dict) -> bool:
+def judge_failed(row: ResultRow) -> bool:
     """Whether a row holds an output whose grading failed because the judge did (an error of
     ``harness.judge``): grading it again needs the judge, not the model."""
-    error = row.get("error")
-    return row.get("output") is not None and isinstance(error, str) and error.partition(":")[0] in JUDGE_ERRORS
+    return row.output is not None and isinstance(row.error, str) and row.error.partition(":")[0] in JUDGE_ERRORS
 
 
-def unique_runs(rows: list[dict]) -> list[dict]:
+def unique_runs(rows: list[ResultRow]) -> list[ResultRow]:
     """One row per run: where a run was recorded twice (an error, then its retry), the last
     successful one, else the last."""
-    chosen: dict[tuple, dict] = {}
+    chosen: dict[RunKey, ResultRow] = {}
     for row in rows:
-        key = run_key(row)
-        if key not in chosen or not row.get("error") or chosen[key].get("error"):
-            chosen[key] = row
+        if row.key not in chosen or not row.error or chosen[row.key].error:
+            chosen[row.key] = row
     return list(chosen.values())
 
 
@@ -89,13 +84,13 @@ def _parsed(line: str) -> tuple[dict | None, str | None]:
     return (row, None) if isinstance(row, dict) else (None, "not a JSON object")
 
 
-def read_rows(out_dir: Path) -> list[dict]:
-    """Every complete line of every results file."""
-    return [row for path in results_files(out_dir) for row in _json_lines(path)]
+def read_rows(out_dir: Path) -> list[ResultRow]:
+    """The row of every complete line of every results file."""
+    return [ResultRow.from_json(line) for path in results_files(out_dir) for line in _json_lines(path)]
 
 
-def append_run(out_dir: Path, info: dict) -> None:
-    """Append one model run's line to ``runs.jsonl`` (paths and method specs written as text)."""
+def append_log_line(out_dir: Path, info: dict) -> None:
+    """Append one line to the sweep's log, ``runs.jsonl`` (paths and method specs written as text)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RUNS_FILE
     _drop_cut_line(path)
@@ -119,9 +114,10 @@ ENGINE_RECORD = "engine"  # the ``kind`` of a runs.jsonl line recording what dec
 TASK_TIME_RECORD = "time"  # the ``kind`` of a runs.jsonl line recording the seconds a model's loading or a task took
 
 
-def read_runs(out_dir: Path | str, kind: str | None = None) -> list[dict]:
-    """The model runs of ``runs.jsonl``, oldest first (none for a folder without one); ``kind="engine"``:
-    instead, the lines recording what the generation engine compiled and kept for each model run;
+def read_log(out_dir: Path | str, kind: str | None = None) -> list[dict]:
+    """The lines of the sweep's log, ``runs.jsonl``, oldest first (none for a folder without one): those
+    recording each model a sweep loaded (where it ran, the versions, its tasks' configs); ``kind="engine"``:
+    instead, those recording what the generation engine compiled and kept for each model;
     ``kind="time"``: the seconds each model's loading and each task took."""
     path = Path(out_dir) / RUNS_FILE
     lines = _json_lines(path) if path.exists() else []
@@ -131,7 +127,7 @@ def read_runs(out_dir: Path | str, kind: str | None = None) -> list[dict]:
 def recorded_tasks(out_dir: Path | str) -> dict[str, Task]:
     """The tasks as the sweep ran them: each task name's latest config in ``runs.jsonl``."""
     configs: dict[str, dict] = {}
-    for run in read_runs(out_dir):
+    for run in read_log(out_dir):
         configs.update(run.get("tasks", {}))
     return {name: task_from_config(config, source=f"{Path(out_dir) / RUNS_FILE}, task {name}") for name, config in configs.items()}
 
@@ -141,7 +137,7 @@ def read_results(out_dir: Path | str) -> pd.DataFrame:
     rows = read_rows(Path(out_dir))
     if not rows:
         raise FileNotFoundError(f"no results in {out_dir}: expected results*.jsonl written by `kvprune sweep`")
-    return pd.DataFrame(rows)
+    return results_frame(rows)
 
 
 class ResultStore:
@@ -149,26 +145,28 @@ class ResultStore:
     unbuffered write: a write that fails (a full disk) raises ``SweepOutputError`` at once, and
     ``close`` has nothing left to write."""
 
-    def __init__(self, out_dir: Path, rank: int = 0, world_size: int = 1, stamp: dict | None = None):
+    def __init__(self, out_dir: Path, rank: int = 0, world_size: int = 1, started: str | None = None):
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.path = out_dir / ("results.jsonl" if world_size == 1 else f"results.rank{rank}.jsonl")
-        self.stamp = stamp or {}  # fields a row gets unless it has them (the start that wrote it)
+        self.started = started  # the start that writes: a row gets it unless it has its own
         self.written = 0  # lines appended by this store
         self._handle = None
 
-    def done_keys(self, retry_errors: bool = False) -> set[tuple]:
+    def done_keys(self, retry_errors: bool = False) -> set[RunKey]:
         """The keys of the runs recorded; with ``retry_errors``, not those that failed, but for runs
         whose grading the judge failed: they are graded again from their outputs, not generated again
         (``rescore.regrade_judge_failures``)."""
-        return {run_key(r) for r in read_rows(self.out_dir) if not (retry_errors and r.get("error") and not judge_failed(r))}
+        return {r.key for r in read_rows(self.out_dir) if not (retry_errors and r.error and not judge_failed(r))}
 
-    def append(self, row: dict) -> None:
+    def append(self, row: ResultRow) -> None:
+        if row.started is None and self.started is not None:
+            row = replace(row, started=self.started)
         try:
             if self._handle is None:
                 _drop_cut_line(self.path)
                 self._handle = open(self.path, "ab", buffering=0)
-            write_line(self._handle, json.dumps({**self.stamp, **row}, ensure_ascii=False) + "\n")
+            write_line(self._handle, json.dumps(row.to_json(), ensure_ascii=False) + "\n")
         except OSError as error:
             self.close()
             raise cannot_write(self.path, error, f"the {self.written} rows this sweep wrote before are kept, and a line "

@@ -31,6 +31,7 @@ from ..tasks.metrics import METRICS, NO_ANSWER
 from ..tasks.task import Task, get_task
 from .config import BASELINE
 from .identity import SweepPlan, read_plan
+from .rows import ResultRow, results_frame
 from .store import TIMING_PASS, read_rows, recorded_tasks, unique_runs
 
 GROUP = ["model", "task", "method", "layer", "method_id", "settings_id", "ratio"]
@@ -57,7 +58,7 @@ def folder_results(out_dir: Path | str, everything: bool = False) -> pd.DataFram
     return select_results(out_dir, read_rows(Path(out_dir)), read_plan(out_dir), everything)
 
 
-def select_results(out_dir: Path | str, rows: list[dict], plan: SweepPlan | None, everything: bool = False) -> pd.DataFrame:
+def select_results(out_dir: Path | str, rows: list[ResultRow], plan: SweepPlan | None, everything: bool = False) -> pd.DataFrame:
     """``folder_results`` of the ``rows`` and ``plan`` already read from ``out_dir``."""
     if plan is not None:  # what the plan asks for, or everything but the rows of samples changed since
         rows = plan.current(rows) if everything else plan.select(rows)
@@ -66,7 +67,7 @@ def select_results(out_dir: Path | str, rows: list[dict], plan: SweepPlan | None
     if not rows:
         what = "results*.jsonl written by `kvprune sweep`" if plan is None else "results of the runs plan.json asks for"
         raise FileNotFoundError(f"no results in {out_dir}: expected {what} (`kvprune report --all` summarises every result)")
-    return pd.DataFrame(rows)
+    return results_frame(rows)
 
 
 def summarize(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) -> pd.DataFrame:

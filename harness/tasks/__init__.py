@@ -1,9 +1,9 @@
-"""Benchmark tasks as declarative YAML: the task model, the dataset readers, answer parsers and metrics.
+"""Benchmark tasks as declarative YAML: the task model, the dataset readers, answer parsers and metrics,
+and the benchmarks' folders (``benchmarks/``).
 
 A registry's module defines it and never imports the modules that fill it: importing this package
-imports them (the benchmarks' metrics of ``official_metrics``; the layouts of ``dataset_layouts``
-register as that package is imported; AVI-Bench's metrics are ``avibench_metrics``), so every built-in
-is registered whichever module is used.
+imports them (the layouts of ``dataset_layouts`` and each benchmark's registrations, as those
+packages are imported), so every built-in is registered whichever module is used.
 """
 
-from . import avibench_metrics, dataset_layouts, official_metrics  # noqa: F401  (they register the built-ins)
+from . import benchmarks, dataset_layouts  # noqa: F401  (they register the built-ins)

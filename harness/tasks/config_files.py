@@ -3,8 +3,9 @@
 ``include:`` names one file or a list of them, whose fields the including file starts from:
 
 - a value ending in ``.yaml`` or ``.yml`` is a path, relative to the including file's folder;
-- any other value is a built-in config by name: a task (``include: gtzan``) or a base that exists
-  only to be included (``include: _demo``; files whose name starts with ``_`` are not tasks).
+- any other value is a built-in config by name, in any benchmark's folder: a task (``include: gtzan``)
+  or a base that exists only to be included (``include: _mmau``; files whose name starts with ``_``
+  are not tasks).
 
 Merging is a plain override of top-level keys: included files are applied in order, then the
 including file's own fields replace theirs whole (a ``layout_options`` mapping is replaced, not
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import yaml
 
-CONFIGS_DIR = Path(__file__).parent / "configs"  # the built-in tasks and their bases
+from .benchmark import builtin_configs
+
 YAML_SUFFIXES = (".yaml", ".yml")
 
 
@@ -30,11 +32,6 @@ class TaskConfigError(ValueError):
 def is_task_file(text: str) -> bool:
     """Whether a task reference (``--tasks`` entry, ``include:`` value) is a path to a YAML file."""
     return str(text).endswith(YAML_SUFFIXES)
-
-
-def builtin_configs() -> dict[str, Path]:
-    """Every built-in config file by name, bases (``_...``) included."""
-    return {path.stem: path for path in sorted(CONFIGS_DIR.glob("*.yaml"))}
 
 
 def read_task_config(path: Path | str) -> dict:

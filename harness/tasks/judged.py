@@ -3,7 +3,7 @@
 
 A task's ``refine`` names a step (``REFINERS``) that, when the sweep has a judge, rewrites the
 model's reply before it is parsed and scored, as a benchmark's official pipeline does (AVI-Bench's
-refine step: ``official.avibench_refine``). Without a judge the reply is scored as it is. A judged
+refine step: ``benchmarks/avibench/refine.py``). Without a judge the reply is scored as it is. A judged
 metric (``Metric.judged``) is given the judge as ``judge=``; a task with one cannot run without a
 judge. A judge that keeps failing raises ``JudgeError``: the sample's grade is that error (an error
 row), never a score.
@@ -16,17 +16,10 @@ from collections.abc import Callable
 from kvprune.registry import Registry
 
 from ..judge import Judge
-from ..official.avibench_refine import refine_reply
 from .sample import Sample
 
 #: refine step name -> ``fn(judge, sample, reply) -> refined reply``
 REFINERS: Registry[Callable[[Judge, Sample, str], str | None]] = Registry("refine step")
-
-
-@REFINERS.register("avibench")
-def avibench_refine(judge: Judge, sample: Sample, reply: str) -> str | None:
-    """AVI-Bench's refine step on the sample's official entry (tasks it does not refine: the reply)."""
-    return refine_reply(judge, sample.meta["entry"], reply)
 
 
 class JudgeNeeded(ValueError):

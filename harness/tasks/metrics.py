@@ -13,8 +13,8 @@ better (WER: lower); the summary, its Pareto fronts and the plots follow that di
 unparsed answer (``None``) is a wrong prediction: it matches no class, so it adds a false negative to
 the gold class and a false positive to none (AudioMarathon's scripts drop such answers before
 computing F1: the ``audiomarathon`` protocol's metrics do so). WER is computed on the normalisation
-of ``normalize_transcript``. The benchmarks' own metrics are in ``official_metrics``, which registers
-them when the ``tasks`` package is imported (this module does not import the modules that register).
+of ``normalize_transcript``. The benchmarks' own metrics are in their folders (``benchmarks/<name>/metrics.py``), which
+register them when the ``tasks`` package is imported (this module does not import the modules that register).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Literal
 
 from kvprune.registry import Registry
 
-from ..official.classification import f1
-from ..official.edit_distance import edit_distance
+from ..scoring.classification import f1
+from ..scoring.edit_distance import edit_distance
 
 if TYPE_CHECKING:
     from .sample import Sample

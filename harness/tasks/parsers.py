@@ -26,11 +26,9 @@ transcript, ``None`` when the output holds no answer it can trust (scored as wro
 
 Only letters within the sample's choices count (``C`` means nothing on a two-choice task).
 
-The other parsers hand benchmarks' official scorers what they read: the reply itself (``raw``,
-``answer_span``), STAR-Bench's letter (``starbench``), AudioMarathon's per-task label
-(``audiomarathon_<task>``, its Qwen2.5-Omni scripts' extractors, and
-``audiomarathon_<family>_<task>``, its scripts for Phi-4-MM, Aero-1 and Voxtral: a letter,
-``real``/``fake``, an option's text, a transcript; ``""`` when they find nothing).
+``raw`` hands benchmarks' official scorers the reply itself. A benchmark's own parsers are in its
+folder (``benchmarks/<name>/parsers.py``): MMAU's ``answer_span``, STAR-Bench's letter
+(``starbench``), AudioMarathon's per-task labels (``audiomarathon_<task>``, ``audiomarathon_<family>_<task>``).
 """
 
 from __future__ import annotations
@@ -41,7 +39,6 @@ from collections.abc import Callable, Sequence
 
 from kvprune.registry import Registry
 
-from ..official import audiomarathon, audiomarathon_models, mmau, starbench
 
 Parser = Callable[[str, Sequence[str]], str | None]
 PARSERS: Registry[Parser] = Registry("parser")
@@ -163,85 +160,3 @@ def parse_transcript(output: str, choices: Sequence[str] = ()) -> str | None:
 def parse_raw(output: str, choices: Sequence[str] = ()) -> str:
     """The whole reply: the official MMAU/MMAR, AVI-Bench and ST-AudioQA scorers read it as it is."""
     return output
-
-
-@register_parser("answer_span")
-def parse_answer_span(output: str, choices: Sequence[str] = ()) -> str:
-    """The text of the last ``<answer>...</answer>`` in the reply, else the whole reply (ours, for
-    reasoning models: MMAR's scripts take the final answer apart from the reasoning)."""
-    return mmau.answer_span(output)
-
-
-# -- STAR-Bench -------------------------------------------------------------------------------------
-
-
-@register_parser("starbench")
-def parse_starbench(output: str, choices: Sequence[str]) -> str | None:
-    """STAR-Bench's ``parse_multi_choice_response`` with all its quirks (``starbench.parse_answer``):
-    its ``"<X>"`` as the letter ``X``, ``None`` for its ``"Z"``. A lower-case letter after a keyword
-    (``answer: b``) stays lower-case, so it never equals a gold letter, as there."""
-    parsed = starbench.parse_answer(output, choices)
-    return None if parsed == starbench.NO_ANSWER else parsed.strip("<>")
-
-
-# -- AudioMarathon's per-task extraction (the audiomarathon protocol) --------------------------------
-
-
-def _choice_fields(choices: Sequence[str]) -> dict[str, str]:
-    """Options keyed as AudioMarathon's items key them: ``choice_a``, ``choice_b``..."""
-    return {f"choice_{letter.lower()}": text for letter, text in zip(string.ascii_uppercase, choices)}
-
-
-_AUDIOMARATHON = {
-    "sed": lambda output, choices: audiomarathon.letter_desed(output),
-    "mc": lambda output, choices: audiomarathon.letter_gtzan(output),
-    "scr": lambda output, choices: audiomarathon.letter_race(output),
-    "ser": lambda output, choices: audiomarathon.letter_slue(output),
-    "asc": lambda output, choices: audiomarathon.letter_tau(output, choices),
-    "er": lambda output, choices: audiomarathon.letter_vesus(output, _choice_fields(choices)),
-    "sd": lambda output, choices: audiomarathon.label_had(output),
-    "sar": lambda output, choices: audiomarathon.label_age(output, _choice_fields(choices)),
-    "sgr": lambda output, choices: audiomarathon.label_gender(output, *choices[:2]),
-    "asr": lambda output, choices: audiomarathon.transcript(output),
-}
-for _task, _extract in _AUDIOMARATHON.items():
-    register_parser(f"audiomarathon_{_task}")(_extract)
-
-
-# The other models' scripts (``official.audiomarathon_models``), by the kvprune family they ran.
-
-
-def _reply(extract: Callable[[str], str]) -> Parser:
-    return lambda output, choices: extract(output)
-
-
-def _keyed(extract: Callable[[str, dict], str], count: int | None = None) -> Parser:
-    """An extractor reading options keyed ``choice_a``... (the first ``count`` of them)."""
-    return lambda output, choices: extract(output, _choice_fields(choices[:count]))
-
-
-_LETTER, _FIRST_LETTER = _reply(audiomarathon.choice_letter), _reply(audiomarathon.letter_race)
-_GENDER, _TRANSCRIPT = _reply(audiomarathon.label_gender), _reply(audiomarathon.clean_transcript)
-_EMOTION = _keyed(audiomarathon_models.emotion_choice)
-_AUDIOMARATHON_MODELS = {
-    "phi4_multimodal": {  # src/Phi4MM/Others/*_test.py
-        "sed": _LETTER, "ser": _LETTER, "mc": _FIRST_LETTER, "scr": _FIRST_LETTER, "asc": audiomarathon.scene_letter,
-        "er": _EMOTION, "sd": _reply(audiomarathon_models.authenticity_phi4),
-        "sar": _keyed(audiomarathon_models.age_choice), "sgr": _GENDER,
-    },
-    "aero": {  # src/Aero-1/Others/*_test_aero.py, desed_aero1_test_sing_event.py
-        "sed": _LETTER, "ser": _LETTER, "mc": _FIRST_LETTER, "scr": _FIRST_LETTER, "asc": audiomarathon.scene_letter,
-        "er": _EMOTION, "sd": _reply(audiomarathon_models.authenticity_aero),
-        "sar": _keyed(audiomarathon_models.age_choice, 4),  # its choice_e is commented out
-        "sgr": _GENDER, "asr": _TRANSCRIPT,
-    },
-    "voxtral": {  # src/Voxtral/eval_*.py
-        "sed": _LETTER, "ser": _LETTER, "er": _LETTER, "mc": audiomarathon_models.genre_voxtral,
-        "scr": _reply(audiomarathon_models.race_voxtral), "asc": audiomarathon.scene_letter,
-        "sd": _reply(audiomarathon_models.authenticity_voxtral), "sar": _keyed(audiomarathon_models.age_voxtral),
-        "asr": _TRANSCRIPT,
-    },
-}
-for _family, _extractors in _AUDIOMARATHON_MODELS.items():
-    for _task, _extract in _extractors.items():
-        register_parser(f"audiomarathon_{_family}_{_task}")(_extract)

@@ -1,6 +1,6 @@
 """Suites: a benchmark's tasks under one name (``--tasks starbench``), with its aggregate score.
 
-A suite is a YAML file in ``configs/suites/``::
+A suite is its benchmark's ``suite.yaml`` (``benchmarks/<name>/suite.yaml``), named as the folder::
 
     title: STAR-Bench
     benchmark: STAR-Bench
@@ -29,10 +29,9 @@ import yaml
 
 from kvprune.registry import Registry
 
-from ..official.audiomarathon_durations import ALL_TASKS, BENCHMARK, BUCKETS, DurationBuckets
-from .config_files import CONFIGS_DIR, TaskConfigError
-
-SUITES_DIR = CONFIGS_DIR / "suites"
+from ..scoring.durations import DurationBuckets, suite_buckets
+from .benchmark import BENCHMARKS
+from .config_files import TaskConfigError
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class Suite:
     @property
     def duration_buckets(self) -> DurationBuckets | None:
         """The buckets of its tasks' durations together (AudioMarathon's analyse_all); None: no such view."""
-        return BUCKETS[ALL_TASKS] if self.benchmark == BENCHMARK else None
+        return suite_buckets(self.benchmark)
 
 
 _FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "aggregate_name": str, "levels": str,
@@ -61,8 +60,9 @@ _FIELDS = {"title": str, "benchmark": str, "tasks": list, "aggregate": list, "ag
 SUITE_LEVELS: Registry = Registry("suite levels")
 
 
-def read_suite(path: Path) -> Suite:
-    """The suite in a YAML file; TaskConfigError naming the file and field when it is malformed."""
+def read_suite(path: Path, name: str | None = None) -> Suite:
+    """The suite in a YAML file, named ``name`` (default: the file's name); TaskConfigError naming the
+    file and field when it is malformed."""
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as error:
@@ -77,21 +77,23 @@ def read_suite(path: Path) -> Suite:
             raise TaskConfigError(f"{path}: field {key!r}: expected {kind.__name__}")
     if not raw.get("tasks") or not all(isinstance(t, str) for t in raw["tasks"]):
         raise TaskConfigError(f"{path}: field 'tasks': list the suite's task names")
-    for name, members in raw.get("groups", {}).items():
+    for group, members in raw.get("groups", {}).items():
         if not isinstance(members, list) or not members or not set(members) <= set(raw["tasks"]):
-            raise TaskConfigError(f"{path}: field 'groups': group {name!r} must list some of the suite's tasks")
-    return Suite(path.stem, raw.get("title", path.stem), raw.get("benchmark", ""), tuple(raw["tasks"]),
+            raise TaskConfigError(f"{path}: field 'groups': group {group!r} must list some of the suite's tasks")
+    name = name or path.stem
+    return Suite(name, raw.get("title", name), raw.get("benchmark", ""), tuple(raw["tasks"]),
                  tuple(raw.get("aggregate", ())), raw.get("aggregate_name", "mean"), raw.get("levels"), raw.get("notes", ""),
-                 {name: tuple(members) for name, members in raw.get("groups", {}).items()})
+                 {group: tuple(members) for group, members in raw.get("groups", {}).items()})
 
 
-SUITES: Registry[Path] = Registry("suite")
-for _path in sorted(SUITES_DIR.glob("*.yaml")):
-    SUITES.register(_path.stem, _path)
+SUITES: Registry[Path] = Registry("suite")  # a benchmark's name -> its suite.yaml
+for _benchmark in BENCHMARKS.values():
+    if _benchmark.suite_file is not None:
+        SUITES.register(_benchmark.name, _benchmark.suite_file)
 
 
 def get_suite(name: str) -> Suite:
-    return read_suite(SUITES.get(name))
+    return read_suite(SUITES.get(name), name)
 
 
 def list_suites() -> list[Suite]:

@@ -1,7 +1,7 @@
 """Declarative benchmark tasks, in the spirit of EleutherAI's lm-evaluation-harness.
 
-A task is one YAML file (the built-in ones are in ``configs/``; ``include:`` lets one build on
-another, see ``config_files``): where its data lives and in which layout, the prompt (``prompts``),
+A task is one YAML file (the built-in ones are in their benchmarks' folders, ``benchmarks/<name>/``;
+``include:`` lets one build on another, see ``config_files``): where its data lives and in which layout, the prompt (``prompts``),
 how the audio's channels become clips (``channels``), protocol variants (``variants``), the answer
 parser, the metrics (primary first) and the generation length. ``Task`` turns that into Samples,
 prompts, parsed answers and scores; no task has Python of its own. A task keeps the resolved config
@@ -19,9 +19,10 @@ from pathlib import Path
 from kvprune.registry import Registry
 
 from ..channels import MEAN, Channels
-from ..official.audiomarathon_durations import DurationBuckets, task_buckets
+from ..scoring.durations import DurationBuckets, task_buckets
 from . import task_fields
-from .config_files import TaskConfigError, builtin_configs, is_task_file, read_task_config
+from .benchmark import builtin_configs
+from .config_files import TaskConfigError, is_task_file, read_task_config
 from .dataset_layouts import Layout
 from .judged import REFINERS
 from .metrics import METRICS, Metric
@@ -73,8 +74,9 @@ class Task:
 
     @property
     def duration_buckets(self) -> DurationBuckets:
-        """The buckets its score against audio duration uses: its AudioMarathon script's (by benchmark
-        and abbreviation, so that results recorded before keep theirs), analyse_all's for any other task."""
+        """The buckets its score against audio duration uses: its benchmark's for it (``scoring.durations``:
+        AudioMarathon's scripts', by benchmark and abbreviation, so that results recorded before keep
+        theirs), analyse_all's for any other task."""
         return task_buckets(self.benchmark, self.abbreviation)
 
     @property

@@ -1,14 +1,7 @@
 """Protocol variants: one item run several times, each run ``<item id>@<r>``, scored per run and per item.
 
-A task names one under ``variants:``, by name or as ``{name: ..., <its options>}``:
-
-- ``rotate_options`` (``direction``: ``right``, STAR-Bench's ``options[-r:] + options[:-r]``, or
-  ``left``, ``options[r:] + options[:r]``; ``runs``: ``all``, one run per option, or a number, runs
-  ``r = 0 .. runs-1`` with ``r`` taken modulo the option count): the gold letter is that of the first
-  option equal to the gold option's text in the rotated list.
-- ``starbench_clip_order``: STAR-Bench's temporal reasoning protocol, 3 runs showing the item's three
-  clips in the orders ``starbench.clip_order`` gives; the gold answer is recomputed from the order
-  (``"clip a -> clip b -> clip c"``), the item's own ``answer`` is not used, and the options stay.
+A task names one under ``variants:``, by name or as ``{name: ..., <its options>}``; the built-in
+ones are STAR-Bench's (``benchmarks/starbench/variants.py``: ``rotate_options``, ``starbench_clip_order``).
 
 Every run keeps the item's id as ``item`` (per-item scores such as ACR group by it) and records its
 run number (``run``) and the number of runs of its item (``runs``) in its metadata.
@@ -16,13 +9,11 @@ run number (``run``) and the number of runs of its item (``runs``) in its metada
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from kvprune.registry import Registry
 
-from ..official import starbench
-from .prompts import LETTERS
-from .sample import Sample, TaskDataError
+from .sample import Sample
 
 
 class Variant:
@@ -35,57 +26,7 @@ class Variant:
 VARIANTS: Registry[type[Variant]] = Registry("variant")
 
 
-def _run(sample: Sample, r: int, runs: int, **changes) -> Sample:
+def variant_run(sample: Sample, r: int, runs: int, **changes) -> Sample:
+    """Run ``r`` of ``runs`` of the item ``sample``: its id ``<id>@<r>``, its item kept, ``changes`` applied."""
     meta = {**sample.meta, **changes.pop("meta", {}), "run": r, "runs": runs}
     return replace(sample, id=f"{sample.id}@{r}", item=sample.item, meta=meta, **changes)
-
-
-@VARIANTS.register("rotate_options")
-@dataclass(frozen=True)
-class RotateOptions(Variant):
-    direction: str = "right"
-    runs: int | str = "all"
-
-    def __post_init__(self) -> None:
-        if self.direction not in ("right", "left"):
-            raise ValueError(f"direction={self.direction!r}: choose right (STAR-Bench) or left")
-        if self.runs != "all" and (not isinstance(self.runs, int) or isinstance(self.runs, bool) or self.runs < 1):
-            raise ValueError(f"runs={self.runs!r}: give all (one run per option) or a positive number")
-
-    def __call__(self, sample: Sample) -> list[Sample]:
-        count = len(sample.choices)
-        if count < 2 or sample.answer not in LETTERS[:count]:
-            raise TaskDataError(f"sample {sample.id}: rotate_options needs a multiple-choice sample with a gold letter")
-        gold_text = sample.choices[LETTERS.index(sample.answer)]
-        runs = count if self.runs == "all" else self.runs
-        samples = []
-        for r in range(runs):
-            choices = self.rotate(sample.choices, r)
-            samples.append(_run(sample, r, runs, choices=choices, answer=LETTERS[choices.index(gold_text)]))
-        return samples
-
-    def rotate(self, choices: tuple[str, ...], r: int) -> tuple[str, ...]:
-        if self.direction == "right":
-            return starbench.rotate(choices, r)
-        r %= len(choices)
-        return choices[r:] + choices[:r]
-
-
-@VARIANTS.register("starbench_clip_order")
-@dataclass(frozen=True)
-class StarBenchClipOrder(Variant):
-    def __call__(self, sample: Sample) -> list[Sample]:
-        if len(sample.audio) != 3:
-            raise TaskDataError(f"sample {sample.id}: STAR-Bench's clip orders need exactly 3 clips, not {len(sample.audio)}")
-        samples = []
-        for r in range(starbench.REASONING_RUNS):
-            try:
-                order = starbench.clip_order(sample.item, r)
-                gold = starbench.letter(sample.choices, starbench.temporal_answer(order))
-            except ValueError as error:
-                raise TaskDataError(f"sample {sample.id}: {error}") from None
-            samples.append(_run(
-                sample, r, starbench.REASONING_RUNS, audio=tuple(sample.audio[k - 1] for k in order), answer=gold.strip("<>"),
-                meta={"clip_order": "-".join(map(str, order))},
-            ))
-        return samples

@@ -159,10 +159,12 @@ RULES = [
     Rule(f"{H}.sweep", f"{H}.bench", "sweep and bench are siblings on setup"),
     Rule(f"{H}.tasks", f"{H}.sweep", "tasks are read by the sweep, never the other way"),
     Rule(f"{H}.tasks", f"{H}.bench", "tasks know nothing of speed measurement"),
-    # the judged rules (AVI-Bench's refine step, MMAR-Rubrics) ask a judge: official/ sits on judge/, a leaf
-    Rule(f"{H}.official", H, "official/ holds the benchmarks' rules", allowed=(f"{H}.official", f"{H}.judge")),
+    Rule(f"{H}.scoring", H, "scoring/ is a leaf: what the benchmarks' rules share", allowed=(f"{H}.scoring",)),
     Rule(f"{H}.judge", H, "judge/ is a leaf: a request in, a reply out", allowed=(f"{H}.judge",)),
 ]
+BENCHMARKS = f"{H}.tasks.benchmarks"
+#: the modules of a benchmark's folder that register what its rules add; every other module is its rules
+REGISTERING = {"metrics", "parsers", "variants", "layout"}
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: f"{r.importer}~{r.forbidden}".replace("kvprune.", ""))
@@ -170,3 +172,31 @@ def test_no_arrow_runs_back_up(rule):
     assert any(_within(m, rule.importer) for m in _modules()), f"no module under {rule.importer}: the rule is stale"
     broken = [str(edge) for edge in _edges() if rule.broken_by(edge)]
     assert not broken, f"{rule.why}, but:\n  " + "\n  ".join(broken)
+
+
+def _benchmark_module(module: str) -> bool:
+    """A module inside one benchmark's folder (not the package that imports them all)."""
+    return _within(module, BENCHMARKS) and module.count(".") > BENCHMARKS.count(".") + 1
+
+
+def test_a_benchmarks_rules_import_only_the_shared_arithmetic_and_a_judge():
+    """A benchmark's rules are pure functions over plain data, as the official code computes them: they
+    import only ``scoring/``, ``judge/`` (the judged rules: AVI-Bench's refine step, MMAR-Rubrics) and
+    other rules (MMAR's use MMAU's ``string_match``); what registers them in the task machinery is
+    apart (``REGISTERING``)."""
+    rules = {m for m in _modules() if _benchmark_module(m) and m.rpartition(".")[2] not in REGISTERING
+             and not _modules()[m].name == "__init__.py"}
+    assert {f"{BENCHMARKS}.starbench.rules", f"{BENCHMARKS}.avibench.refine"} <= rules, "the rules modules were found"
+    allowed = (f"{H}.scoring", f"{H}.judge", *rules)
+    broken = [str(e) for e in _edges() if e.importer in rules and _within(e.imported, H)
+              and not any(_within(e.imported, a) for a in allowed)]
+    assert not broken, "a benchmark's rules import the harness beyond scoring/ and judge/:\n  " + "\n  ".join(broken)
+
+
+def test_the_task_machinery_imports_no_benchmark():
+    """Benchmarks sit on the shared task machinery (task model, registries, parsers, metrics, layouts);
+    only the ``tasks`` package itself imports them, so that importing it registers every built-in."""
+    tasks = f"{H}.tasks"
+    broken = [str(e) for e in _edges() if _within(e.importer, tasks) and e.importer != tasks
+              and not _within(e.importer, BENCHMARKS) and _within(e.imported, BENCHMARKS)]
+    assert not broken, "the shared task machinery imports a benchmark:\n  " + "\n  ".join(broken)

@@ -53,13 +53,7 @@ def test_the_check_sees_a_long_signature(tmp_path):
     assert long_signatures(folder) == ["pkg/m.py:2 seven(7)"]
 
 
-@pytest.mark.parametrize("folder", [
-    "kvprune",
-    "presses",
-    pytest.param("harness", marks=pytest.mark.xfail(
-        reason="the harness's long signatures are the arch-harness branch's work (issue 31, its harness half)",
-        strict=False)),
-])
+@pytest.mark.parametrize("folder", ["kvprune", "presses", "harness"])
 def test_no_function_takes_more_than_six_arguments_by_position(folder):
     found = long_signatures(REPO / folder)
     assert not found, (f"functions under {folder}/ taking more than {LIMIT} arguments by position (name them: a "

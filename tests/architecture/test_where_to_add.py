@@ -1,7 +1,8 @@
 """docs/architecture.md's "Where to add", followed to the letter in a copy of the repository: a press, a
-model family and a task are added by touching exactly the files its table lists for them, and then work
-(listed, run on a tiny model, resolved, loaded) and keep the tests that cover every press and family
-green. If this fails because a file the table does not list had to change, fix the table."""
+model family, a task and a benchmark are added by touching exactly the files its table lists for them
+(a benchmark: one new folder and one registry line), and then work (listed, run on a tiny model,
+resolved, loaded, scored) and keep the tests that cover every press and family green. If this fails
+because a file the table does not list had to change, fix the table."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from pathlib import Path
 
 from tests.support.paths import REPO
 
-PRESS, FAMILY, TASK = "keep_first", "dummy_audio", "genre_check"
+PRESS, FAMILY, TASK, BENCHMARK = "keep_first", "dummy_audio", "genre_check", "dummy_bench"
+TASK_HOME = "audiomarathon"  # the benchmark folder the added task joins (it reads GTZAN's data)
 
 PRESS_MODULE = '''\
 """Keep the first tokens of each clip (a press added by following docs/architecture.md)."""
@@ -82,6 +84,38 @@ metrics: [accuracy]
 max_new_tokens: 4
 """
 
+# A benchmark: its folder (a task on GTZAN's data, its suite, its rule as a pure function, the metric that
+# wires it, its README) and one import line.
+BENCHMARK_FILES = {
+    "__init__.py": '''"""Dummy-Bench (a benchmark added by following docs/architecture.md). See README.md."""
+
+from . import metrics  # noqa: F401  (it registers)
+''',
+    "rules.py": '''"""Dummy-Bench's official rule: a reply is right when it names the gold option's text, whatever its case."""
+
+
+def names_gold(reply: str, gold_text: str) -> bool:
+    return gold_text.lower() in reply.lower()
+''',
+    "metrics.py": '''"""Dummy-Bench's metric, wired from its rule."""
+
+from ...metrics import Metric, mean_correct, register_metric
+from .rules import names_gold
+
+
+def _per_sample(parsed, sample):
+    gold = sample.choices["ABCD".index(sample.answer)]
+    return {"correct": float(names_gold(parsed or "", gold))}
+
+
+register_metric(Metric("dummy_bench_names_gold", mean_correct, _per_sample))
+''',
+    "dummy_bench_genre.yaml": TASK_FILE.replace("Genre check", "Dummy-Bench genre").replace("benchmark: dummy", "benchmark: Dummy-Bench")
+    .replace("parser: multiple_choice", "parser: raw").replace("metrics: [accuracy]", "metrics: [dummy_bench_names_gold]"),
+    "suite.yaml": "title: Dummy-Bench\nbenchmark: Dummy-Bench\ntasks: [dummy_bench_genre]\n",
+    "README.md": "# Dummy-Bench\n\nA benchmark added by following docs/architecture.md: one task on GTZAN's data.\n",
+}
+
 CHECKS = '''\
 """What was added by following docs/architecture.md works (run in the copy)."""
 
@@ -89,6 +123,8 @@ import torch
 
 from kvprune import get_press, list_presses, resolve_family
 from kvprune.harness.cli import main
+from kvprune.harness.tasks.benchmark import BENCHMARKS
+from kvprune.harness.tasks.suites import get_suite
 from kvprune.harness.tasks.task import get_task
 from kvprune.models import FAMILIES
 from tests.support import task_fixtures
@@ -117,6 +153,20 @@ def test_added_task_loads_and_is_listed(tmp_path, capsys):
     assert [s.id for s in get_task("genre_check").load(tmp_path)] == [sample_id for sample_id, _ in written]
     assert main(["tasks"]) == 0
     assert "genre_check" in capsys.readouterr().out.split()
+
+
+def test_added_benchmark_is_found_by_name_and_scores_with_its_rule(tmp_path, capsys):
+    written = task_fixtures.gtzan(tmp_path)
+    assert BENCHMARKS.get("dummy_bench").readme.is_file()
+    assert get_suite("dummy_bench").tasks == ("dummy_bench_genre",)
+    task = get_task("dummy_bench_genre")
+    samples = task.load(tmp_path)
+    assert [s.id for s in samples] == [sample_id for sample_id, _ in written]
+    gold = samples[0].choices["ABCD".index(samples[0].answer)]
+    assert task.grade(f"It is {gold.upper()}.", samples[0]).scores == {"correct": 1.0}
+    assert task.grade("I cannot tell.", samples[0]).scores == {"correct": 0.0}
+    assert main(["tasks"]) == 0
+    assert "dummy_bench_genre" in capsys.readouterr().out.split()
 '''
 
 # The copy's packages under their installed names (kvprune.presses is presses/, kvprune.harness is
@@ -155,7 +205,7 @@ def _where_to_add() -> dict[str, set[str]]:
     text = (REPO / "docs" / "architecture.md").read_text()
     section = text.split("\n## Where to add\n", 1)[1].split("\n## ", 1)[0]
     rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ") and "`" in line]
-    path = re.compile(r"[\w./<>-]+\.(?:py|md|yaml)")  # the files, not the other names in backticks
+    path = re.compile(r"[\w./<>-]+(?:\.(?:py|md|yaml)|/)")  # the files and folders, not the other names in backticks
     return {what.strip(): {name for name in re.findall(r"`([^`]+)`", files) if path.fullmatch(name)}
             for what, files, *_ in rows}
 
@@ -163,7 +213,13 @@ def _where_to_add() -> dict[str, set[str]]:
 def _listed(what: str, name: str) -> set[str]:
     table = _where_to_add()
     assert what in table, f'docs/architecture.md "Where to add" has no row {what!r}: {sorted(table)}'
-    return {path.replace("<name>", name) for path in table[what]}
+    return {path.replace("<name>", name).replace("<benchmark>", TASK_HOME) for path in table[what]}
+
+
+def _as_listed(changed: set[str], listed: set[str]) -> set[str]:
+    """The changed files, those inside a listed folder (``.../``) counted as that folder."""
+    folders = [entry for entry in listed if entry.endswith("/")]
+    return {next((folder for folder in folders if name.startswith(folder)), name) for name in changed}
 
 
 def _copy_of_the_repository(root: Path) -> None:
@@ -216,12 +272,21 @@ def _add_family(root: Path) -> None:
 
 
 def _add_task(root: Path) -> None:
-    (root / "harness" / "tasks" / "configs" / f"{TASK}.yaml").write_text(TASK_FILE)
+    (root / "harness" / "tasks" / "benchmarks" / TASK_HOME / f"{TASK}.yaml").write_text(TASK_FILE)
+
+
+def _add_benchmark(root: Path) -> None:
+    folder = root / "harness" / "tasks" / "benchmarks" / BENCHMARK
+    folder.mkdir()
+    for name, text in BENCHMARK_FILES.items():
+        (folder / name).write_text(text)
+    _edit(root / "harness" / "tasks" / "benchmarks" / "__init__.py", r"((?:^from \. import \w+.*\n)+)",
+          rf"\1from . import {BENCHMARK}  # noqa: F401\n")
 
 
 def test_the_table_lists_the_files_of_each_kind():
     table = _where_to_add()
-    assert {"a token-dropping press", "a model family", "a task"} <= table.keys(), sorted(table)
+    assert {"a token-dropping press", "a model family", "a task", "a benchmark"} <= table.keys(), sorted(table)
     missing = sorted(path for files in table.values() for path in files
                      if "<" not in path and not (REPO / path).exists())
     assert not missing, f"the table names files that do not exist: {missing}"
@@ -230,11 +295,13 @@ def test_the_table_lists_the_files_of_each_kind():
 def test_a_press_a_family_and_a_task_added_as_the_docs_say(tmp_path):
     root = tmp_path / "repository"
     _copy_of_the_repository(root)
-    steps = [("a token-dropping press", PRESS, _add_press), ("a model family", FAMILY, _add_family), ("a task", TASK, _add_task)]
+    steps = [("a token-dropping press", PRESS, _add_press), ("a model family", FAMILY, _add_family), ("a task", TASK, _add_task),
+             ("a benchmark", BENCHMARK, _add_benchmark)]
     for what, name, add in steps:
         before = _files(root)
         add(root)
-        assert _changed(before, _files(root)) == _listed(what, name), f"adding {what} as the docs say"
+        listed = _listed(what, name)
+        assert _as_listed(_changed(before, _files(root)), listed) == listed, f"adding {what} as the docs say"
     (root / "tests" / "architecture" / "test_added.py").write_text(CHECKS)
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     result = subprocess.run(
@@ -247,6 +314,7 @@ def test_a_press_a_family_and_a_task_added_as_the_docs_say(tmp_path):
         ("tests/architecture/test_added.py", "test_added_press_is_listed_and_keeps_the_first_tokens"),
         ("tests/architecture/test_added.py", "test_added_family_resolves_the_tiny_model_built_from_it"),
         ("tests/architecture/test_added.py", "test_added_task_loads_and_is_listed"),
+        ("tests/architecture/test_added.py", "test_added_benchmark_is_found_by_name_and_scores_with_its_rule"),
         ("tests/presses/test_token_presses.py", "test_list_presses_names_the_four"),
         ("tests/models/test_families.py", "test_every_readme_row_shows_what_its_family_declares"),
         ("tests/models/test_processors.py", "test_processor_placeholders_equal_encoder_embeddings_and_the_family_arithmetic"),

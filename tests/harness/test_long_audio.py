@@ -19,7 +19,7 @@ from kvprune.harness.audio import SAMPLING_RATE
 from kvprune.harness.cli import main
 from kvprune.harness.demo import DEMO_MODEL_DIR
 from kvprune.harness.long_audio import LongAudioError, fit_clips, model_inputs, received_seconds
-from kvprune.harness.sweep.store import read_rows
+
 from kvprune.models import QWEN2_5_OMNI
 from kvprune.models.loading import LoadedModel, load_model
 from kvprune.models.prompting import Prompt
@@ -28,6 +28,7 @@ from tests.support import task_fixtures
 from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
 from tests.support.tiny_models import FAMILIES
 from tests.support.tiny_processors import processor_and_config, wave
+from tests.support.results import result_lines
 
 TEN_MINUTES = 600.0
 
@@ -158,26 +159,26 @@ def long_sweep(data, out, *extra):
 
 def test_a_sweep_records_what_the_model_received_under_each_policy(long_data, tmp_path, omni_limit):
     assert long_sweep(long_data, tmp_path / "whole") == 0
-    rows = read_rows(tmp_path / "whole")
+    rows = result_lines(tmp_path / "whole")
     assert {(r["audio_seconds"], r["audio_seconds_received"], r["audio_clips"], r["audio_tokens"], r["long_audio"]) for r in rows} \
         == {(45.0, 45.0, 1, 1125, None)}, "45 s whole, where the processor alone would pass 30"
 
     omni_limit(20.0)
     assert long_sweep(long_data, tmp_path / "split") == 0
-    rows = read_rows(tmp_path / "split")
+    rows = result_lines(tmp_path / "split")
     assert {(r["audio_seconds_received"], r["audio_clips"], r["audio_tokens"]) for r in rows} == {(45.0, 3, 1125)}
     assert {r["long_audio"] for r in rows} == {"split 1 clip(s) into 3 clips of at most 20 s"}
     halves = 2 * keep_count(500, 0.5) + keep_count(125, 0.5)
     assert all(r["kept_tokens"] == halves for r in rows if r["method"] == "frame"), "each clip keeps its own half"
 
     assert long_sweep(long_data, tmp_path / "truncate", "--long-audio", "truncate") == 0
-    rows = read_rows(tmp_path / "truncate")
+    rows = result_lines(tmp_path / "truncate")
     assert {(r["audio_seconds"], r["audio_seconds_received"], r["audio_tokens"]) for r in rows} == {(45.0, 20.0, 500)}
     report = (tmp_path / "truncate" / "report.md").read_text()
     assert "**Long audio: 2 sample(s) did not fit the model as one clip.**" in report and "2 of them were truncated" in report
 
     assert long_sweep(long_data, tmp_path / "error", "--long-audio", "error") == 1
-    errors = {r["error"] for r in read_rows(tmp_path / "error")}
+    errors = {r["error"] for r in result_lines(tmp_path / "error")}
     assert errors == {"LongAudioError: a clip of 45.0 s is longer than the 20 s Qwen2.5-Omni takes as one audio item; "
                       "the long-audio policy is 'error' (use split or truncate to run it)."}
 

@@ -5,7 +5,7 @@ Changes from the originals, none of which touches the arithmetic: they take list
 paths (a prediction is the reply string, or ``None`` for a missing one), scikit-learn's binary
 ``f1_score`` / ``recall_score`` are written out (2TP / (2TP + FP + FN) and TP / (TP + FN), raising on
 empty input as scikit-learn does; checked equal to scikit-learn on random vectors), and prints are
-dropped. The option constants are kvprune's copy of ``definitions.py`` (``avibench_constants.json``).
+dropped. The option constants are kvprune's copy of ``definitions.py`` (``benchmarks/avibench/constants.json``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from kvprune.harness.official.avibench import constants
+from kvprune.harness.tasks.benchmarks.avibench.rules import constants
 
 
 def sk_f1(y_true, y_pred):

@@ -14,9 +14,8 @@ different options.
 from .base import GOLD_FORMS, LAYOUTS, Layout, gold_answer, gold_letter, read_items
 
 # the built-in layouts register themselves in LAYOUTS as they are imported
-from .avibench import AviBenchEntries
 from .json_items import JsonItems
 from .trees import FolderLabels, LibriSpeechTree
 
 __all__ = ["GOLD_FORMS", "LAYOUTS", "Layout", "gold_answer", "gold_letter", "read_items",
-           "AviBenchEntries", "FolderLabels", "JsonItems", "LibriSpeechTree"]
+           "FolderLabels", "JsonItems", "LibriSpeechTree"]

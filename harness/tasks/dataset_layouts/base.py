@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from kvprune.registry import Registry
 
-from ...official.records import read_records
+from ...scoring.records import read_records
 from ..prompts import LETTERS
 from ..sample import Sample, TaskDataError
 

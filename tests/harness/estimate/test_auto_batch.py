@@ -8,7 +8,9 @@ import pytest
 
 from kvprune.harness.cli import main
 from kvprune.harness.estimate import estimate as estimate_module
-from kvprune.harness.sweep.store import read_rows, read_runs
+from kvprune.harness.sweep.store import read_log
+
+from tests.support.results import result_lines
 
 SWEEP = ["sweep", "--tasks", "demo_pitch", "--limit", "9", "--methods", "fastv", "--ratios", "0.5", "--timing-samples",
          "1", "--device", "cpu", "--quiet", "--no-plots", "--batch-size", "auto"]
@@ -29,17 +31,17 @@ def test_the_sweep_runs_at_the_size_the_estimate_prices_cheapest_and_says_why(tm
     assert asked == [1, 8, 9], "32 is past the largest task's 9 samples: it would run them as one batch of 9"
     said = capsys.readouterr().out
     assert "--batch-size auto chose 8" in said and "batch 1: 50 s, batch 8: 20 s" in said
-    scoring = [row for row in read_rows(out) if row.get("pass") is None]
+    scoring = [row for row in result_lines(out) if row.get("pass") is None]
     assert {row["batch_size"] for row in scoring} == {8, 1}, "batches of 8 (and the ninth sample alone)"
-    assert "chose 8" in read_runs(out)[-1]["config"]["batch_choice"]
+    assert "chose 8" in read_log(out)[-1]["config"]["batch_choice"]
     assert "Batch size: --batch-size auto chose 8" in (out / "report.md").read_text()
 
 
 def test_batch_size_auto_on_the_real_estimate_runs_and_records_its_choice(tmp_path, capsys):
     out = tmp_path / "auto"
     assert main([*SWEEP, "--out", str(out)]) == 0
-    choice = read_runs(out)[-1]["config"]["batch_choice"]
-    chosen = read_runs(out)[-1]["config"]["batch_size"]
+    choice = read_log(out)[-1]["config"]["batch_choice"]
+    chosen = read_log(out)[-1]["config"]["batch_size"]
     assert f"chose {chosen}:" in choice and "batch 1:" in choice and "batch 8:" in choice
     assert choice in capsys.readouterr().out
 

@@ -13,7 +13,9 @@ import pytest
 
 from kvprune.harness.cli import main
 from kvprune.harness.estimate.published import published
-from kvprune.harness.sweep.store import TIMING_PASS, read_rows, read_runs
+from kvprune.harness.sweep.store import TIMING_PASS, read_log
+
+from tests.support.results import result_lines
 
 DRY = ["sweep", "--preset", "tiny-omni", "--tasks", "vesus", "--limit", "3", "--batch-size", "2", "--methods", "fastv",
        "--ratios", "0.5", "--timing-samples", "1", "--device", "cpu", "--quiet"]
@@ -27,7 +29,7 @@ def out(tmp_path_factory) -> Path:
 
 
 def test_a_dry_run_runs_the_whole_sweep_on_made_up_prompts_at_the_published_durations(out):
-    rows = read_rows(out)
+    rows = result_lines(out)
     scoring = [r for r in rows if r.get("pass") is None]
     timing = [r for r in rows if r.get("pass") == TIMING_PASS]
     assert len(scoring) == 3 * 2 and len(timing) == 1 * 2 and all(not r["error"] for r in rows)
@@ -49,7 +51,7 @@ def test_a_dry_run_runs_the_whole_sweep_on_made_up_prompts_at_the_published_dura
 def test_every_output_says_it_is_a_dry_run(out):
     report = (out / "report.md").read_text()
     assert "**Dry run**" in report and "tiny-omni" in report and "meaningless" in report
-    run = read_runs(out)[0]
+    run = read_log(out)[0]
     assert "random weights" in run["dry_run"] and run["model"] == "tiny-omni"
     plan = json.loads((out / "plan.json").read_text())
     assert plan["models"]["tiny-omni"].startswith("preset:tiny-omni:random-weights")
@@ -57,9 +59,9 @@ def test_every_output_says_it_is_a_dry_run(out):
 
 
 def test_rerunning_a_dry_run_resumes_it(out):
-    before = len(read_rows(out))
+    before = len(result_lines(out))
     assert main([*DRY, "--out", str(out)]) == 0
-    assert len(read_rows(out)) == before
+    assert len(result_lines(out)) == before
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -121,8 +121,8 @@ def test_a_batch_decodes_as_long_as_its_longest_planned_answer_and_each_row_is_c
     task, source = get_task("vesus"), SyntheticPrompts()
     samples = source.samples(task, SweepConfig(models=["demo"], tasks=["vesus"], data_root=tmp_path, limit=2))
     inputs = [source.prepare(loaded, task, source.planned(task, s, None), "split")["inputs"] for s in samples]
-    generation = executor.run(inputs, None, max_new_tokens=40, answers=[3, 20])
+    generation = executor.generate(inputs, None, max_new_tokens=40, answers=[3, 20])
     assert [sample.new_tokens for sample in generation.samples] == [3, 20]
-    assert generation.timing.new_tokens == 33 == executor.generator.tokens_generated(20, 40), "stops read every 16 steps"
-    short = executor.run(inputs[:1], None, max_new_tokens=4, answers=[2])
+    assert generation.timing.new_tokens == 33 == executor.engine.tokens_generated(20, 40), "stops read every 16 steps"
+    short = executor.generate(inputs[:1], None, max_new_tokens=4, answers=[2])
     assert short.timing.new_tokens == 4 and short.samples[0].new_tokens == 2, "a short answer: to the next check"

@@ -11,11 +11,12 @@ import json
 import pytest
 
 from tests.support import benchmark_fixtures
+from tests.support.results import result_lines
 from kvprune.harness.cli import main
 from kvprune.harness.judge import OpenAIJudge, RetryPolicy
 from kvprune.harness.sweep import judging
-from kvprune.harness.official.avibench_refine import clean_json_output, refine_prompt
-from kvprune.harness.sweep.store import read_rows
+from kvprune.harness.tasks.benchmarks.avibench.refine import clean_json_output, refine_prompt
+
 from kvprune.harness.tasks.task import get_task
 from tests.harness.judge.test_judge import closed_port_url, server  # noqa: F401  (the local chat server fixture)
 
@@ -46,7 +47,7 @@ def test_the_refine_step_runs_through_the_judge_and_a_rerun_asks_nothing(server,
     out = tmp_path / "out"
     spec = f"openai:{judge.url}@refiner"
     assert main(sweep(data_root, out, TASKS, "--judge", spec)) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert rows and all(r["error"] is None for r in rows)
     for row in rows:  # the echo judge answers the refine request with its prompt upper-cased
         prompt = refine_prompt(row["meta"]["entry"], row["output"]).upper()
@@ -64,14 +65,14 @@ def test_the_refine_step_runs_through_the_judge_and_a_rerun_asks_nothing(server,
     assert len(judge.seen) == asked, "every judgement of the rerun came from the cache"
     (record,) = judge_lines(out)
     assert (record["requests"], record["cache_hits"]) == (0, len(rows))
-    assert [r["parsed"] for r in read_rows(out)] == [r["parsed"] for r in rows]
+    assert [r["parsed"] for r in result_lines(out)] == [r["parsed"] for r in rows]
 
 
 def test_a_failing_judge_leaves_error_rows_and_a_non_zero_exit(server, data_root, tmp_path):
     judge = server(script=[400] * 1000)  # a client error fails at once
     out = tmp_path / "out"
     assert main(sweep(data_root, out, TASKS, "--judge", f"openai:{judge.url}@refiner")) == 1
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert rows and all("JudgeError" in r["error"] and "HTTP 400" in r["error"] for r in rows)
     assert all(r["parsed"] is None for r in rows), "never the unrefined reply"
     (record,) = judge_lines(out)
@@ -89,7 +90,7 @@ def test_a_judge_that_refuses_connections_is_given_up_on_and_retry_errors_grades
     assert main(sweep(data_root, out, TASKS, "--judge", spec)) == 1
     (record,) = judge_lines(out)
     assert record["requests"] == 5 and sum(delays) <= 30, "five tries and 15 s of backoff, then it stops asking"
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert record["skipped"] == len(rows) - 1 and record["failures"] == 1
     sentence = f"judge {spec} stopped being asked after 5 tries in a row got no reply"
     assert all(r["error"].startswith(f"JudgeUnavailable: {sentence}") and r["output"] is not None for r in rows)
@@ -101,7 +102,7 @@ def test_a_judge_that_refuses_connections_is_given_up_on_and_retry_errors_grades
 
     live = server(port=int(url.rsplit(":", 1)[1].split("/")[0]))  # the endpoint comes up where it was expected
     assert main(sweep(data_root, out, TASKS, "--judge", spec, "--retry-errors")) == 0
-    again = read_rows(out)[len(rows):]
+    again = result_lines(out)[len(rows):]
     assert len(again) == len(rows) and all(r["error"] is None and r.get("rescored") for r in again), "graded, not generated"
     assert [r["output"] for r in again] == [r["output"] for r in rows]
     assert len(live.seen) == len({refine_prompt(r["meta"]["entry"], r["output"]) for r in rows})

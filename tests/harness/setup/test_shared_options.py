@@ -22,12 +22,35 @@ from kvprune.harness.cli import build_parser, main
         (["--methods", "frame,dart:budget=reference"], "methods", "frame,dart:budget=reference"),
         (["--ratios", "0.1..0.5"], "ratios", "0.1..0.5"),
         (["--layer", "3"], "layer", 3),
+        (["--decoding", "static"], "cache", "static"),
     ],
 )
 def test_sweep_and_bench_spell_and_parse_shared_options_alike(argv, dest, value):
     parser = build_parser()
     for command in ("sweep", "bench"):
         assert getattr(parser.parse_args([command, *argv]), dest) == value, command
+
+
+def test_the_old_cache_flag_still_sets_how_decoding_runs_and_names_its_new_name(capsys):
+    parser = build_parser()
+    for command in ("sweep", "bench"):
+        assert parser.parse_args([command, "--cache", "dynamic"]).cache == "dynamic"
+        assert "note: --cache is now --decoding (the old name still works)" in capsys.readouterr().err
+        assert parser.parse_args([command]).cache in (None, "auto")  # not given: auto (the sweep's from its configuration)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["sweep", "--cache", "paged"])
+
+
+def test_a_sweep_file_spells_it_decoding_or_cache_but_not_both(tmp_path):
+    from kvprune.harness.sweep.config import SweepConfig, SweepConfigError
+
+    path = tmp_path / "sweep.yaml"
+    for key in ("decoding", "cache"):
+        path.write_text(f"model: demo\ntasks: [demo_count]\n{key}: dynamic\n")
+        assert SweepConfig.settings(path)["cache"] == "dynamic"
+    path.write_text("model: demo\ntasks: [demo_count]\ndecoding: dynamic\ncache: static\n")
+    with pytest.raises(SweepConfigError, match="decoding and cache are one setting"):
+        SweepConfig.settings(path)
 
 
 @pytest.mark.parametrize("argv", [["--dtype", "float8"], ["--attn-implementation", "flash"], ["--no-progress"]])

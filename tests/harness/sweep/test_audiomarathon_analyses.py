@@ -1,6 +1,6 @@
 """AudioMarathon's analyses on a sweep of its ten tasks under its protocol: the three category
 averages and the leaderboard's average, score against audio duration (each task on its own
-analyse_audio_duration script's buckets: tests/harness/official/test_audiomarathon_durations.py) as
+analyse_audio_duration script's buckets: tests/harness/tasks/benchmarks/test_audiomarathon_durations.py) as
 a table and a figure for any task whose samples span two buckets, the suite's view of its tasks
 together on analyse_all.py's buckets, and the radar chart."""
 
@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 
 from tests.support import task_fixtures
+from tests.support.results import result_lines
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import read_rows, recorded_tasks
+from kvprune.harness.sweep.store import recorded_tasks
 from kvprune.harness.sweep.summary import scoring_passes
 from kvprune.harness.tasks.suites import get_suite
 
@@ -61,7 +62,7 @@ def test_the_suites_tasks_together_by_duration(swept):
     """analyse_all.py's buckets over the ten tasks' samples: 0-2 s holds every 1 s clip, 10-15 s the two
     12 s ones; each bucket scores the mean of its tasks' primary scores on their samples in it."""
     table = pd.read_csv(swept / "breakdown.csv").query("field == 'audio duration' and task == 'audiomarathon'")
-    rows, _ = scoring_passes(pd.DataFrame(read_rows(swept)))
+    rows, _ = scoring_passes(pd.DataFrame(result_lines(swept)))
     tasks = recorded_tasks(swept)
     for (method, ratio), view in table.groupby(["method", "ratio"]):
         assert view["value"].tolist() == ["0-2s", "10-15s"]

@@ -13,7 +13,7 @@ from transformers.models.auto import configuration_auto, modeling_auto
 
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.identity import read_plan
-from kvprune.harness.sweep.store import read_rows, read_runs, recorded_tasks
+from kvprune.harness.sweep.store import read_log, recorded_tasks
 from kvprune.harness.tasks.suites import get_suite
 from kvprune.harness.tasks.task import get_task
 from kvprune.models import FAMILIES
@@ -21,6 +21,7 @@ from kvprune.models.aero import AeroConfig, AeroForConditionalGeneration
 from tests.support import task_fixtures
 from tests.support.tiny_checkpoints import checkpoint
 from tests.support.tiny_processors import processor_and_config
+from tests.support.results import result_lines
 
 TASKS = get_suite("audiomarathon").tasks
 
@@ -57,12 +58,12 @@ def test_every_task_runs_in_the_familys_form(family, data_root, tmp_path, monkey
     model = tiny_model(family, tmp_path / family, monkeypatch)
     out = tmp_path / "out"
     assert sweep(model, "audiomarathon", data_root, out) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert rows and [r["error"] for r in rows] == [None] * len(rows)
     expected = [get_task(name).under("audiomarathon", family) for name in TASKS]
     assert {r["task"] for r in rows} == {task.name for task in expected}
     assert {r["family"] for r in rows} == {family}
-    [run] = read_runs(out)
+    [run] = read_log(out)
     assert run["family"] == family and run["tasks"] == {task.name: task.config for task in expected}
     assert all(config.get("family") == family for config in run["tasks"].values())  # a task without its script too
     recorded = recorded_tasks(out)  # the family's extractor read every reply
@@ -76,7 +77,7 @@ def test_models_of_two_families_each_run_their_own_form(data_root, tmp_path):
     phi4 = checkpoint("phi4_multimodal", tmp_path / "phi4")
     out = tmp_path / "out"
     assert sweep(f"demo,{phi4}", "gtzan,librispeech", data_root, out) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert {(r["model"] == "demo", r["task"]) for r in rows} == {
         (True, "gtzan@audiomarathon"), (True, "librispeech@audiomarathon"),  # Qwen2.5-Omni: the protocol's own scripts
         (False, "gtzan@audiomarathon:phi4_multimodal"),
@@ -85,9 +86,9 @@ def test_models_of_two_families_each_run_their_own_form(data_root, tmp_path):
     plan = read_plan(out)
     assert set(plan.settings_ids["demo"]) == {"gtzan@audiomarathon", "librispeech@audiomarathon"}
     assert set(plan.settings_ids[str(phi4)]) == {"gtzan@audiomarathon:phi4_multimodal", "librispeech@audiomarathon:phi4_multimodal"}
-    assert plan.gaps(rows) == {}  # each model is planned for its own tasks only
-    phi4_run = next(run for run in read_runs(out) if run["family"] == "phi4_multimodal")
+    assert plan.gaps((r["model"], r["task"]) for r in rows) == {}  # each model is planned for its own tasks only
+    phi4_run = next(run for run in read_log(out) if run["family"] == "phi4_multimodal")
     assert "system" not in phi4_run["tasks"]["librispeech@audiomarathon:phi4_multimodal"]
     written = len(rows)
     assert sweep(f"demo,{phi4}", "gtzan,librispeech", data_root, out) == 0
-    assert len(read_rows(out)) == written  # resumed: nothing left to run
+    assert len(result_lines(out)) == written  # resumed: nothing left to run

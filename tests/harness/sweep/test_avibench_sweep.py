@@ -15,11 +15,12 @@ from transformers import Qwen2_5OmniProcessor
 from tests.support import benchmark_fixtures
 from kvprune import list_presses
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import read_rows
-from kvprune.harness.tasks.avibench_metrics import avibench_suite_levels
+
+from kvprune.harness.tasks.benchmarks.avibench.metrics import avibench_suite_levels
 from kvprune.harness.tasks.suites import get_suite
 from kvprune.harness.tasks.task import get_task
 from tests.support.tiny_checkpoints import checkpoint
+from tests.support.results import result_lines
 
 AVIBENCH = get_suite("avibench").tasks
 VISUAL = [name for name in AVIBENCH if name not in ("avibench_asqa", "avibench_amic", "avibench_avc")]
@@ -74,7 +75,7 @@ def swept(omni, data_root, tmp_path_factory):
 
 
 def test_every_press_runs_on_every_task_without_an_error_row(swept, data_root):
-    rows = read_rows(swept)
+    rows = result_lines(swept)
     assert [r["error"] for r in rows if r["error"]] == []
     assert {r["method"] for r in rows} == {"none", *list_presses()}
     for name in [*VISUAL, "avibench_asqa", "avibench_amic"]:
@@ -106,7 +107,7 @@ def test_stage_scores_in_the_breakdown_and_the_report(swept):
 def test_avc_without_fense_models_is_an_error_naming_them(omni, data_root, tmp_path, monkeypatch):
     monkeypatch.delenv("KVPRUNE_FENSE_DIR", raising=False)
     assert main(sweep(omni, data_root, tmp_path / "out", ["avibench_avc"], "fastv")) == 1
-    rows = read_rows(tmp_path / "out")
+    rows = result_lines(tmp_path / "out")
     assert rows and all(r["error"] for r in rows)
     for needed in ("sentence-transformers/paraphrase-TinyBERT-L6-v2", "bert-base-uncased",
                    "echecker_clotho_audiocaps_base.ckpt", "KVPRUNE_FENSE_DIR"):

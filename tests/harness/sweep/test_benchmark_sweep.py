@@ -13,11 +13,12 @@ import pytest
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.config import SweepConfig
 from kvprune.harness.sweep.plan import load_tasks, runs_of
-from kvprune.harness.sweep.store import read_rows
+
 from kvprune.harness.tasks.suites import expand_suites
 from kvprune.harness.tasks.task import get_task
 from tests.support import benchmark_fixtures, task_fixtures
 from tests.support.paths import REPO
+from tests.support.results import result_lines
 
 TASKS = ["starbench", "mmau", "mmar", "avibench_asqa", "avibench_amic", "staudioqa_a", "staudioqa_c"]
 RUNS = 5  # the baseline, then 2 methods x 2 ratios
@@ -46,7 +47,7 @@ def swept(data_root, tmp_path_factory):
 
 
 def test_every_run_of_every_benchmark_is_recorded_with_its_metadata(swept, data_root):
-    rows = read_rows(swept)
+    rows = result_lines(swept)
     names = expand_suites(TASKS)
     samples = {name: get_task(name).load(data_root, limit=1) for name in names}
     assert len(rows) == RUNS * sum(len(s) for s in samples.values())
@@ -85,7 +86,7 @@ def test_the_audiomarathon_protocol_counts_kept_tokens_its_way(tmp_path):
         task_fixtures.had(tmp_path / "data", real=1, fake=1)
     out = tmp_path / "out"
     assert main(sweep(tmp_path / "data", out, ["had"], "--protocol", "audiomarathon")) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert {r["task"] for r in rows} == {"had@audiomarathon"} and all(r["error"] is None for r in rows)
     for row in rows:
         if row["method"] != "none":  # 25 tokens: int(17.5) = 17 at 0.3, int(7.5) = 7 at 0.7 (round would keep 18, 8)
@@ -111,7 +112,7 @@ def test_bad_items_are_their_samples_errors_and_the_sweep_goes_on(data_root, tmp
     args = sweep(root, out, ["starbench_pc", "mmau", "staudioqa_a"])
     args[args.index("--methods") + 1], args[args.index("--ratios") + 1] = "frame", "0.5"
     assert main(args) == 1
-    rows = read_rows(out)
+    rows = result_lines(out)
     failed = {(r["task"], r["sample_id"]): r["error"] for r in rows if r["error"]}
     # an item that cannot be read is one sample (its runs are unknown), recorded for each method and ratio
     assert set(failed) == {("starbench_pc", "pc_dir_1"), ("mmau", "m-2"), ("staudioqa_a", "a3"), ("staudioqa_a", "a4")}

@@ -20,7 +20,8 @@ import pytest
 
 from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import KEY_FIELDS, read_rows, read_runs, run_key
+from kvprune.harness.sweep.rows import KEY_FIELDS
+from kvprune.harness.sweep.store import read_log
 from kvprune.harness.sweep.plan import runs_of
 from kvprune.harness.sweep.config import SweepConfig
 from kvprune.harness.tasks.task import TASKS as REGISTERED_TASKS
@@ -28,6 +29,7 @@ from kvprune.harness.tasks.task import get_task
 from kvprune.press import PRESSES
 from tests.support import task_fixtures
 from tests.support.paths import REPO
+from tests.support.results import line_key, result_lines
 
 TASKS = ["gtzan", "had"]
 # what a rerun must reproduce exactly; timings and timestamps differ run to run
@@ -42,7 +44,7 @@ def data_root(tmp_path_factory) -> Path:
 
 def scoring_rows(out: Path) -> list[dict]:
     """The rows that score (every sample and run once), not the timing subset's repeats."""
-    return [row for row in read_rows(out) if row.get("pass") is None]
+    return [row for row in result_lines(out) if row.get("pass") is None]
 
 
 def sweep_args(data_root: Path, out: Path) -> list[str]:
@@ -54,7 +56,7 @@ def sweep_args(data_root: Path, out: Path) -> list[str]:
 
 
 def by_key(rows: list[dict]) -> dict[tuple, dict]:
-    return {run_key(r): {k: r.get(k) for k in COMPARED} for r in rows}
+    return {line_key(r): {k: r.get(k) for k in COMPARED} for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def expected_runs(data_root: Path) -> int:
 
 
 def test_every_run_is_recorded_once(uninterrupted, data_root):
-    rows = read_rows(uninterrupted)
+    rows = result_lines(uninterrupted)
     assert len(rows) == expected_runs(data_root) == len(by_key(rows))
     assert {(r["method"], r["ratio"]) for r in rows} == {("none", 0.0), ("fastv", 0.3), ("fastv", 0.7), ("dart", 0.3), ("dart", 0.7)}
     assert all(r["error"] is None for r in rows)
@@ -96,13 +98,13 @@ def test_a_killed_sweep_resumes_to_the_same_results(data_root, uninterrupted, tm
         time.sleep(0.01)
     process.wait()
     assert process.returncode == -signal.SIGKILL, "the sweep finished before it could be killed"
-    partial = read_rows(out)
+    partial = result_lines(out)
     assert 7 <= len(partial) < expected_runs(data_root)
 
     assert main(sweep_args(data_root, out)) == 0
-    resumed = read_rows(out)
+    resumed = result_lines(out)
     assert len(resumed) == len(by_key(resumed)), "no run is recorded twice"
-    assert by_key(resumed) == by_key(read_rows(uninterrupted))
+    assert by_key(resumed) == by_key(result_lines(uninterrupted))
 
 
 def test_outputs_are_written_and_readable(uninterrupted):
@@ -161,7 +163,7 @@ def test_a_bad_audio_file_is_recorded_and_the_sweep_goes_on(tmp_path):
     args = sweep_args(root, out)
     args[args.index("--tasks") + 1] = "had"
     assert main(args) == 1, "runs failed: the exit status says so"
-    rows = read_rows(out)
+    rows = result_lines(out)
     failed = [r for r in rows if r["error"]]
     assert failed and all(r["sample_id"] == f"real/{broken.name}" for r in failed)
     assert all("cannot read audio file" in r["error"] for r in failed)
@@ -255,7 +257,7 @@ def test_processes_of_a_distributed_sweep_share_the_samples(data_root, uninterru
     rank0 = {r["sample_id"] for r in read_rows_of(out / "results.rank0.jsonl")}
     rank1 = {r["sample_id"] for r in read_rows_of(out / "results.rank1.jsonl")}
     assert rank0 and rank1 and not rank0 & rank1
-    assert by_key(read_rows(out)) == by_key(read_rows(uninterrupted))
+    assert by_key(result_lines(out)) == by_key(result_lines(uninterrupted))
 
 
 def test_a_sweep_launched_as_two_processes_shares_the_samples(data_root, uninterrupted, tmp_path):
@@ -271,7 +273,7 @@ def test_a_sweep_launched_as_two_processes_shares_the_samples(data_root, uninter
     rank0 = {r["sample_id"] for r in read_rows_of(out / "results.rank0.jsonl")}
     rank1 = {r["sample_id"] for r in read_rows_of(out / "results.rank1.jsonl")}
     assert rank0 and rank1 and not rank0 & rank1
-    assert by_key(read_rows(out)) == by_key(read_rows(uninterrupted))
+    assert by_key(result_lines(out)) == by_key(result_lines(uninterrupted))
     assert (out / "summary.csv").exists() and (out / "report.md").exists()
     assert not list(out.glob(".kvprune.rank*.lock"))
 
@@ -309,7 +311,7 @@ def spec_sweep(data_root, tail_press, tmp_path_factory) -> Path:
 
 
 def test_specs_with_parameters_and_compositions_are_swept_under_their_labels(spec_sweep):
-    rows = read_rows(spec_sweep)
+    rows = result_lines(spec_sweep)
     assert all(r["error"] is None for r in rows)
     layers = {r["method"]: r["layer"] for r in rows}
     assert layers == {"none": None, "dart:budget=reference": 2, "frame+knorm": 1, "frame+knorm:ratio=0.3": 1, "tail": 2}
@@ -326,7 +328,7 @@ def test_specs_with_parameters_and_compositions_are_swept_under_their_labels(spe
 def test_a_third_party_press_is_listed_and_swept(spec_sweep, capsys):
     assert main(["presses"]) == 0
     assert any(line.split()[:2] == ["tail", "token"] for line in capsys.readouterr().out.splitlines())
-    tail = [r for r in read_rows(spec_sweep) if r["method"] == "tail"]
+    tail = [r for r in result_lines(spec_sweep) if r["method"] == "tail"]
     assert len(tail) == 2 and all(r["kept_tokens"] == round(r["audio_tokens"] * 0.5) for r in tail)
 
 
@@ -352,9 +354,9 @@ def test_a_user_task_file_is_swept_and_summarised(data_root, tmp_path):
     for flag, value in (("--tasks", str(path)), ("--methods", "frame"), ("--ratios", "0.5"), ("--limit", "2")):
         args[args.index(flag) + 1] = value
     assert main(args) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert {r["task"] for r in rows} == {"had_by_accuracy"} and len(rows) == 4
-    recorded = read_runs(out)[-1]["tasks"]
+    recorded = read_log(out)[-1]["tasks"]
     assert recorded == {"had_by_accuracy": {**get_task("had").config, "name": "had_by_accuracy",
                                             "metrics": ["accuracy", "f1_weighted"]}}
     summary = pd.read_csv(out / "summary.csv")
@@ -383,7 +385,7 @@ def test_results_of_a_renamed_task_still_summarise_from_runs_jsonl(uninterrupted
     assert main(["report", str(out)]) == 0
     assert pd.read_csv(out / "summary.csv").equals(pd.read_csv(uninterrupted / "summary.csv"))
 
-    runs = read_runs(out)  # the summary follows the recorded config, not today's task files
+    runs = read_log(out)  # the summary follows the recorded config, not today's task files
     for run in runs:
         run["tasks"]["had"]["metrics"] = ["accuracy"]
     (out / "runs.jsonl").write_text("".join(json.dumps(run) + "\n" for run in runs))
@@ -397,7 +399,7 @@ def test_results_of_a_renamed_task_still_summarise_from_runs_jsonl(uninterrupted
 
 
 def test_the_fast_encoder_is_on_by_default_recorded_and_changes_no_output(data_root, uninterrupted, tmp_path):
-    fast_run = read_runs(uninterrupted)[0]
+    fast_run = read_log(uninterrupted)[0]
     assert fast_run["encoder"] == "fast" and fast_run["config"]["encoder"] == "fast"
     assert len(fast_run["encoder_changes"]) == 1 and "(Qwen2_5OmniAudioEncoder)" in fast_run["encoder_changes"][0]
 
@@ -406,12 +408,12 @@ def test_the_fast_encoder_is_on_by_default_recorded_and_changes_no_output(data_r
     for flag, value in (("--tasks", "had"), ("--methods", "fastv"), ("--ratios", "0.3")):
         args[args.index(flag) + 1] = value
     assert main([*args, "--stock-encoder"]) == 0
-    stock_run = read_runs(out)[0]
+    stock_run = read_log(out)[0]
     assert (stock_run["encoder"], stock_run["encoder_changes"], stock_run["encoder_unchanged"]) == ("stock", [], [])
     # the encoder path is a setting of the run (not the same prefill times), so compare runs but their settings
     compared = [k for k in COMPARED if k != "settings_id"]
-    stock = {_but_settings(r): {k: r.get(k) for k in compared} for r in read_rows(out)}
-    fast = {key: row for key, row in ((_but_settings(r), {k: r.get(k) for k in compared}) for r in read_rows(uninterrupted))
+    stock = {_but_settings(r): {k: r.get(k) for k in compared} for r in result_lines(out)}
+    fast = {key: row for key, row in ((_but_settings(r), {k: r.get(k) for k in compared}) for r in result_lines(uninterrupted))
             if key in stock}
     assert len(stock) == len(fast) == 3 * 2, "the stock rows are the fast sweep's had rows at fastv 0.3 and baseline"
     assert stock == fast
@@ -431,9 +433,9 @@ def test_static_cache_runs_record_their_cache_and_hold_what_the_engine_holds(dat
     for flag, value in (("--tasks", "had"), ("--methods", "fastv"), ("--ratios", "0.3")):
         args[args.index(flag) + 1] = value
     assert main([*args, "--cache", "static"]) == 0
-    assert read_runs(out)[0]["config"]["cache"] == "static"
-    static = read_rows(out)
-    dynamic = {_but_settings(r): r for r in read_rows(uninterrupted)}
+    assert read_log(out)[0]["config"]["cache"] == "static"
+    static = result_lines(out)
+    dynamic = {_but_settings(r): r for r in result_lines(uninterrupted)}
     assert len(static) == 3 * 2
     for row in static:
         same = dynamic[_but_settings(row)]

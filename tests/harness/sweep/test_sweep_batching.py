@@ -14,11 +14,12 @@ from kvprune.generation.encoder_reuse import EncoderReuse, reuse_audio_encoder
 from kvprune.harness.cli import main
 from kvprune.harness.sweep import samples as samples_module
 from kvprune.harness.sweep.source import Checkpoints
-from kvprune.harness.sweep.store import TIMING_PASS, read_rows, run_key
+from kvprune.harness.sweep.store import TIMING_PASS
 from tests.support import task_fixtures
 from tests.support.helpers import GREEDY, model
 from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
 from tests.support.tiny_models import FAMILIES
+from tests.support.results import line_key, result_lines
 
 NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 COMPARED = ["task", "method", "ratio", "sample_id", "output", "parsed", "kept_tokens", "error"]
@@ -39,7 +40,7 @@ def sweep(out: Path, *extra: str, data_root: Path | None = None, model_name: str
 
 
 def scoring(out: Path) -> dict[tuple, dict]:
-    return {tuple(row[k] for k in COMPARED[:4]): row for row in read_rows(out) if row.get("pass") is None}
+    return {tuple(row[k] for k in COMPARED[:4]): row for row in result_lines(out) if row.get("pass") is None}
 
 
 def same_answers(a: Path, b: Path) -> None:
@@ -60,7 +61,7 @@ def test_batches_of_four_give_batch_ones_answers_and_say_how_they_ran(data_root,
     out = tmp_path / "batch4"
     assert main(sweep(out, "--batch-size", "4", "--timing-samples", "2", data_root=data_root)) == 0
     same_answers(batch_one, out)
-    rows = read_rows(out)
+    rows = result_lines(out)
     scored = [r for r in rows if r.get("pass") is None]
     samples = {task: len({r["sample_id"] for r in scored if r["task"] == task}) for task in ("had", "gtzan")}
     for (task, method, ratio), size in {(r["task"], r["method"], r["ratio"]): None for r in scored}.items():
@@ -84,7 +85,7 @@ def test_reusing_the_encoder_changes_no_answer(data_root, batch_one, tmp_path):
     out = tmp_path / "reuse"
     assert main(sweep(out, "--timing-samples", "0", data_root=data_root)) == 0
     same_answers(batch_one, out)
-    assert any(r["encoder_reused"] for r in read_rows(out))
+    assert any(r["encoder_reused"] for r in result_lines(out))
 
 
 def test_the_demo_batched_gives_the_answers_of_batch_one(tmp_path, monkeypatch):
@@ -161,10 +162,10 @@ def test_a_sweep_killed_in_the_middle_of_a_batch_resumes_with_nothing_lost_or_do
     monkeypatch.setattr(samples_module.ResultStore, "append", append_then_stop)
     assert main(sweep(out, "--batch-size", "4", "--timing-samples", "0", data_root=data_root)) == 130
     monkeypatch.setattr(samples_module.ResultStore, "append", original)
-    assert len(read_rows(out)) == 10
+    assert len(result_lines(out)) == 10
     assert main(sweep(out, "--batch-size", "4", "--timing-samples", "0", data_root=data_root)) == 0
-    rows = read_rows(out)
-    assert len(rows) == len({run_key(r) for r in rows}), "no run recorded twice"
+    rows = result_lines(out)
+    assert len(rows) == len({line_key(r) for r in rows}), "no run recorded twice"
     same_answers(batch_one, out)
 
 
@@ -173,7 +174,7 @@ def test_a_batch_whose_call_fails_is_retried_one_sample_at_a_time(tmp_path, monk
     monkeypatch.setenv("KVPRUNE_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "one_bad"
     broken, prepared = set(), []
-    real_prepare, real_run = Checkpoints.prepare, samples_module.Executor.run
+    real_prepare, real_generate = Checkpoints.prepare, samples_module.Executor.generate
 
     def prepare(source, loaded, task, planned, policy):
         result = real_prepare(source, loaded, task, planned, policy)
@@ -182,15 +183,15 @@ def test_a_batch_whose_call_fails_is_retried_one_sample_at_a_time(tmp_path, monk
             broken.add(id(result["inputs"]))
         return result
 
-    def run(executor, inputs, press, max_new_tokens, answers=None):
+    def generate(executor, inputs, press, max_new_tokens, answers=None):
         if any(id(batch) in broken for batch in inputs):
             raise RuntimeError("this sample breaks the model")
-        return real_run(executor, inputs, press, max_new_tokens, answers)
+        return real_generate(executor, inputs, press, max_new_tokens, answers)
 
     monkeypatch.setattr(Checkpoints, "prepare", prepare)
-    monkeypatch.setattr(samples_module.Executor, "run", run)
+    monkeypatch.setattr(samples_module.Executor, "generate", generate)
     assert main(sweep(out, "--limit", "4", "--batch-size", "4", "--timing-samples", "0", "--tasks", "demo_count")) == 1
-    rows = [r for r in read_rows(out) if r.get("pass") is None]
+    rows = [r for r in result_lines(out) if r.get("pass") is None]
     assert len(rows) == 4 * 5
     assert {r["sample_id"] for r in rows if r["error"]} == {prepared[2]}
     assert all("breaks the model" in r["error"] for r in rows if r["error"])

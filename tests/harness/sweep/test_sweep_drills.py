@@ -24,8 +24,9 @@ from kvprune.harness import audio as audio_module
 from kvprune.harness.cli import main
 from kvprune.harness.sweep import identity, store as store_module
 from kvprune.harness.sweep.lock import FolderLock
-from kvprune.harness.sweep.store import read_rows, read_runs, run_key
+from kvprune.harness.sweep.store import read_log
 from tests.support import task_fixtures
+from tests.support.results import line_key, result_lines
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def args(data_root: Path, out: Path, *extra: str, tasks: str = "had", methods: s
 
 def model_runs(out: Path) -> list[dict]:
     """The lines of runs.jsonl that record a model's start (not what its decoding compiled)."""
-    return [run for run in read_runs(out) if run.get("kind") is None]
+    return [run for run in read_log(out) if run.get("kind") is None]
 
 
 def copy_tree(source: Path, target: Path) -> Path:
@@ -59,7 +60,7 @@ def test_corrected_gold_answers_are_scored_again_from_the_stored_outputs(data_ro
     data = copy_tree(data_root, tmp_path / "data")
     out = tmp_path / "out"
     assert main(args(data, out, tasks="gtzan", timing=True)) == 0
-    before = read_rows(out)
+    before = result_lines(out)
     assert len(before) == 8 and len(model_runs(out)) == 1  # 2 samples x 2 runs, each also in the timing pass
     metadata = data / "GTZAN" / "music_genre_classification_meta.json"
     items = json.loads(metadata.read_text())
@@ -73,14 +74,14 @@ def test_corrected_gold_answers_are_scored_again_from_the_stored_outputs(data_ro
     assert "scored 4 stored result(s) of 2 sample(s) again from their stored outputs" in printed.err
     assert "nothing was generated again" in printed.err and "nothing left to run" in printed.err
     assert len(model_runs(out)) == 1, "no model was loaded"
-    rows = read_rows(out)
+    rows = result_lines(out)
     rescored = rows[len(before):]
     assert len(rescored) == 8 and all(row["rescored"] for row in rescored), "both passes' rows"
     gold = {item["path"]: item["answer_gt"] for item in items}
-    earlier = {run_key(row): row for row in before}
-    assert set(earlier) == {run_key(row) for row in rescored}
+    earlier = {line_key(row): row for row in before}
+    assert set(earlier) == {line_key(row) for row in rescored}
     for new in rescored:
-        old = earlier[run_key(new)]
+        old = earlier[line_key(new)]
         assert new["output"] == old["output"] and new["time"] == old["time"] and new.get("prefill_s") == old.get("prefill_s")
         assert new["reference"] == gold[new["sample_id"]] != old["reference"]
         assert new["correct"] == float(new["parsed"] == gold[new["sample_id"]])
@@ -91,14 +92,14 @@ def test_corrected_gold_answers_are_scored_again_from_the_stored_outputs(data_ro
         assert summary.loc[method, "samples"] == 2
 
     assert main(args(data, out, tasks="gtzan", timing=True)) == 0  # the same labels again: nothing to do
-    assert "scored" not in capsys.readouterr().err and len(read_rows(out)) == len(rows)
+    assert "scored" not in capsys.readouterr().err and len(result_lines(out)) == len(rows)
 
 
 def test_audio_changed_in_place_with_its_times_kept_runs_again_and_rehash_reads_every_file(data_root, tmp_path, capsys):
     data = copy_tree(data_root, tmp_path / "data")
     out = tmp_path / "out"
     assert main(args(data, out)) == 0
-    count = len(read_rows(out))
+    count = len(result_lines(out))
     changed = data / "HAD" / "real" / "r0.wav"
     times = changed.stat()
     t = np.arange(2 * 16_000) / 16_000
@@ -108,7 +109,7 @@ def test_audio_changed_in_place_with_its_times_kept_runs_again_and_rehash_reads_
     capsys.readouterr()
     assert main(args(data, out)) == 0
     assert "1 sample(s) changed since the last sweep" in capsys.readouterr().err
-    rerun = read_rows(out)[count:]
+    rerun = result_lines(out)[count:]
     assert {row["sample_id"] for row in rerun} == {"real/r0.wav"} and len(rerun) == 2
 
     cache = out / "audio-digests.json"  # a cache that lies (a file system without status-change times)
@@ -180,8 +181,8 @@ def test_a_full_disk_says_so_releases_the_lock_and_the_rerun_completes(data_root
     assert main(args(data_root, out)) == 0
     rerun = capsys.readouterr()
     assert "warning" not in rerun.err
-    rows = read_rows(out)
-    assert len(rows) == len({run_key(row) for row in rows}) == 3 * 2
+    rows = result_lines(out)
+    assert len(rows) == len({line_key(row) for row in rows}) == 3 * 2
     assert all(json.loads(line) for line in (out / "results.jsonl").read_text().splitlines())
 
 
@@ -200,7 +201,7 @@ def test_a_full_disk_while_taking_the_lock_leaves_no_lock_file(tmp_path, monkeyp
 def _unreadable_sweep(data_root: Path, tmp_path: Path, capsys) -> tuple[list[dict], str]:
     out = tmp_path / "out"
     assert main(args(data_root, out)) == 1, "a run failed: exit status 1"
-    return read_rows(out), capsys.readouterr().out
+    return result_lines(out), capsys.readouterr().out
 
 
 def _check_unreadable(rows: list[dict], printed: str, name: str) -> None:

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import read_rows
+
+from tests.support.results import result_lines
+
 
 SWEEP = ["sweep", "--tasks", "demo_count", "--limit", "4", "--methods", "fastv", "--ratios", "0.5", "--batch-size", "2",
          "--timing-samples", "1", "--device", "cpu", "--quiet", "--no-plots"]
@@ -28,7 +30,7 @@ def free_port() -> int:
 
 
 def rows(out: Path) -> list[tuple]:
-    return sorted(tuple(str(row.get(k)) for k in COMPARED) for row in read_rows(out))
+    return sorted(tuple(str(row.get(k)) for k in COMPARED) for row in result_lines(out))
 
 
 @pytest.mark.skipif(shutil.which("accelerate") is None and not os.path.exists(Path(sys.executable).parent / "accelerate"),

@@ -12,9 +12,10 @@ import pytest
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.schedule import batches, by_length
 from kvprune.harness.sweep.source import PlannedSample
-from kvprune.harness.sweep.store import read_rows
+
 from kvprune.harness.tasks.sample import Sample
 from tests.support import task_fixtures
+from tests.support.results import result_lines
 
 SECONDS = {"real/r0.wav": 2.5, "real/r1.wav": 0.6, "real/r2.wav": 1.8, "fake/f0.wav": 0.9, "fake/f1.wav": 2.2}
 
@@ -48,7 +49,7 @@ def sweep(out: Path, data_root: Path, *extra: str) -> int:
 def test_a_batched_sweep_runs_batches_of_similar_lengths_with_the_answers_and_scores_of_batch_one(data_root, tmp_path):
     assert sweep(tmp_path / "one", data_root, "--batch-size", "1") == 0
     assert sweep(tmp_path / "two", data_root, "--batch-size", "2") == 0
-    one, two = read_rows(tmp_path / "one"), read_rows(tmp_path / "two")
+    one, two = result_lines(tmp_path / "one"), result_lines(tmp_path / "two")
     by_name = {row["sample_id"]: row for row in two}
     ordered = sorted(SECONDS, key=SECONDS.get)  # shortest first: the batches are its pairs
     expected = [set(ordered[i : i + 2]) for i in range(0, len(ordered), 2)]

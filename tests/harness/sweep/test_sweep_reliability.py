@@ -24,9 +24,10 @@ import torch
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.identity import read_plan
 from kvprune.harness.sweep.lock import FolderLock, FolderLockedError
-from kvprune.harness.sweep.store import read_rows, read_runs, run_key
+from kvprune.harness.sweep.store import read_log
 from tests.support import task_fixtures
 from tests.support.tiny_models import FAMILIES
+from tests.support.results import line_key, result_lines
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def test_two_layers_into_one_folder_are_two_rows_never_blended(data_root, tmp_pa
     out = tmp_path / "out"
     assert main(args(data_root, out, "--layer", "2", methods="fastv")) == 0
     assert main(args(data_root, out, "--layer", "3", methods="fastv")) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert sorted({r["layer"] for r in rows if r["method"] == "fastv"}) == [2, 3] and len(rows) == 2 * 3
     assert len({r["method_id"] for r in rows if r["method"] == "fastv"}) == 2
     summary = pd.read_csv(out / "summary.csv")  # the sweep's own outputs: what it asked for, layer 3
@@ -78,33 +79,33 @@ def test_a_changed_audio_file_under_the_same_name_is_not_reused(data_root, tmp_p
             (data / "HAD" / folder / wav.name).write_bytes(wav.read_bytes())
     out = tmp_path / "out"
     assert main(args(data, out)) == 0
-    before = read_rows(out)
+    before = result_lines(out)
     changed = data / "HAD" / "real" / "r0.wav"  # same name and length, other content
     t = np.arange(2 * 16_000) / 16_000
     sf.write(changed, 0.1 * np.sin(2 * np.pi * 880 * t), 16_000)
     capsys.readouterr()
     assert main(args(data, out)) == 0
     assert "1 sample(s) changed since the last sweep" in capsys.readouterr().err
-    rows = read_rows(out)
+    rows = result_lines(out)
     rerun = rows[len(before):]
     assert {r["sample_id"] for r in rerun} == {"real/r0.wav"} and len(rerun) == 2, "only the changed sample runs again"
     assert rerun[0]["input_hash"] != next(r["input_hash"] for r in before if r["sample_id"] == "real/r0.wav")
     assert (pd.read_csv(out / "summary.csv")["samples"] == 2).all(), "the summary reads the new result, not both"
     assert main(args(data_root, out)) == 0  # another data root holding the same content: nothing to redo
-    assert len(read_rows(out)) == len(rows)
+    assert len(result_lines(out)) == len(rows)
     other = tmp_path / "other"  # another data root, the same file names, other content: nothing is reused
     for folder, seconds in (("real", 1.5), ("fake", 2.5)):
         for name in ("r0", "r1") if folder == "real" else ("f0", "f1"):
             task_fixtures.write_audio(other / "HAD" / folder / f"{name}.wav", seconds)
     assert main(args(other, out)) == 0
-    assert len(read_rows(out)) == len(rows) + 4
-    assert {r["audio_seconds"] for r in read_rows(out)[-4:]} == {1.5, 2.5}
+    assert len(result_lines(out)) == len(rows) + 4
+    assert {r["audio_seconds"] for r in result_lines(out)[-4:]} == {1.5, 2.5}
 
 
 def test_other_settings_are_refused_by_name_and_overwrite_starts_afresh(data_root, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(args(data_root, out)) == 0
-    kept, settings = snapshot(out), {r["settings_id"] for r in read_rows(out)}
+    kept, settings = snapshot(out), {r["settings_id"] for r in result_lines(out)}
     capsys.readouterr()
     assert main(args(data_root, out, "--attn-implementation", "eager", "--max-new-tokens", "3")) == 2
     error = capsys.readouterr().err
@@ -112,7 +113,7 @@ def test_other_settings_are_refused_by_name_and_overwrite_starts_afresh(data_roo
     assert "another --out" in error and "--overwrite" in error
     assert snapshot(out) == kept, "a refused start changes nothing"
     assert main(args(data_root, out, "--attn-implementation", "eager", "--max-new-tokens", "3", "--overwrite")) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert len(rows) == 4 and not {r["settings_id"] for r in rows} & settings, "only the new settings' results"
     assert read_plan(out).settings["attn_implementation"] == "eager"
     assert all(r["new_tokens"] <= 3 for r in rows)
@@ -127,9 +128,9 @@ def test_the_decoding_cache_the_protocol_the_encoder_and_a_keep_rule_are_part_of
     assert "cache: engine before, static now" in error and "protocol: unset before, audiomarathon now" in error
     assert "encoder: fast before, stock now" in error, "the same outputs, not the same prefill times"
     assert main(args(data_root, out, "--cache", "engine")) == 0, "auto resolves to the engine: the same runs"
-    assert len(read_rows(out)) == 4
+    assert len(result_lines(out)) == 4
     assert main(args(data_root, out, methods="frame,frame:keep_rule=floor")) == 0, "another keep rule is another method"
-    rows = read_rows(out)
+    rows = result_lines(out)
     ids = {r["method"]: r["method_id"] for r in rows if r["method"] != "none"}
     assert len(rows) == 6 and set(ids) == {"frame", "frame:keep_rule=floor"} and len(set(ids.values())) == 2
 
@@ -138,7 +139,7 @@ def test_a_smaller_limit_summarises_only_its_samples(data_root, tmp_path):
     out = tmp_path / "out"
     assert main(args(data_root, out, limit=4)) == 0
     assert main(args(data_root, out, limit=1)) == 0
-    assert len(read_rows(out)) == 8, "the smaller limit's sample was done already"
+    assert len(result_lines(out)) == 8, "the smaller limit's sample was done already"
     summary = pd.read_csv(out / "summary.csv")
     assert (summary["samples"] == 1).all()
     assert main(["report", str(out), "--all"]) == 0
@@ -194,12 +195,12 @@ def test_a_model_whose_static_cache_cannot_hold_a_pruned_prompt_is_refused_befor
     pruned static cache cannot lay out: refused from the checkpoint's config, with both fixes named."""
     model = tmp_path / "gemma3n"
     FAMILIES["gemma3n"].config.save_pretrained(model)  # the check needs only the config: no weights are read
-    arguments = args(data_root, tmp_path / "out", "--cache", "static")
+    arguments = args(data_root, tmp_path / "out", "--decoding", "static")
     arguments[arguments.index("--model") + 1] = str(model)
     assert main(arguments) == 2
     error = capsys.readouterr().err
     assert f"method frame (ratio 0.5) cannot run on {model}: Gemma-3n: kvprune cannot prune into a static cache" in error
-    assert error.rstrip().endswith("On the command line: --cache dynamic.") and not (tmp_path / "out").exists()
+    assert error.rstrip().endswith("On the command line: --decoding dynamic.") and not (tmp_path / "out").exists()
 
 
 def test_an_unwritable_output_folder_is_refused_with_a_message(data_root, tmp_path, capsys):
@@ -248,8 +249,8 @@ def test_two_sweeps_started_together_one_refuses_and_no_row_is_doubled(data_root
     assert codes == [0, 2], outputs
     refused = outputs[[p.returncode for p in processes].index(2)][1]
     assert "another sweep is writing to" in refused
-    rows = read_rows(out)
-    assert len(rows) == len({run_key(r) for r in rows}) == 4 * 10
+    rows = result_lines(out)
+    assert len(rows) == len({line_key(r) for r in rows}) == 4 * 10
 
 
 # -- failures that speak -------------------------------------------------------------------------------
@@ -266,13 +267,13 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_completes(data_root, tmp_path):
         time.sleep(0.01)
     _, error = process.communicate(timeout=120)
     assert process.returncode == 130, error
-    written = len(read_rows(out))
+    written = len(result_lines(out))
     assert f"interrupted after {written} new result rows" in error and "run the same command to resume" in error
     assert "Traceback" not in error
     assert written < 4 * 7 and not list(out.glob("*.lock")), "stopped early, lock released"
     assert main(arguments) == 0
-    rows = read_rows(out)
-    assert len(rows) == len({run_key(r) for r in rows}) == 4 * 7
+    rows = result_lines(out)
+    assert len(rows) == len({line_key(r) for r in rows}) == 4 * 7
 
 
 def test_nan_and_silent_audio_become_error_rows_counted_in_the_exit_status_and_the_report(tmp_path, capsys):
@@ -284,7 +285,7 @@ def test_nan_and_silent_audio_become_error_rows_counted_in_the_exit_status_and_t
     out = tmp_path / "out"
     assert main(args(root, out, limit=3)) == 1
     printed = capsys.readouterr().out
-    errors = {r["sample_id"]: r["error"] for r in read_rows(out) if r["error"]}
+    errors = {r["sample_id"]: r["error"] for r in result_lines(out) if r["error"]}
     assert "NaN or infinite samples" in errors["real/r0.wav"] and "digital silence" in errors["real/r1.wav"]
     assert "4 of 6 runs failed" in printed and "2 × AudioLoadError" in printed
     report = (out / "report.md").read_text()
@@ -316,8 +317,8 @@ def test_runs_jsonl_records_the_identity_of_each_start(data_root, tmp_path, caps
     assert "nothing left to run" not in capsys.readouterr().err
     assert main(args(data_root, out, "--layer", "3", methods="fastv")) == 0  # everything is done: said, not run
     assert "note: nothing left to run: every run this sweep asks for has a result" in capsys.readouterr().err
-    assert len(read_runs(out)) == 1, "a start that runs nothing records no run"
-    run = read_runs(out)[-1]
+    assert len(read_log(out)) == 1, "a start that runs nothing records no run"
+    run = read_log(out)[-1]
     assert run["settings"]["dtype"] == "auto" and run["settings"]["long_audio"] == "split"
     assert run["model_fingerprint"].startswith("local:")
     (method,) = run["methods"].values()

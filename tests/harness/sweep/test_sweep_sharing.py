@@ -5,7 +5,9 @@ demo model)."""
 from __future__ import annotations
 
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import read_rows
+
+from tests.support.results import result_lines
+
 
 COMPARED = ["sample_id", "method", "ratio", "output", "parsed", "kept_tokens", "error"]
 
@@ -19,7 +21,7 @@ def sweep(out, *extra: str) -> int:
 def test_token_presses_at_one_k_replay_a_sample_s_first_layers_with_unchanged_answers(tmp_path):
     assert sweep(tmp_path / "shared") == 0
     assert sweep(tmp_path / "alone", "--no-share-layers") == 0
-    shared, alone = read_rows(tmp_path / "shared"), read_rows(tmp_path / "alone")
+    shared, alone = result_lines(tmp_path / "shared"), result_lines(tmp_path / "alone")
     key = lambda row: (row["sample_id"], row["method"], row["ratio"], row.get("pass"))  # noqa: E731
     assert sorted(({k: r[k] for k in COMPARED} for r in shared), key=str) == sorted(
         ({k: r[k] for k in COMPARED} for r in alone), key=str)
@@ -28,7 +30,7 @@ def test_token_presses_at_one_k_replay_a_sample_s_first_layers_with_unchanged_an
     # fastv at 0.3 runs them first (K = 2); fastv 0.7 and dart replay; knorm rewrites layer 1's cache: never
     assert replayed == {("fastv", 0.7), ("dart", 0.3), ("dart", 0.7)}
     assert not any(r["layers_reused"] for r in shared if r.get("pass") is not None), "the timing subset shares nothing"
-    assert not any(r["layers_reused"] for r in read_rows(tmp_path / "alone"))
+    assert not any(r["layers_reused"] for r in result_lines(tmp_path / "alone"))
     assert len({key(r) for r in shared}) == len(shared)
     report = (tmp_path / "shared" / "report.md").read_text()
     assert "replayed them" in report

@@ -14,10 +14,11 @@ import pandas as pd
 import pytest
 
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import read_rows
+
 from tests.harness.sweep.test_avibench_sweep import omni, sweep  # noqa: F401  (the tiny Qwen2.5-Omni fixture)
 from tests.support import benchmark_fixtures
 from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
+from tests.support.results import result_lines
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def test_a_model_that_does_not_see_is_refused_before_the_first_sample(data_root,
 def test_video_tokens_are_counted_apart_from_audio_tokens(omni, data_root, tmp_path):
     out = tmp_path / "out"
     assert main(sweep(omni, data_root, out, ["avibench_avqa"], "fastv:scope=video,fastv")) == 0
-    rows = [r for r in read_rows(out) if r.get("pass") is None]
+    rows = [r for r in result_lines(out) if r.get("pass") is None]
     by_method = {r["method_id"]: r for r in rows}
     unpruned = by_method["none"]
     assert unpruned["video_tokens"] > 0 and unpruned["audio_tokens"] > 0
@@ -69,7 +70,7 @@ def test_a_video_without_its_sound_track_is_recorded_and_said(omni, data_root, t
     benchmark_fixtures.write_video(folder / "0.mp4", sound=False)  # its entries (0 and pre_0) now show a silent video
     out = tmp_path / "out"
     assert main(sweep(omni, root, out, ["avibench_avqa"], "frame", "--limit", "3")) == 0
-    rows = [r for r in read_rows(out) if r.get("pass") is None]
+    rows = [r for r in result_lines(out) if r.get("pass") is None]
     silent = {r["sample_id"]: r["silent_videos"] for r in rows}
     assert silent == {"0": 1, "pre_0": 1, "1": 0}
     assert all(r["audio_tokens"] == 0 for r in rows if r["sample_id"] != "1")
@@ -85,7 +86,7 @@ def test_a_missing_media_file_is_an_error_row_and_the_report_still_scores(omni, 
     (root / "AVI-Bench" / "levels" / "sensation" / "ASQA" / "input" / "00001.wav").unlink()
     out = tmp_path / "out"
     assert main(sweep(omni, root, out, ["avibench_avqa", "avibench_asqa"], "frame", "--limit", "5")) == 1
-    rows = read_rows(out)
+    rows = result_lines(out)
     failed = [r for r in rows if r["error"]]
     assert {(r["task"], r["sample_id"]) for r in failed} == {("avibench_avqa", "1"), ("avibench_asqa", "00001")}
     assert all("file not found" in r["error"] and r["meta"]["entry"]["id"] == r["sample_id"] for r in failed)

@@ -15,10 +15,11 @@ from tests.support import benchmark_fixtures
 from tests.support.helpers import GREEDY
 from kvprune import get_press, list_presses
 from kvprune.harness.cli import main
-from kvprune.harness.sweep.store import read_rows
+
 from kvprune.harness.tasks.task import get_task
 from tests.support.tiny_models import FAMILIES
 from tests.support.tiny_processors import processor_and_config
+from tests.support.results import result_lines
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_a_no_audio_sweep_runs_every_press_with_nothing_to_prune_and_says_so(tmp
     benchmark_fixtures.mmar(tmp_path / "data")
     out = tmp_path / "out"
     assert main(sweep(tmp_path / "data", out, "--no-audio")) == 0
-    rows = read_rows(out)
+    rows = result_lines(out)
     assert rows and all(r["error"] is None and r["audio_tokens"] == 0 and r["audio_seconds"] == 0 for r in rows)
     baseline = {(r["task"], r["sample_id"]): r["output"] for r in rows if r["method"] == "none"}
     for row in rows:
@@ -105,7 +106,7 @@ def test_a_no_audio_sweep_runs_every_press_with_nothing_to_prune_and_says_so(tmp
     capsys.readouterr()
     assert main(sweep(tmp_path / "data", out)) == 2, "runs with audio never join an ablation's folder"
     assert "the folder holds runs without their audio (a --no-audio ablation)" in capsys.readouterr().err
-    assert len(read_rows(out)) == len(rows)
+    assert len(result_lines(out)) == len(rows)
     assert main(sweep(tmp_path / "data", tmp_path / "audio", "--methods", "frame")) == 0
     assert main(sweep(tmp_path / "data", tmp_path / "audio", "--methods", "frame", "--no-audio")) == 2
     assert "the folder holds runs with their audio, and this sweep runs without audio" in capsys.readouterr().err

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvprune.harness.tasks.parsers import PARSERS, parse_answer_span, parse_choice, parse_raw, parse_starbench, parse_transcript
+from kvprune.harness.tasks.benchmarks.mmau.parsers import parse_answer_span
+from kvprune.harness.tasks.benchmarks.starbench.parsers import parse_starbench
+from kvprune.harness.tasks.parsers import PARSERS, parse_choice, parse_raw, parse_transcript
 
 SCENES = ("Airport", "Dog park", "Metro station", "Street")
 HAD = ("real", "fake")

@@ -15,7 +15,8 @@ import yaml
 
 from kvprune.harness.audio import load_clips
 from kvprune.harness.sweep.identity import digest
-from kvprune.harness.tasks.config_files import CONFIGS_DIR, TaskConfigError
+from kvprune.harness.tasks.benchmark import builtin_configs
+from kvprune.harness.tasks.config_files import TaskConfigError
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.protocols import identity_config
 from kvprune.harness.tasks.task import get_task, task_from_config
@@ -188,7 +189,7 @@ def test_a_runs_identity_leaves_out_the_family_layers():
     """Folders written before the families existed keep their settings ids: the identity of a task's
     config is the config read from its file with the families block cut out (here, as text)."""
     for name in ("gtzan", "librispeech", "vesus"):
-        text = (CONFIGS_DIR / f"{name}.yaml").read_text()
+        text = builtin_configs()[name].read_text()
         before = yaml.safe_load(text[:text.index("    families:")])
         assert digest(identity_config(get_task(name).config)) == digest({**before, "name": name})
         resolved = get_task(name).under("audiomarathon", "aero").config  # no protocols left: its identity is itself

@@ -11,7 +11,7 @@ import soundfile as sf
 import yaml
 
 from kvprune.harness.demo.synthetic import format_prompt, make_item
-from kvprune.harness.tasks.config_files import CONFIGS_DIR
+from kvprune.harness.tasks.benchmark import builtin_configs
 from kvprune.harness.tasks.prompts import ClipRef
 from kvprune.harness.tasks.task import Sample, TaskConfigError, TaskDataError, get_task, list_tasks, load_task_file
 from tests.support import task_fixtures
@@ -441,7 +441,7 @@ def test_yaml_that_does_not_parse(tmp_path):
 
 
 def builtin_fields(name: str) -> dict:
-    return yaml.safe_load((CONFIGS_DIR / f"{name}.yaml").read_text())
+    return yaml.safe_load(builtin_configs()[name].read_text())
 
 
 def test_a_user_file_builds_on_a_builtin_task_and_replaces_keys_whole(tmp_path):
