@@ -68,7 +68,7 @@ def _families(args) -> int:
     from kvprune import list_families
 
     for family in list_families():
-        print(f"{family.name:16s} {family.display_name:18s} {family.llm_tokens_per_second:>5g} audio tokens/s  "
+        print(f"{family.name:16s} {family.display_name:18s} {family.prompting.llm_tokens_per_second:>5g} audio tokens/s  "
               f"{', '.join(family.architectures)}")
         if family.notes:
             print(f"{'':36s}{family.notes}")

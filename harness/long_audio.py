@@ -105,8 +105,8 @@ def whole_clips(processor, family, config, waves: list[np.ndarray]):
     into encoder chunks themselves are left alone)."""
     extractor = getattr(processor, "feature_extractor", None)
     longest = max((len(w) for w in waves), default=0)
-    frames = family.audio_format.frames(config, longest / SAMPLING_RATE)
-    one_input = len(family.audio_format.pieces(config, frames)) == 1
+    frames = family.prompting.audio_format.frames(config, longest / SAMPLING_RATE)
+    one_input = len(family.prompting.audio_format.pieces(config, frames)) == 1
     if not (one_input and hasattr(extractor, "n_samples") and longest > extractor.n_samples):
         yield
         return
@@ -127,7 +127,7 @@ def received_seconds(family, config, waves: list[np.ndarray], audio_tokens: int,
     unless the policy accepts truncation (then the share received is returned)."""
     sent = sum(len(w) for w in waves) / SAMPLING_RATE
     try:
-        audio = family.audio_format
+        audio = family.prompting.audio_format
         expected = sum(audio.tokens(config, audio.frames(config, len(w) / SAMPLING_RATE)) for w in waves)
     except (AttributeError, NotImplementedError, TypeError):  # a format that cannot say: trust the processor
         return sent
@@ -150,7 +150,7 @@ def model_inputs(loaded, waves: list[np.ndarray], prompt: str | Prompt, policy: 
     the seconds the model received, the clips it got, what was done to fit them (``long_audio``;
     None: nothing) and the audio tokens."""
     family = loaded.family
-    fitted = fit_clips(waves, family.max_clip_seconds, policy, family.display_name)
+    fitted = fit_clips(waves, family.prompting.max_clip_seconds, policy, family.display_name)
     config = family.entry(loaded.model).config
     with whole_clips(loaded.processor, family, config, fitted.waves):
         inputs = loaded.build_inputs(fitted.waves, fitted.prompt(prompt))

@@ -114,7 +114,7 @@ def build(encoder: Encoder, tiny: bool, device, dtype, attn: str):
 
 
 def encoder_inputs(encoder: Encoder, tiny: bool, config, seconds: float, device, dtype) -> dict:
-    audio = PRESETS.get(encoder.preset_name(tiny)).family.audio_format
+    audio = PRESETS.get(encoder.preset_name(tiny)).family.prompting.audio_format
     features = audio.features(config, [audio.frames(config, seconds)], torch.Generator().manual_seed(0))
     return {
         name: value.to(device, dtype if value.is_floating_point() else None) if isinstance(value, torch.Tensor) else value

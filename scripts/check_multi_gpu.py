@@ -40,7 +40,7 @@ LARGE_INIT = dict(initializer_range=0.2)  # varied greedy tokens from random wei
 
 def build(family: ModelFamily, attn: str) -> nn.Module:
     """The family's tiny model with fixed random weights, on the CPU."""
-    text = {"text_config": LARGE_INIT} if "text_config" in family.tiny_kwargs else {}
+    text = {"text_config": LARGE_INIT} if "text_config" in family.tiny.kwargs else {}
     torch.manual_seed(0)
     return family.build(family.tiny_config(**LARGE_INIT, **text), attn_implementation=attn).eval()
 

@@ -127,16 +127,16 @@ class BenchConfig(CommandConfig):
         (Gemma-3n's 30 s), a longer request would time the shorter clip under the longer length's name."""
         for name in self.presets:
             preset = PRESETS.get(name)
-            longest = preset.family.max_clip_seconds
+            longest = preset.family.prompting.max_clip_seconds
             beyond = [seconds for seconds in self.audio_seconds if longest is not None and seconds > longest]
             if not beyond:
                 continue
-            config, audio = preset.config(), preset.family.audio_format
+            config, audio = preset.config(), preset.family.prompting.audio_format
             ceiling = audio.tokens(config, audio.frames(config, longest))
             for seconds in beyond:
                 if audio.tokens(config, audio.frames(config, seconds)) <= ceiling:
                     raise ValueError(
-                        f"{name} hears at most {longest:g} s of audio ({preset.family.long_audio}): --audio-seconds "
+                        f"{name} hears at most {longest:g} s of audio ({preset.family.prompting.long_audio}): --audio-seconds "
                         f"{seconds:g} would time {longest:g} s. Give {longest:g} or less for this preset."
                     )
 

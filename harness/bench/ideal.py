@@ -36,7 +36,7 @@ def kept_prefix(model: nn.Module, layer: int, keep: int) -> Iterator[None]:
     head and their cache) see only the first ``keep`` prompt positions. Calls of ``keep`` tokens or
     fewer (decoding steps) are left alone."""
     family = resolve_family(model)
-    layers, io = family.layers(model), family.layer_io
+    layers, io = family.layers(model), family.structure.layer_io
 
     def hook(module, args, kwargs):
         args, kwargs = by_name(module, args, kwargs)

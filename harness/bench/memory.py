@@ -44,7 +44,7 @@ def estimate(preset: Preset, seconds: float, dtype: torch.dtype, decode_tokens: 
         model = preset.family.build(preset.config(), dtype=dtype)
     size = torch.tensor([], dtype=dtype).element_size()
     weights = sum(p.numel() for p in model.parameters()) * size
-    config, audio = model.config, preset.family.audio_format
+    config, audio = model.config, preset.family.prompting.audio_format
     audio_tokens = audio.tokens(config, audio.frames(config, seconds))
     tokens = batch * (TEXT_BEFORE + TEXT_AFTER + len(audio.placeholders(config, 0, audio_tokens)) + decode_tokens)  # markers too
     text = preset.family.decoder(model).config

@@ -70,7 +70,7 @@ class Preset:
     def prompt(self, model: nn.Module, seconds: float, decode_tokens: int, seed: int = 0, batch: int = 1) -> Prompt:
         """Text, one clip of ``seconds`` of random audio features, text, in each of ``batch`` rows (the
         same prompt in every row); all on the model's device."""
-        config, audio = model.config, self.family.audio_format
+        config, audio = model.config, self.family.prompting.audio_format
         generator = torch.Generator().manual_seed(seed)
         frames = audio.frames(config, seconds)
         n_audio = audio.tokens(config, frames)

@@ -48,7 +48,7 @@ def checkpoint_skeleton(path: str, trust_remote_code: bool, attn_implementation:
 
     def build() -> nn.Module:
         config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        class_name = family.model_types[model_type]
+        class_name = family.loading.model_types[model_type]
         if class_name == family.model_class:  # the family's own build (Gemma-3n: without its vision tower)
             return family.build(config, attn_implementation=attn_implementation)
         if class_name:

@@ -40,7 +40,7 @@ def check_media(config: SweepConfig, tasks: dict[str, list], planned: dict[str, 
         kinds_needed = sorted({kind for kinds in needed.values() for kind in kinds})
         if _sees(family):
             processor = load_processor(model_path(name), family, config.trust_remote_code)
-            dropped = family.build_inputs.dropped_media(processor, kinds_needed)
+            dropped = family.prompting.build_inputs.dropped_media(processor, kinds_needed)
         else:
             dropped = {kind: f"{family.display_name} takes no {kind}s" for kind in kinds_needed}
         for task, kinds in needed.items():
@@ -55,4 +55,4 @@ def check_media(config: SweepConfig, tasks: dict[str, list], planned: dict[str, 
 
 def _sees(family) -> bool:
     """Whether the family takes images and videos (its prompts' ``ChatFormat`` says so)."""
-    return bool(getattr(family.build_inputs, "vision", False))
+    return bool(getattr(family.prompting.build_inputs, "vision", False))

@@ -37,11 +37,11 @@ class PressPlan:
         self.layers = self.family.layers(model)
         self.norm = self.family.final_norm(model)
         self.placeholder_ids = self.family.placeholder_ids(model)  # modality -> placeholder token id
-        visual_layers = self.family.visual_feature_layers
+        visual_layers = self.family.structure.visual_feature_layers
         self.visual_layers = visual_layers(self.entry.config) if visual_layers else 0
         self.decoder_config = self.family.decoder(model).config
         self.attn_implementation = self.decoder_config._attn_implementation
-        self.io = self.family.layer_io
+        self.io = self.family.structure.layer_io
         self.kv_sources = self.io.kv_sources(self.decoder_config)  # layers attending to another layer's cache
         n_layers = len(self.layers)
         # the layers a cache press can compress: up to the last that holds a cache of its own (the sharing

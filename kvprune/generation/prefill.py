@@ -193,7 +193,7 @@ def family_supports_static_decoding(module: nn.Module) -> str | None:
     and layers that read another layer's cache keep entries by rules a fixed buffer does not follow."""
     family = resolve_family(module)
     config = family.decoder(module).config
-    if family.layer_io.kv_sources(config):
+    if family.structure.layer_io.kv_sources(config):
         return f"{family.display_name}'s last layers reuse earlier layers' caches"
     if getattr(config, "sliding_window", None) and "sliding_attention" in (getattr(config, "layer_types", None) or []):
         return f"{family.display_name} has sliding-window layers"

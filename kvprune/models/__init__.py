@@ -1,4 +1,13 @@
-"""Model families kvprune can prune, one module per family."""
+"""Model families kvprune can prune, one module per family.
+
+Importing this package imports every module in it, and each family module registers its family
+(``register_family``), so a family is added by its module alone; the registry then holds the
+families in the modules' alphabetical order. Each declaration is importable from here too, under
+the name its module gives it (``from kvprune.models import QWEN2_5_OMNI``).
+"""
+
+import importlib
+import pkgutil
 
 from .base import (
     FAMILIES,
@@ -8,28 +17,29 @@ from .base import (
     register_family,
     resolve_family,
 )
-from .qwen2_5_omni import QWEN2_5_OMNI
-from .phi4_multimodal import PHI4_MULTIMODAL
-from .voxtral import VOXTRAL
-from .aero import AERO
-from .qwen2_audio import QWEN2_AUDIO
-from .qwen3_omni import QWEN3_OMNI
-from .audioflamingo3 import AUDIO_FLAMINGO_3
-from .granite_speech import GRANITE_SPEECH
-from .gemma3n import GEMMA3N
+from .parts import Loading, Prompting, Structure, Tiny
+
+
+def _import_every_module() -> dict[str, ModelFamily]:
+    """Import each module of this package; the family declarations they define, by name."""
+    declared = {}
+    for module in pkgutil.iter_modules(__path__):
+        names = vars(importlib.import_module(f"{__name__}.{module.name}"))
+        declared.update({name: value for name, value in names.items() if isinstance(value, ModelFamily)})
+    return declared
+
+
+_DECLARED = _import_every_module()
+globals().update(_DECLARED)
 
 __all__ = [
-    "AERO",
-    "AUDIO_FLAMINGO_3",
+    *sorted(_DECLARED),
     "FAMILIES",
-    "GEMMA3N",
-    "GRANITE_SPEECH",
-    "PHI4_MULTIMODAL",
-    "QWEN2_5_OMNI",
-    "QWEN2_AUDIO",
-    "QWEN3_OMNI",
-    "VOXTRAL",
+    "Loading",
     "ModelFamily",
+    "Prompting",
+    "Structure",
+    "Tiny",
     "UnsupportedModelError",
     "list_families",
     "register_family",

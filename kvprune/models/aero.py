@@ -17,6 +17,7 @@ from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioEncod
 from . import tiny
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
+from .parts import Loading, Prompting, Structure, Tiny
 from .prompting import ChatFormat
 
 build_inputs = ChatFormat(
@@ -93,15 +94,19 @@ AERO = register_family(
         name="aero",
         display_name="Aero-1-Audio",
         model_class=AeroForConditionalGeneration,
-        decoder_paths=("language_model.model",),
-        audio_token_attrs=("audio_token_index", "audio_token_id"),
-        llm_tokens_per_second=25.0,
-        encoder_end_paths=("audio_modal_projector",),
-        audio_format=WhisperChunkAudio(features_name="audio_values", mask_name="audio_attention_mask"),
-        tiny_kwargs=TINY,
-        model_types={"aero": ""},  # remote code: AutoModelForCausalLM with trust_remote_code
-        build_inputs=build_inputs,
-        long_audio="30 s chunks, one audio item each (its model card's recipe; kvprune's prompt builder cuts them)",
-        max_clip_seconds=30.0,
+        prompting=Prompting(
+            audio_format=WhisperChunkAudio(features_name="audio_values", mask_name="audio_attention_mask"),
+            llm_tokens_per_second=25.0,
+            build_inputs=build_inputs,
+            long_audio="30 s chunks, one audio item each (its model card's recipe; kvprune's prompt builder cuts them)",
+            max_clip_seconds=30.0,
+        ),
+        tiny=Tiny(TINY),
+        structure=Structure(
+            decoder_paths=("language_model.model",),
+            audio_token_attrs=("audio_token_index", "audio_token_id"),
+            encoder_end_paths=("audio_modal_projector",),
+        ),
+        loading=Loading(model_types={"aero": ""}),  # remote code: AutoModelForCausalLM with trust_remote_code
     )
 )

@@ -9,6 +9,7 @@ placeholders, 750 per full window (25 tokens/s). It takes one audio per prompt (
 from . import tiny
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
+from .parts import Prompting, Tiny
 from .prompting import ChatFormat
 
 MAX_SECONDS = 600.0  # the processor's max_audio_len: 20 windows of 30 s
@@ -41,11 +42,13 @@ AUDIO_FLAMINGO_3 = register_family(
         name="audioflamingo3",
         display_name="Audio Flamingo 3",
         model_class="AudioFlamingo3ForConditionalGeneration",
-        llm_tokens_per_second=25.0,
-        audio_format=WhisperChunkAudio(mask_name="input_features_mask"),
-        tiny_kwargs=TINY,
-        build_inputs=build_inputs,
-        long_audio="30 s windows batched through the encoder, one placeholder run per audio; truncated at 600 s",
-        max_clip_seconds=MAX_SECONDS,
+        prompting=Prompting(
+            audio_format=WhisperChunkAudio(mask_name="input_features_mask"),
+            llm_tokens_per_second=25.0,
+            build_inputs=build_inputs,
+            long_audio="30 s windows batched through the encoder, one placeholder run per audio; truncated at 600 s",
+            max_clip_seconds=MAX_SECONDS,
+        ),
+        tiny=Tiny(TINY),
     )
 )

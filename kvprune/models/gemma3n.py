@@ -32,6 +32,7 @@ from .audio_format import AudioFormat, padding_mask
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
 from .layer_io import LayerIO
+from .parts import Loading, Prompting, Structure, Tiny
 
 CLIP_TOKENS = 188  # the processor's audio_seq_length and the config's audio_soft_tokens_per_image
 MAX_SECONDS = 30.0  # its feature extractor truncates audio at 480,000 samples
@@ -170,16 +171,16 @@ GEMMA3N = register_family(
         name="gemma3n",
         display_name="Gemma-3n",
         model_class="Gemma3nForConditionalGeneration",
-        llm_tokens_per_second=CLIP_TOKENS / MAX_SECONDS,
-        tokens_per_clip=CLIP_TOKENS,
-        encoder_end_paths=("model.embed_audio",),
-        audio_format=Gemma3nAudio(),
-        builder=build,
-        layer_io=Gemma3nLayerIO(),
-        tiny_kwargs=TINY,
-        load_processor=processor_loader(AudioOnlyGemma3nProcessor),
-        long_audio="one clip is at most 30 s (its feature extractor truncates); every clip becomes 188 tokens",
-        max_clip_seconds=MAX_SECONDS,
+        prompting=Prompting(
+            audio_format=Gemma3nAudio(),
+            llm_tokens_per_second=CLIP_TOKENS / MAX_SECONDS,
+            tokens_per_clip=CLIP_TOKENS,
+            long_audio="one clip is at most 30 s (its feature extractor truncates); every clip becomes 188 tokens",
+            max_clip_seconds=MAX_SECONDS,
+        ),
+        tiny=Tiny(TINY, builder=build),
+        structure=Structure(encoder_end_paths=("model.embed_audio",), layer_io=Gemma3nLayerIO()),
+        loading=Loading(load_processor=processor_loader(AudioOnlyGemma3nProcessor)),
         notes=(
             "Pruning starts at or before the layers whose KV the last layers reuse; prompt plus answer must stay "
             "within the sliding window (512 tokens), on the dynamic cache (a static cache is refused)."

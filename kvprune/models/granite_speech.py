@@ -14,6 +14,7 @@ import torch
 from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .base import ModelFamily, register_family
+from .parts import Prompting, Structure, Tiny
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,13 @@ GRANITE_SPEECH = register_family(
         name="granite_speech",
         display_name="Granite Speech",
         model_class="GraniteSpeechForConditionalGeneration",
-        llm_tokens_per_second=10.0,
-        encoder_start_paths=("model.encoder",),
-        encoder_end_paths=("model.projector",),
-        audio_format=GraniteAudio(),
-        tiny_kwargs=TINY,
-        long_audio="whole (its feature extractor neither chunks nor truncates; the encoder attends in 4 s blocks)",
+        prompting=Prompting(
+            audio_format=GraniteAudio(),
+            llm_tokens_per_second=10.0,
+            long_audio="whole (its feature extractor neither chunks nor truncates; the encoder attends in 4 s blocks)",
+        ),
+        tiny=Tiny(TINY),
+        structure=Structure(encoder_start_paths=("model.encoder",), encoder_end_paths=("model.projector",)),
         notes="Real checkpoints carry a speech LoRA adapter (peft) that generate() enables when audio is given.",
     )
 )

@@ -36,7 +36,7 @@ class LoadedModel:
 
     def build_inputs(self, waves, prompt: str | Prompt):
         """The model inputs of ``waves`` and a prompt (text after every clip, or ordered segments)."""
-        inputs = self.family.build_inputs(self.processor, waves, prompt)
+        inputs = self.family.prompting.build_inputs(self.processor, waves, prompt)
         dtype = next(self.model.parameters()).dtype
         return {k: _to(v, self.device, dtype) for k, v in inputs.items()}
 
@@ -83,9 +83,9 @@ def family_of_checkpoint(name_or_path: str, trust_remote_code: bool = False) -> 
             f"could not provide it ({error.__class__.__name__}: {str(error).splitlines()[0]})."
         ) from None
     for family in list_families():
-        if config.model_type in family.model_types:
+        if config.model_type in family.loading.model_types:
             return family, config.model_type
-    supported = "; ".join(f"{f.display_name} ({', '.join(f.model_types)})" for f in list_families())
+    supported = "; ".join(f"{f.display_name} ({', '.join(f.loading.model_types)})" for f in list_families())
     raise UnsupportedModelError(
         f"{name_or_path}: model_type {config.model_type!r} is not a supported audio LLM. "
         f"Supported model types: {supported}."
@@ -110,7 +110,7 @@ def load_model(
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r} is invalid; choose one of {', '.join(DTYPES)}.")
     family, model_type = family_of_checkpoint(path, trust_remote_code)
-    class_name = family.model_types[model_type]
+    class_name = family.loading.model_types[model_type]
     model_class = getattr(transformers, class_name) if class_name else transformers.AutoModelForCausalLM
     model = model_class.from_pretrained(
         path,
@@ -118,11 +118,11 @@ def load_model(
         device_map=device_map,
         attn_implementation=attn_implementation,
         trust_remote_code=trust_remote_code,
-        **family.load_kwargs.get(class_name, {}),
+        **family.loading.load_kwargs.get(class_name, {}),
     )
-    adapters = tuple(name for name, subfolder in family.adapters.items() if _carries_adapter(path, subfolder))
+    adapters = tuple(name for name, subfolder in family.loading.adapters.items() if _carries_adapter(path, subfolder))
     for name in adapters:
-        _load_adapter(model, path, name, family.adapters[name])
+        _load_adapter(model, path, name, family.loading.adapters[name])
     if device_map is None:
         model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     processor = load_processor(path, family, trust_remote_code)
@@ -132,7 +132,7 @@ def load_model(
 def load_processor(name_or_path: str | Path, family: ModelFamily, trust_remote_code: bool = False):
     """The processor of a checkpoint of ``family``, as ``load_model`` loads it (without the weights:
     what a prompt becomes can be checked before a model loads)."""
-    load = family.load_processor or transformers.AutoProcessor.from_pretrained
+    load = family.loading.load_processor or transformers.AutoProcessor.from_pretrained
     return load(str(name_or_path), trust_remote_code=trust_remote_code)
 
 

@@ -13,6 +13,7 @@ from . import tiny
 from .audio_format import AudioFormat, padding_mask
 from .audio_only import processor_loader
 from .base import ModelFamily, register_family
+from .parts import Loading, Prompting, Structure, Tiny
 from .prompting import SAMPLING_RATE
 
 WINDOW, HOP = 400, 160  # its feature extractor's STFT, in samples
@@ -81,15 +82,18 @@ PHI4_MULTIMODAL = register_family(
         name="phi4_multimodal",
         display_name="Phi-4-multimodal",
         model_class="Phi4MultimodalForCausalLM",
-        decoder_paths=("model",),
-        audio_token_attrs=("audio_config.audio_token_id", "audio_token_id"),
-        llm_tokens_per_second=12.5,
-        encoder_start_paths=("model.embed_tokens_extend.audio_embed",),
-        encoder_end_paths=("model.embed_tokens_extend.audio_embed",),
-        audio_format=Phi4Audio(),
-        tiny_kwargs=TINY,
-        adapters={"speech": "speech-lora"},
-        load_processor=processor_loader(AudioOnlyPhi4Processor),
-        long_audio="whole (its feature extractor neither chunks nor truncates)",
+        prompting=Prompting(
+            audio_format=Phi4Audio(),
+            llm_tokens_per_second=12.5,
+            long_audio="whole (its feature extractor neither chunks nor truncates)",
+        ),
+        tiny=Tiny(TINY),
+        structure=Structure(
+            decoder_paths=("model",),
+            audio_token_attrs=("audio_config.audio_token_id", "audio_token_id"),
+            encoder_start_paths=("model.embed_tokens_extend.audio_embed",),
+            encoder_end_paths=("model.embed_tokens_extend.audio_embed",),
+        ),
+        loading=Loading(adapters={"speech": "speech-lora"}, load_processor=processor_loader(AudioOnlyPhi4Processor)),
     )
 )

@@ -15,6 +15,7 @@ from . import tiny
 from .audio_format import AudioFormat, padding_mask, whisper_tokens
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
+from .parts import Loading, Prompting, Structure, Tiny
 from .prompting import ChatFormat
 
 OMNI_TOKENS = (
@@ -77,19 +78,25 @@ QWEN2_5_OMNI = register_family(
         name="qwen2_5_omni",
         display_name="Qwen2.5-Omni",
         model_class="Qwen2_5OmniThinkerForConditionalGeneration",
-        entry_paths={"Qwen2_5OmniForConditionalGeneration": "thinker"},
-        llm_tokens_per_second=25.0,
-        # the audio tower projects into the LLM itself (transformers < 5.2x keeps it on the thinker)
-        encoder_end_paths=("model.audio_tower", "audio_tower"),
-        audio_format=OmniAudio(),
-        tiny_kwargs=TINY,
-        build_inputs=ChatFormat(vision=True),
-        visual_token_attrs=OMNI_VISUAL_TOKENS,
-        load_processor=load_processor,
-        # text answers only: do not build the talker and its vocoder
-        load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},
+        prompting=Prompting(
+            audio_format=OmniAudio(),
+            llm_tokens_per_second=25.0,
+            build_inputs=ChatFormat(vision=True),
+            long_audio="whole, windowed inside the encoder; the checkpoints' feature extractor truncates at 300 s",
+            max_clip_seconds=300.0,
+        ),
+        tiny=Tiny(TINY),
+        structure=Structure(
+            entry_paths={"Qwen2_5OmniForConditionalGeneration": "thinker"},
+            # the audio tower projects into the LLM itself (transformers < 5.2x keeps it on the thinker)
+            encoder_end_paths=("model.audio_tower", "audio_tower"),
+            visual_token_attrs=OMNI_VISUAL_TOKENS,
+        ),
+        loading=Loading(
+            # text answers only: do not build the talker and its vocoder
+            load_kwargs={"Qwen2_5OmniForConditionalGeneration": {"enable_audio_output": False}},
+            load_processor=load_processor,
+        ),
         notes="Audio placeholders are framed by audio start/end tokens, which are never pruned.",
-        long_audio="whole, windowed inside the encoder; the checkpoints' feature extractor truncates at 300 s",
-        max_clip_seconds=300.0,
     )
 )

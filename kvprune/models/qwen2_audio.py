@@ -4,6 +4,7 @@ one placeholder run each; placeholders are expanded by the processor."""
 from . import tiny
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
+from .parts import Prompting, Tiny
 from .prompting import ChatFormat
 
 build_inputs = ChatFormat(audio_item=lambda wave: {"type": "audio", "audio_url": ""}, chunk_seconds=30.0)
@@ -20,11 +21,13 @@ QWEN2_AUDIO = register_family(
         name="qwen2_audio",
         display_name="Qwen2-Audio",
         model_class="Qwen2AudioForConditionalGeneration",
-        llm_tokens_per_second=25.0,
-        audio_format=WhisperChunkAudio(),
-        tiny_kwargs=TINY,
-        build_inputs=build_inputs,
-        long_audio="30 s chunks, one audio item each (its Whisper feature extractor truncates at 30 s; kvprune's prompt builder cuts them)",
-        max_clip_seconds=30.0,
+        prompting=Prompting(
+            audio_format=WhisperChunkAudio(),
+            llm_tokens_per_second=25.0,
+            build_inputs=build_inputs,
+            long_audio="30 s chunks, one audio item each (its Whisper feature extractor truncates at 30 s; kvprune's prompt builder cuts them)",
+            max_clip_seconds=30.0,
+        ),
+        tiny=Tiny(TINY),
     )
 )

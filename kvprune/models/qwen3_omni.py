@@ -14,6 +14,7 @@ from transformers import Qwen3OmniMoeProcessor
 from . import tiny
 from .audio_only import AudioOnlyProcessor, processor_loader
 from .base import ModelFamily, register_family
+from .parts import Loading, Prompting, Structure, Tiny
 from .prompting import ChatFormat
 from .qwen2_5_omni import OMNI_TOKENS, OMNI_VISUAL_TOKENS, TINY_MARKERS, OmniAudio
 
@@ -70,20 +71,26 @@ QWEN3_OMNI = register_family(
         name="qwen3_omni",
         display_name="Qwen3-Omni",
         model_class="Qwen3OmniMoeThinkerForConditionalGeneration",
-        entry_paths={"Qwen3OmniMoeForConditionalGeneration": "thinker"},
-        llm_tokens_per_second=float(TOKENS_PER_CHUNK),
-        # the audio tower projects into the LLM itself (transformers < 5.2x keeps it on the thinker)
-        encoder_end_paths=("model.audio_tower", "audio_tower"),
-        audio_format=Qwen3OmniAudio(),
-        tiny_kwargs=TINY,
-        build_inputs=ChatFormat(vision=True),
-        visual_token_attrs=OMNI_VISUAL_TOKENS,
-        # deepstack: its first layers add visual features to the visual tokens' hidden states
-        visual_feature_layers=lambda config: len(config.vision_config.deepstack_visual_indexes or ()),
-        load_processor=processor_loader(AudioOnlyQwen3OmniProcessor, vision=True),
-        # text answers only: do not build the talker and its vocoder
-        load_kwargs={"Qwen3OmniMoeForConditionalGeneration": {"enable_audio_output": False}},
-        long_audio="whole (no truncation); the encoder convolves 1 s chunks and attends within 8 s windows",
+        prompting=Prompting(
+            audio_format=Qwen3OmniAudio(),
+            llm_tokens_per_second=float(TOKENS_PER_CHUNK),
+            build_inputs=ChatFormat(vision=True),
+            long_audio="whole (no truncation); the encoder convolves 1 s chunks and attends within 8 s windows",
+        ),
+        tiny=Tiny(TINY),
+        structure=Structure(
+            entry_paths={"Qwen3OmniMoeForConditionalGeneration": "thinker"},
+            # the audio tower projects into the LLM itself (transformers < 5.2x keeps it on the thinker)
+            encoder_end_paths=("model.audio_tower", "audio_tower"),
+            visual_token_attrs=OMNI_VISUAL_TOKENS,
+            # deepstack: its first layers add visual features to the visual tokens' hidden states
+            visual_feature_layers=lambda config: len(config.vision_config.deepstack_visual_indexes or ()),
+        ),
+        loading=Loading(
+            # text answers only: do not build the talker and its vocoder
+            load_kwargs={"Qwen3OmniMoeForConditionalGeneration": {"enable_audio_output": False}},
+            load_processor=processor_loader(AudioOnlyQwen3OmniProcessor, vision=True),
+        ),
         notes=(
             "Audio placeholders are framed by audio start/end tokens, which are never pruned. With images or "
             "video, press layers must come after its deepstack layers (3 in the checkpoints)."

@@ -14,6 +14,7 @@ import torch
 from . import tiny
 from .audio_format import AudioFormat
 from .base import ModelFamily, register_family
+from .parts import Prompting, Tiny
 from .prompting import SAMPLING_RATE, ChatFormat, wav_base64
 
 
@@ -69,11 +70,13 @@ VOXTRAL = register_family(
         name="voxtral",
         display_name="Voxtral",
         model_class="VoxtralForConditionalGeneration",
-        llm_tokens_per_second=12.5,
-        audio_format=VoxtralAudio(),
-        tiny_kwargs=TINY,
-        build_inputs=build_inputs,
-        long_audio="30 s chunks stacked on the encoder's batch axis, one placeholder run per clip",
+        prompting=Prompting(
+            audio_format=VoxtralAudio(),
+            llm_tokens_per_second=12.5,
+            build_inputs=build_inputs,
+            long_audio="30 s chunks stacked on the encoder's batch axis, one placeholder run per clip",
+        ),
+        tiny=Tiny(TINY),
         notes="A bare VoxtralConfig has audio_token_id=None; real checkpoints and the processor say 24.",
     )
 )

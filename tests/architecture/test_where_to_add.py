@@ -40,6 +40,7 @@ from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration
 
 from .audio_format import WhisperChunkAudio
 from .base import ModelFamily, register_family
+from .parts import Prompting, Tiny
 from .qwen2_audio import TINY, build_inputs
 
 
@@ -56,16 +57,14 @@ DUMMY_AUDIO = register_family(
         name="dummy_audio",
         display_name="Dummy-Audio",
         model_class=DummyAudioForConditionalGeneration,
-        llm_tokens_per_second=25.0,
-        audio_format=WhisperChunkAudio(),
-        tiny_kwargs=TINY,
-        build_inputs=build_inputs,
-        max_clip_seconds=30.0,
+        prompting=Prompting(
+            audio_format=WhisperChunkAudio(), llm_tokens_per_second=25.0, build_inputs=build_inputs, max_clip_seconds=30.0
+        ),
+        tiny=Tiny(TINY),
     )
 )
 '''
 PRESS_ROW = "| `keep_first` | token | the first tokens of each clip | none | kvprune's example press |"
-FAMILY_ROW = "| Dummy-Audio | `DummyAudioForConditionalGeneration` | `model.language_model.layers` | 25/s | whole | 30 s | 5.17 |"
 
 TASK_FILE = """\
 # A quick genre check on GTZAN's data (a task added by following docs/architecture.md).
@@ -141,10 +140,12 @@ def test_added_press_is_listed_and_keeps_the_first_tokens():
     assert outcome.kept_positions[0].tolist() == [3, 4, 5, 6]
 
 
-def test_added_family_resolves_the_tiny_model_built_from_it():
+def test_added_family_resolves_the_tiny_model_built_from_it(capsys):
     family = FAMILIES.get("dummy_audio")
     model = family.build(family.tiny_config())
     assert resolve_family(model) is family and TINY["dummy_audio"].family is family
+    assert main(["families"]) == 0
+    assert "Dummy-Audio" in capsys.readouterr().out
 
 
 def test_added_task_loads_and_is_listed(tmp_path, capsys):
@@ -265,9 +266,7 @@ def _add_press(root: Path) -> None:
 
 def _add_family(root: Path) -> None:
     (root / "kvprune" / "models" / f"{FAMILY}.py").write_text(FAMILY_MODULE)
-    _import_line(root / "kvprune" / "models" / "__init__.py", "from .dummy_audio import DUMMY_AUDIO")
-    _table_row(root / "README.md", "| family | classes | decoder layers |", FAMILY_ROW)
-    # its real processor's class built offline: Qwen2-Audio's, as the model is Qwen2-Audio's
+    # its tiny config: its real processor's class built offline (Qwen2-Audio's, as the model is Qwen2-Audio's)
     _edit(root / "tests" / "support" / "tiny_processors.py", r'if name in \("qwen2_audio", "aero"\):',
           f'if name in ("qwen2_audio", "aero", "{FAMILY}"):')
 
@@ -317,7 +316,7 @@ def test_a_press_a_family_and_a_task_added_as_the_docs_say(tmp_path):
         ("tests/architecture/test_added.py", "test_added_task_loads_and_is_listed"),
         ("tests/architecture/test_added.py", "test_added_benchmark_is_found_by_name_and_scores_with_its_rule"),
         ("tests/presses/test_token_presses.py", "test_list_presses_names_the_four"),
-        ("tests/models/test_families.py", "test_every_family_lists_what_the_readme_table_shows"),
+        ("tests/models/test_families.py", "test_every_readme_row_shows_what_its_family_declares"),
         ("tests/models/test_processors.py", "test_processor_placeholders_equal_encoder_embeddings_and_the_family_arithmetic"),
         ("tests/core/test_registry.py", "test_model_families_are_a_registry"),
     ]}

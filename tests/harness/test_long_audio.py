@@ -41,31 +41,32 @@ def ten_minutes() -> np.ndarray:
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_a_ten_minute_clip_reaches_every_family_whole_or_is_refused_by_name(name, ten_minutes):
     tiny = FAMILIES[name]
-    family, config, audio = tiny.family, tiny.config, tiny.family.audio_format
-    fits = family.max_clip_seconds is None or TEN_MINUTES <= family.max_clip_seconds  # Audio Flamingo 3: 600 s
-    fitted = fit_clips([ten_minutes], family.max_clip_seconds, "split")
+    family, config = tiny.family, tiny.config
+    audio, longest = family.prompting.audio_format, family.prompting.max_clip_seconds
+    fits = longest is None or TEN_MINUTES <= longest  # Audio Flamingo 3: 600 s
+    fitted = fit_clips([ten_minutes], longest, "split")
     seconds = [len(w) / SAMPLING_RATE for w in fitted.waves]
-    assert sum(seconds) == TEN_MINUTES and max(seconds) <= (family.max_clip_seconds or TEN_MINUTES)
+    assert sum(seconds) == TEN_MINUTES and max(seconds) <= (longest or TEN_MINUTES)
     assert (fitted.note is None) == fits
     tokens = sum(audio.tokens(config, audio.frames(config, s)) for s in seconds)
     fixed = audio.fixed_tokens(config)  # Gemma-3n: every clip has the same count, whatever its length
     if fixed:
-        assert tokens == fixed * len(seconds) == fixed * TEN_MINUTES / family.max_clip_seconds, "every 30 s its own clip"
+        assert tokens == fixed * len(seconds) == fixed * TEN_MINUTES / longest, "every 30 s its own clip"
     else:
-        assert tokens == pytest.approx(TEN_MINUTES * family.llm_tokens_per_second, rel=0.01), "no audio lost to the split"
+        assert tokens == pytest.approx(TEN_MINUTES * family.prompting.llm_tokens_per_second, rel=0.01), "no audio lost to the split"
     assert received_seconds(family, config, fitted.waves, tokens, truncate_ok=False) == TEN_MINUTES
-    first_30_s = fixed or int(30 * family.llm_tokens_per_second)  # what a processor cutting at 30 s would give
+    first_30_s = fixed or int(30 * family.prompting.llm_tokens_per_second)  # what a processor cutting at 30 s would give
     with pytest.raises(LongAudioError, match="it cut the audio to about 30"):
         received_seconds(family, config, fitted.waves, first_30_s, truncate_ok=False)
     assert received_seconds(family, config, fitted.waves, first_30_s, truncate_ok=True) == pytest.approx(30, rel=0.02)
-    truncated = fit_clips([ten_minutes], family.max_clip_seconds, "truncate")
+    truncated = fit_clips([ten_minutes], longest, "truncate")
     if not fits:
-        assert [len(w) / SAMPLING_RATE for w in truncated.waves] == [family.max_clip_seconds]
-        assert truncated.note == f"truncated 1 clip(s) to {family.max_clip_seconds:g} s (longest 600.0 s)"
-        with pytest.raises(LongAudioError, match=f"longer than the {family.max_clip_seconds:g} s"):
-            fit_clips([ten_minutes], family.max_clip_seconds, "error")
+        assert [len(w) / SAMPLING_RATE for w in truncated.waves] == [longest]
+        assert truncated.note == f"truncated 1 clip(s) to {longest:g} s (longest 600.0 s)"
+        with pytest.raises(LongAudioError, match=f"longer than the {longest:g} s"):
+            fit_clips([ten_minutes], longest, "error")
     else:
-        assert truncated.note is None and fit_clips([ten_minutes], family.max_clip_seconds, "error").note is None
+        assert truncated.note is None and fit_clips([ten_minutes], longest, "error").note is None
 
 
 def test_the_demo_model_gets_all_ten_minutes_though_its_processor_cuts_at_30_seconds(ten_minutes):
@@ -118,7 +119,7 @@ def test_real_processors_get_all_ten_minutes_and_a_pruned_model_runs_on_what_the
     torch.manual_seed(0)
     loaded = LoadedModel(name, family, family.build(config).eval(), processor)
     built = model_inputs(loaded, [ten_minutes], "What is heard ?", "split")
-    assert built["audio_tokens"] == TEN_MINUTES * family.llm_tokens_per_second and built["audio_clips"] == clips
+    assert built["audio_tokens"] == TEN_MINUTES * family.prompting.llm_tokens_per_second and built["audio_clips"] == clips
     assert (built["audio_seconds"], built["audio_seconds_received"]) == (TEN_MINUTES, TEN_MINUTES)
     assert built["long_audio"] == (None if clips == 1 else f"split 1 clip(s) into {clips} clips of at most 30 s")
     assert tuple(built["inputs"][features].shape) == shape
@@ -134,10 +135,10 @@ def test_real_processors_get_all_ten_minutes_and_a_pruned_model_runs_on_what_the
 @pytest.fixture
 def omni_limit():
     """Qwen2.5-Omni's clip limit, lowered for a test (the family declaration is frozen)."""
-    saved = QWEN2_5_OMNI.max_clip_seconds
+    saved = QWEN2_5_OMNI.prompting.max_clip_seconds
 
     def set_limit(seconds):
-        object.__setattr__(QWEN2_5_OMNI, "max_clip_seconds", seconds)
+        object.__setattr__(QWEN2_5_OMNI.prompting, "max_clip_seconds", seconds)
 
     yield set_limit
     set_limit(saved)

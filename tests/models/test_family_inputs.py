@@ -92,9 +92,9 @@ def test_segments_reach_qwen2_audio_in_order_with_long_clips_chunked_in_place(qw
 def test_segments_reach_qwen2_5_omni_in_order():
     """The demo's Qwen2.5-Omni processor (its own word-level tokenizer): a system turn, then two
     labelled clips of 1 s and 2 s (25 and 50 tokens, framed by audio start and end) and the question."""
-    processor = QWEN2_5_OMNI.load_processor(DEMO_MODEL_DIR)
+    processor = QWEN2_5_OMNI.loading.load_processor(DEMO_MODEL_DIR)
     prompt = Prompt(("clip 1 ", 0, "clip 2 ", 1, "Which clip comes first ?"), system="Reply with the letter .")
-    inputs = QWEN2_5_OMNI.build_inputs(processor, [_wave(1.0), _wave(2.0, seed=1)], prompt)
+    inputs = QWEN2_5_OMNI.prompting.build_inputs(processor, [_wave(1.0), _wave(2.0, seed=1)], prompt)
     tokens = processor.tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
     clip = lambda count: ["<|audio_bos|>", f"<|AUDIO|>x{count}", "<|audio_eos|>"]  # noqa: E731
     assert collapsed(tokens, "<|AUDIO|>") == [
@@ -131,7 +131,7 @@ class RecordingProcessor:
 
 def test_aero_gets_one_audio_item_per_30_second_chunk_under_its_own_keyword():
     processor = RecordingProcessor()
-    AERO.build_inputs(processor, [_wave(70.0)], "What is heard ?")
+    AERO.prompting.build_inputs(processor, [_wave(70.0)], "What is heard ?")
     (_, conversation, _), (_, _, call) = processor.calls
     items = conversation[0]["content"]
     assert [item["type"] for item in items] == ["audio_url"] * 3 + ["text"]
@@ -146,7 +146,7 @@ def test_aero_and_phi4_get_segments_in_order_with_chunks_in_place():
     prompt = Prompt(("first", 0, "second", 1, "What is heard ?"), system="Be brief.")
     for family, kind, keyword, pieces in ((AERO, "audio_url", "audios", [2.0, 30.0, 10.0]), (PHI4_MULTIMODAL, "audio", "audio", [2.0, 40.0])):
         processor = RecordingProcessor()
-        family.build_inputs(processor, waves, prompt)
+        family.prompting.build_inputs(processor, waves, prompt)
         (_, conversation, kwargs), (_, _, call) = processor.calls
         system, user = conversation
         assert system == {"role": "system", "content": "Be brief."} and kwargs["add_generation_prompt"]
@@ -159,7 +159,7 @@ def test_aero_and_phi4_get_segments_in_order_with_chunks_in_place():
 def test_voxtral_gets_each_clip_as_base64_wav_in_its_message():
     processor = RecordingProcessor()
     clips = [_wave(3.0, seed=1), _wave(2.0, seed=2)]
-    VOXTRAL.build_inputs(processor, clips, "What is heard ?")
+    VOXTRAL.prompting.build_inputs(processor, clips, "What is heard ?")
     (_, conversation, kwargs), = processor.calls
     items = conversation[0]["content"]
     assert [item["type"] for item in items] == ["audio", "audio", "text"] and items[-1]["text"] == "What is heard ?"
@@ -172,7 +172,7 @@ def test_voxtral_gets_each_clip_as_base64_wav_in_its_message():
 def test_voxtral_gets_segments_as_ordered_chunks_of_its_message():
     processor = RecordingProcessor()
     clips = [_wave(1.0, seed=1), _wave(2.0, seed=2)]
-    VOXTRAL.build_inputs(processor, clips, Prompt(("Audio 2:", 1, "Audio 1:", 0, "Which ?"), system="S."))
+    VOXTRAL.prompting.build_inputs(processor, clips, Prompt(("Audio 2:", 1, "Audio 1:", 0, "Which ?"), system="S."))
     (_, (system, user), _), = processor.calls
     assert system == {"role": "system", "content": "S."}
     assert [item.get("text", item["type"]) for item in user["content"]] == ["Audio 2:", "audio", "Audio 1:", "audio", "Which ?"]

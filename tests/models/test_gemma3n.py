@@ -19,20 +19,20 @@ pytestmark = pytest.mark.skipif("gemma3n" not in FAMILIES, reason="this transfor
 def test_sharing_layers_read_the_last_earlier_layer_of_their_type():
     config = FAMILIES["gemma3n"].config.text_config
     types = config.layer_types
-    sources = GEMMA3N.layer_io.kv_sources(config)
+    sources = GEMMA3N.structure.layer_io.kv_sources(config)
     first_shared = config.num_hidden_layers - config.num_kv_shared_layers
     assert sorted(sources) == list(range(first_shared, config.num_hidden_layers))
     for layer, source in sources.items():
         assert types[source] == types[layer] and source < first_shared
         assert all(types[j] != types[layer] for j in range(source + 1, first_shared))
     real = Gemma3nConfig().text_config  # the default config is E4B's shape
-    assert GEMMA3N.layer_io.kv_sources(real) == {j: 18 if types_j == "sliding_attention" else 19
+    assert GEMMA3N.structure.layer_io.kv_sources(real) == {j: 18 if types_j == "sliding_attention" else 19
                                                   for j, types_j in enumerate(real.layer_types) if j >= 20}
 
 
 def test_pruning_after_a_source_layer_is_refused_and_at_it_works():
     m = model("gemma3n", "sdpa")
-    sources = GEMMA3N.layer_io.kv_sources(FAMILIES["gemma3n"].config.text_config)
+    sources = GEMMA3N.structure.layer_io.kv_sources(FAMILIES["gemma3n"].config.text_config)
     last_allowed = min(sources.values())
     with pytest.raises(ValueError, match=f"prune at layer {last_allowed} or earlier"):
         FastVPress(layer=last_allowed + 1)(m, ratio=0.5)
@@ -69,7 +69,7 @@ def test_every_clip_has_the_fixed_count_and_short_audio_is_padded():
     config, audio = tiny.config, tiny.audio
     assert [audio.tokens(config, audio.frames(config, s)) for s in (0.1, 1.0, 30.0, 95.0)] == [12] * 4
     real = Gemma3nConfig()
-    assert audio.frames(real, 95.0) == 3000 and audio.tokens(real, 3000) == GEMMA3N.tokens_per_clip == 188
+    assert audio.frames(real, 95.0) == 3000 and audio.tokens(real, 3000) == GEMMA3N.prompting.tokens_per_clip == 188
     with pytest.raises(ValueError, match="every Gemma-3n clip has 12 audio tokens"):
         audio.frames_for(config, 8)
 

@@ -35,10 +35,10 @@ def built(tmp_path_factory):
 def test_processor_placeholders_equal_encoder_embeddings_and_the_family_arithmetic(built, name, seconds):
     processor, config, model = built(name)
     family = FAMILIES[name].family
-    inputs = family.build_inputs(processor, [wave(seconds)], "What is heard ?")
+    inputs = family.prompting.build_inputs(processor, [wave(seconds)], "What is heard ?")
     inputs = {key: value for key, value in inputs.items() if isinstance(value, torch.Tensor)}
     placeholders = int((inputs["input_ids"] == family.audio_token_id(model)).sum())
-    audio = family.audio_format
+    audio = family.prompting.audio_format
     assert placeholders == audio.tokens(config, audio.frames(config, seconds))
     with torch.no_grad():  # the model checks that its encoder filled every placeholder, no more, no less
         logits = model(**inputs).logits

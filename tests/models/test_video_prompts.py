@@ -34,7 +34,7 @@ def prompt_inputs(processor, family, seconds: float, n_frames: int, seed: int, i
     """A clip, an image, then a video of ``n_frames`` at 2 fps with its sound track, then text."""
     image_part = (Image(frames(1, seed + 5)[0]),) if image else ()
     prompt = Prompt(("Audio 1 :", 0, *image_part, Video(frames(n_frames, seed), 2.0, audio=1), "What is heard ?"))
-    return family.build_inputs(processor, [wave(1.0, seed), wave(seconds, seed + 1)], prompt)
+    return family.prompting.build_inputs(processor, [wave(1.0, seed), wave(seconds, seed + 1)], prompt)
 
 
 @pytest.fixture(scope="module", params=OMNI)

@@ -87,7 +87,7 @@ def test_knorm_in_a_padded_batch_keeps_its_counts_per_row(family, attn):
     audio = [FAMILIES[family].audio_tokens(row) for row in rows]
     width, steps, layers = inputs["input_ids"].shape[1], 2, n_layers(family)
     kept = [keep_count(a, 0.75) for a in audio]
-    sharing = FAMILIES[family].family.layer_io.kv_sources(FAMILIES[family].config.get_text_config())
+    sharing = FAMILIES[family].family.structure.layer_io.kv_sources(FAMILIES[family].config.get_text_config())
     assert sorted(outcome.layer_stats) == [j for j in range(2, layers) if j not in sharing]
     assert [s.kept_tokens for s in outcome.layer_stats[2]] == kept
     lengths = cache_lengths(cache_of(out), family)

@@ -72,7 +72,7 @@ def n_layers(family: str) -> int:
 def kv_sources(family: str) -> dict[int, int]:
     """Decoder layer -> the earlier layer whose cache it reuses (Gemma-3n's last layers; others: none)."""
     fam = FAMILIES[family]
-    return fam.family.layer_io.kv_sources(fam.config.get_text_config())
+    return fam.family.structure.layer_io.kv_sources(fam.config.get_text_config())
 
 
 def cache_layers(family: str) -> int:

@@ -24,7 +24,7 @@ LARGE_INIT = dict(initializer_range=0.2)  # large weights give varied greedy tok
 
 def config_for_tests(family: ModelFamily):
     """The family's tiny config with large initial weights (top-level and text config)."""
-    text = {"text_config": LARGE_INIT} if "text_config" in family.tiny_kwargs else {}
+    text = {"text_config": LARGE_INIT} if "text_config" in family.tiny.kwargs else {}
     return family.tiny_config(**LARGE_INIT, **text)
 
 
@@ -34,7 +34,7 @@ class TinyModel:
 
     def __post_init__(self):
         self.config = config_for_tests(self.family)  # what the audio arithmetic reads; models get a fresh copy
-        self.audio = self.family.audio_format
+        self.audio = self.family.prompting.audio_format
 
     @property
     def name(self) -> str:

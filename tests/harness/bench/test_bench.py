@@ -104,7 +104,7 @@ def test_unpruned_and_ratio_zero_rows(bench):
 def _sharing_layers(preset_name: str) -> int:
     """Layers that attend to another layer's cache and hold none (Gemma-3n's last layers)."""
     preset = bench_presets.PRESETS.get(preset_name)
-    return len(preset.family.layer_io.kv_sources(preset.config().get_text_config()))
+    return len(preset.family.structure.layer_io.kv_sources(preset.config().get_text_config()))
 
 
 def test_token_presses_and_their_ideal_lose_the_removed_tokens_in_layers_from_k(bench):

@@ -35,7 +35,7 @@ def demo():
 def inputs_for(processor, folder, meta):
     """The prompt the harness builds for Qwen2.5-Omni (chat template, then the processor)."""
     wave, _ = sf.read(folder / meta["path"], dtype="float32")
-    return QWEN2_5_OMNI.build_inputs(processor, [wave], format_prompt(meta))
+    return QWEN2_5_OMNI.prompting.build_inputs(processor, [wave], format_prompt(meta))
 
 
 def reply(model, processor, inputs) -> str:

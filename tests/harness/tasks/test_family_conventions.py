@@ -39,7 +39,7 @@ def test_only_the_scripts_own_model_is_told_it_is_qwen(family, data_root, tmp_pa
     chat_template = processor.apply_chat_template
     monkeypatch.setattr(processor, "apply_chat_template", lambda conversation, **kwargs: (
         sent.append(conversation), chat_template(conversation, **kwargs))[1])
-    build_inputs = FAMILIES.get(family).build_inputs
+    build_inputs = FAMILIES.get(family).prompting.build_inputs
     systems = {}
     for name in get_suite("audiomarathon").tasks:
         task = get_task(name)

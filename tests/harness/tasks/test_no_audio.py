@@ -32,7 +32,7 @@ def text_only(tmp_path_factory):
             processor, config = processor_and_config(name, tmp_path_factory.mktemp(name))
             torch.manual_seed(0)
             model = FAMILIES[name].family.build(config).eval()
-            built[name] = model, FAMILIES[name].family.build_inputs(processor, [], "What is heard ?")
+            built[name] = model, FAMILIES[name].family.prompting.build_inputs(processor, [], "What is heard ?")
         return built[name]
 
     return get
