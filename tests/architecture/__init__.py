@@ -1,1 +1,1 @@
-"""The architecture's rules as tests: the import drawing, module sizes, the core without the harness, and docs/architecture.md's "Where to add" followed to the letter."""
+"""The architecture's rules as tests: the import drawing and its table of arrows between areas, the core's public boundary, module sizes, the core without the harness, and docs/architecture.md's "Where to add" followed to the letter."""
