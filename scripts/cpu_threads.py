@@ -42,10 +42,10 @@ for name in DEMO_TASKS:
 prompts = prompts[:count]
 pad = loaded.processor.tokenizer.pad_token_id
 with torch.no_grad():
-    loaded.generator.generate(**prompts[0][0], max_new_tokens=prompts[0][1], do_sample=False, pad_token_id=pad)
+    loaded.generating_module.generate(**prompts[0][0], max_new_tokens=prompts[0][1], do_sample=False, pad_token_id=pad)
     start = time.perf_counter()
     for inputs, new_tokens in prompts:
-        loaded.generator.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, pad_token_id=pad)
+        loaded.generating_module.generate(**inputs, max_new_tokens=new_tokens, do_sample=False, pad_token_id=pad)
 print(f"{threads} {torch.get_num_threads()} {time.perf_counter() - start:.2f}")
 """
 

@@ -76,7 +76,7 @@ def _bench_preset(state: BenchState, preset: Preset) -> None:
                                        error=f"audio length: {failed(error)}"))
     finally:
         del model
-        state.forget_generators()
+        state.forget_engines()
         release_memory()
         _forget_compiled()
 

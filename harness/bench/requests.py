@@ -61,7 +61,7 @@ def run_request(state: BenchState, model, prompt: Prompt, request: Request):
                 stack.enter_context(fast_audio_encoder(model))
             probes = Probes(meter.clock, model, k)
             try:
-                timing, outcome = meter.engine_request(state.generator(model), prompt, probes, request.press, request.batch)
+                timing, outcome = meter.engine_request(state.engine(model), prompt, probes, request.press, request.batch)
             finally:
                 probes.close()
         kept = outcome.stats[0].kept_tokens if outcome is not None else prompt.audio_tokens

@@ -30,24 +30,24 @@ class BenchState:
         # shown once work has started (a run refused up front draws nothing); one count per audio length
         self.bar = tqdm(total=0, disable=not config.progress, unit="request", dynamic_ncols=True, delay=1)
         self.rows: list[dict] = []
-        self._generators: dict[int, Generator] = {}
+        self._engines: dict[int, Generator] = {}
 
-    def generator(self, model) -> Generator:
+    def engine(self, model) -> Generator:
         """The generation engine of ``model``, kept while the model is benchmarked (its compiled step and
         decode states serve every request of every round)."""
-        if id(model) not in self._generators:
-            self._generators.clear()  # another model: the last one is gone
-            self._generators[id(model)] = Generator(model, compile=self.meter.compile)
-        return self._generators[id(model)]
+        if id(model) not in self._engines:
+            self._engines.clear()  # another model: the last one is gone
+            self._engines[id(model)] = Generator(model, compile=self.meter.compile)
+        return self._engines[id(model)]
 
-    def forget_generators(self) -> None:
-        self._generators.clear()
+    def forget_engines(self) -> None:
+        self._engines.clear()
 
     def free_memory(self) -> None:
         """Give the device back what the engine keeps between requests (its decode states and their graphs)
         and what the allocator caches."""
-        for generator in self._generators.values():
-            generator.forget_states()
+        for engine in self._engines.values():
+            engine.forget_states()
         release_memory()
 
     def expired(self) -> bool:

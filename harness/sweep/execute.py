@@ -7,7 +7,7 @@ reused from batch to batch): each sample is prefilled on its own, then all rows 
 engine's greedy tokens equal ``model.generate``'s (checked on every family's tiny model), so batch size
 changes throughput, not answers (on a CPU in float32; a GPU in bfloat16 may differ at near ties, and the
 report says how often). ``--decoding static`` or ``dynamic`` runs stock ``generate`` instead, one sample
-per call, through the model's generating module (``LoadedModel.generator``). The sweep (``samples``) and
+per call, through the model's generating module (``LoadedModel.generating_module``). The sweep (``samples``) and
 ``kvprune estimate`` both call this, so an estimate times what a sweep runs.
 """
 
@@ -55,7 +55,7 @@ class Executor:
         self.engine = Generator(loaded.model) if cache == ENGINE_CACHE else None  # None: stock generate
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        eos = getattr(loaded.generator.generation_config, "eos_token_id", None)
+        eos = getattr(loaded.generating_module.generation_config, "eos_token_id", None)
         self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
     def generate(self, inputs: list[dict], press: Press | None, max_new_tokens: int,
@@ -91,7 +91,7 @@ class Executor:
             forced = {} if answers is None else dict(max_new_tokens=answers[index], min_new_tokens=answers[index])
             _reset_peak(self.loaded.device)
             with press(self.loaded.model) if press else nullcontext() as outcome:
-                new_ids, timing = stock_generate(self.loaded.generator, sample_inputs, **{**kwargs, **forced})
+                new_ids, timing = stock_generate(self.loaded.generating_module, sample_inputs, **{**kwargs, **forced})
             timing = replace(timing, peak_memory_bytes=_peak(self.loaded.device))
             samples.append(SampleOutput(self.loaded.decode(new_ids), _kept(outcome), self._length(new_ids[0])))
             timings.append(timing)

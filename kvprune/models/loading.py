@@ -41,7 +41,7 @@ class LoadedModel:
         return {k: _to(v, self.device, dtype) for k, v in inputs.items()}
 
     @property
-    def generator(self) -> nn.Module:
+    def generating_module(self) -> nn.Module:
         """The module whose ``generate`` produces text (the thinker of a full Qwen2.5-Omni)."""
         return self.family.entry(self.model)
 

@@ -126,7 +126,7 @@ def test_real_processors_get_all_ten_minutes_and_a_pruned_model_runs_on_what_the
 
     shorter = model_inputs(loaded, [ten_minutes[: 65 * SAMPLING_RATE]], "What is heard ?", "split")  # Aero-1: 30 + 30 + 5 s
     with torch.no_grad(), FastVPress(layer=2)(loaded.model, ratio=0.5) as outcome:
-        loaded.generator.generate(**shorter["inputs"], max_new_tokens=2, do_sample=False)
+        loaded.generating_module.generate(**shorter["inputs"], max_new_tokens=2, do_sample=False)
     # the model accepted the processor's placeholders (it refuses any other count); the template here writes
     # Aero-1's three items back to back, one run of placeholders the engine prunes as one clip
     assert [(s.audio_tokens, s.kept_tokens) for s in outcome.stats] == [(shorter["audio_tokens"], keep_count(shorter["audio_tokens"], 0.5))]

@@ -38,7 +38,7 @@ def test_local_checkpoint_loads_and_long_audio_is_cut_into_30_second_clips(qwen2
     assert [int(end - start) for start, end in runs] == [750, 250]  # 30 s + 10 s at 25 tokens per second
     assert tuple(inputs["input_features"].shape) == (2, MELS, 3000)
     with torch.no_grad(), FastVPress(layer=2)(loaded.model, ratio=0.5) as outcome:
-        out = loaded.generator.generate(**inputs, max_new_tokens=3, do_sample=False)
+        out = loaded.generating_module.generate(**inputs, max_new_tokens=3, do_sample=False)
     assert [(s.audio_tokens, s.kept_tokens) for s in outcome.stats] == [(1000, 500)]
     assert isinstance(loaded.decode(out[:, inputs["input_ids"].shape[1]:]), str)
 

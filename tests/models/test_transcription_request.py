@@ -35,7 +35,7 @@ def test_the_request_is_the_tokens_mistral_common_defines(voxtral):
 def test_a_press_prunes_the_requests_audio(voxtral):
     inputs = voxtral.build_inputs([wave(3.0)], Prompt((0,), transcription="en"))
     with torch.no_grad(), FramePress(layer=1)(voxtral.model, ratio=0.5) as outcome:
-        voxtral.generator.generate(**inputs, max_new_tokens=2, do_sample=False)
+        voxtral.generating_module.generate(**inputs, max_new_tokens=2, do_sample=False)
     assert [(s.audio_tokens, s.kept_tokens) for s in outcome.stats] == [(375, 188)]  # round(375 * 0.5)
     assert VOXTRAL.audio_token_id(voxtral.model) == AUDIO
 
