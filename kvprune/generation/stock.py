@@ -34,7 +34,7 @@ def stock_generate(module: nn.Module, inputs: dict, observer: GenerationObserver
     def after_prefill(_module, _args, output) -> None:
         after["mark"] = clock.mark()
         cache = output_cache(output)
-        after.update(kv_bytes=kv_cache_bytes(cache), held=kv_held_bytes(cache, prompt_len), cache=cache_kind(cache))
+        after.update(kv_cache_bytes=kv_cache_bytes(cache), kv_held_bytes=kv_held_bytes(cache, prompt_len), cache=cache_kind(cache))
         # gone before the first decoding step: generate may compile those calls (static cache), and a
         # hook that records CUDA events must not be traced into the compiled graph
         handle.remove()
@@ -53,7 +53,7 @@ def stock_generate(module: nn.Module, inputs: dict, observer: GenerationObserver
     new_tokens = output[:, prompt_len:]
     timing = Timing(
         prefill_s=clock.seconds(start, after["mark"]), decode_s=clock.seconds(after["mark"], end),
-        new_tokens=int(new_tokens.shape[1]), kv_cache_bytes=after["kv_bytes"], kv_held_bytes=after["held"],
+        new_tokens=int(new_tokens.shape[1]), kv_cache_bytes=after["kv_cache_bytes"], kv_held_bytes=after["kv_held_bytes"],
         cache=after["cache"], compiled=compile_counters()[0] > graphs,
     )
     return new_tokens, timing
