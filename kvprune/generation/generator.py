@@ -1,6 +1,6 @@
 """kvprune's generation engine: prefill under a press, then decode on static caches of the pruned lengths
-with a compiled step replayed as a CUDA graph, one replay per token and no host synchronisation
-between tokens (stops are checked on the device, and read back every ``check_every`` tokens).
+with a compiled step replayed as a CUDA graph, one replay per token; the host synchronises only to read
+the stop flags (set on the device) after steps 1, 2, 4, ... then every ``check_every`` tokens.
 
 ``Generator`` keeps its decode states (buffers sized by length buckets) and their captured graphs
 across calls, so a sweep over thousands of prompts of different lengths compiles once and captures
@@ -65,7 +65,10 @@ class Generator:
     * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go);
       "auto": on CUDA, 3/4 of the memory free when the generator is made (the model loaded), else 8 GiB.
       A call that runs out of memory while earlier calls' states are kept drops them and runs again once.
-    * ``check_every``: tokens between reads of the stop flags (the only host synchronisation).
+    * ``check_every``: tokens between reads of the stop flags (the only host synchronisation); before
+      the first such read, the flags are also read after steps 1, 2, 4, 8, ... (``reads_stops_after``), so
+      a short answer (a letter and its end) stops within twice its length instead of running on to step
+      ``check_every``.
     """
 
     model: nn.Module
@@ -130,9 +133,17 @@ class Generator:
 
     def tokens_generated(self, answer_tokens: int, max_new_tokens: int) -> int:
         """Tokens a call generates per row when its longest row's answer ends after ``answer_tokens`` (its
-        end token included): stops are read every ``check_every`` steps, so decoding runs on to that check."""
-        steps = self.check_every * max(1, -(-(answer_tokens - 1) // self.check_every))
-        return min(max_new_tokens, 1 + steps)
+        end token included): decoding runs on to the next step after which the stop flags are read."""
+        step = max(1, answer_tokens - 1)  # the first token comes from the prefill
+        while not self.reads_stops_after(step):
+            step += 1
+        return min(max_new_tokens, 1 + step)
+
+    def reads_stops_after(self, step: int) -> bool:
+        """Whether decoding reads the stop flags after ``step`` (a host synchronisation): after steps 1, 2, 4,
+        ... below ``check_every``, then every ``check_every`` steps. A short answer then costs at most twice
+        its steps, a long one at most ``check_every`` - 1 more, with a handful of extra reads per call."""
+        return step % self.check_every == 0 or (step < self.check_every and step & (step - 1) == 0)
 
     def forget_states(self) -> None:
         """Drop the kept decode states, their CUDA graphs and the graphs' memory pools (compiled steps stay):
@@ -248,7 +259,7 @@ class Generator:
                 loop_start = clock.mark()
                 for step in range(1, request.max_new_tokens):
                     runner.run(state)
-                    if step % self.check_every == 0 and bool(state.done.all()):
+                    if self.reads_stops_after(step) and bool(state.done.all()):
                         break
             return state.out[:request.rows, :request.max_new_tokens].clone(), loop_start, runner.compiled_for(state)
         finally:

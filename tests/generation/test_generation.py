@@ -159,6 +159,28 @@ def test_end_of_sequence_stops_rows_as_generate_does():
     assert ours.new_tokens.shape[1] <= NEW
 
 
+def test_a_short_answer_stops_decoding_at_the_first_read_after_it_ends(monkeypatch):
+    from kvprune.generation.graphs import StepRunner
+
+    family = "qwen2_audio"
+    m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS[:1])
+    generator, longest = Generator(m), 12  # reads after steps 1, 2, 4 and 8 come before the longest
+    free = generator.generate(inputs, max_new_tokens=longest, **NO_STOP).new_tokens
+    steps, run = [], StepRunner.run
+    monkeypatch.setattr(StepRunner, "run", lambda self, state: (steps.append(1), run(self, state)))
+    for ends_at in (2, 3, 6):  # the answer's tokens, its end included
+        eos = int(free[0, ends_at - 1])
+        if eos in free[0, : ends_at - 1].tolist():
+            continue  # the row would end earlier
+        steps.clear()
+        out = generator.generate(inputs, max_new_tokens=longest, eos_token_id=eos, pad_token_id=GREEDY["pad_token_id"],
+                                 suppress_tokens=[t for t in GREEDY["suppress_tokens"] if t != eos])
+        first_read = min(step for step in range(ends_at - 1, longest) if generator.reads_stops_after(step))
+        assert len(steps) == first_read and 1 + first_read == generator.tokens_generated(ends_at, longest)
+        assert torch.equal(out.new_tokens[:, :ends_at], free[:, :ends_at]) and out.timing.new_tokens == ends_at
+    assert [step for step in range(1, 40) if generator.reads_stops_after(step)] == [1, 2, 4, 8, 16, 32]
+
+
 def test_one_new_token_comes_from_the_prefill():
     family = "voxtral"
     m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)

@@ -124,5 +124,7 @@ def test_a_batch_decodes_as_long_as_its_longest_planned_answer_and_each_row_is_c
     generation = executor.generate(inputs, None, max_new_tokens=40, answers=[3, 20])
     assert [sample.new_tokens for sample in generation.samples] == [3, 20]
     assert generation.timing.new_tokens == 33 == executor.engine.tokens_generated(20, 40), "stops read every 16 steps"
-    short = executor.generate(inputs[:1], None, max_new_tokens=4, answers=[2])
-    assert short.timing.new_tokens == 4 and short.samples[0].new_tokens == 2, "a short answer: to the next check"
+    short = executor.generate(inputs[:1], None, max_new_tokens=10, answers=[2])
+    assert short.timing.new_tokens == 2 and short.samples[0].new_tokens == 2, "a letter and its end: read after step 1"
+    five = executor.generate(inputs[:1], None, max_new_tokens=40, answers=[6])
+    assert five.timing.new_tokens == 9 == executor.engine.tokens_generated(6, 40), "to the read after step 8"
