@@ -3,9 +3,17 @@ the other on this machine, and write the table of estimated against measured tim
 
     python scripts/check_estimate.py --out check_demo_cpu --rounds 3      # the demo sweep (no options), a CPU
     python scripts/check_estimate.py --out $OUT/demo_gpu --work /tmp/check_demo -- --device cuda
-    python scripts/check_estimate.py --out $OUT/omni7b --work /tmp/check_7b \\
-        --estimate "--repeats 2 --modes sweep,batch1" -- --preset qwen2.5-omni-7b --tasks tau,vox_gender \\
-        --limit 224 --batch-size 32 --methods fastv --ratios 0.9 --timing-samples 2       # a dry run at the 7B shape, 2 x 224 samples
+    SEVEN_B="--preset qwen2.5-omni-7b --tasks tau,vox_gender --limit 224 --batch-size 32 --methods fastv \\
+        --ratios 0.9 --timing-samples 2"                    # a dry run at the 7B shape, 2 x 224 samples (the sweep: 6.5 min on an H100)
+    python scripts/check_estimate.py --out $OUT/omni7b --work /tmp/check_7b --part estimate \\
+        --estimate "--repeats 2 --modes sweep" -- $SEVEN_B   # one device call
+    python scripts/check_estimate.py --out $OUT/omni7b --work /tmp/check_7b --part sweep -- $SEVEN_B   # the next
+    python scripts/check_estimate.py --out $OUT/omni7b --work /tmp/check_7b --part table \\
+        --estimate "--repeats 2 --modes sweep" -- $SEVEN_B   # the table, from both
+
+Where the two commands do not fit one sitting (a device that allows ten minutes a call), run them apart
+with the same options and ``--work``, then tabulate: ``--part estimate``, ``--part sweep`` (each records
+its wall time in ``--work``), then ``--part table`` on the same machine (check.md names the machine it runs on).
 
 Everything after ``--`` is given to both commands (``kvprune estimate`` and ``kvprune sweep``);
 ``--estimate`` holds the estimate's own options. Each command runs in its own process with empty
@@ -38,6 +46,8 @@ from pathlib import Path
 import pandas as pd
 
 FIXED, TOTAL = "fixed", "total"
+ESTIMATE, SWEEP = "estimate", "sweep"
+PARTS = ("both", ESTIMATE, SWEEP, "table")
 
 
 def run(command: list[str], log: Path) -> float:
@@ -113,32 +123,59 @@ def main() -> int:
     parser.add_argument("--work", type=Path, help="where the estimate's and the sweep's folders go")
     parser.add_argument("--estimate", default="", help="the estimate's own options, quoted")
     parser.add_argument("--rounds", type=int, default=1, help="estimate and sweep this many times, alternately")
+    parser.add_argument("--part", choices=PARTS, default="both",
+                        help="run one command alone (its wall time kept in --work), or tabulate the two (default: both)")
     args = parser.parse_args(words[: words.index("--")] if "--" in words else words)
+    if args.part != "both" and args.rounds != 1:
+        parser.error("--rounds needs --part both: rounds alternate the two commands.")
     work = args.work or args.out.parent / f"{args.out.name}_work"
     for folder in (args.out, work):
         folder.mkdir(parents=True, exist_ok=True)
     cli = [sys.executable, "-m", "kvprune.harness.cli"]
-    estimate_cmd = [*cli, "estimate", *shared, *shlex.split(args.estimate), "--out", str(work / "estimate"), "--quiet"]
-    sweep_cmd = [*cli, "sweep", *shared, "--out", str(work / "sweep"), "--quiet"]
-    estimates, sweeps, walls = [], [], []
-    for _ in range(args.rounds):
-        for folder in (work / "estimate", work / "sweep"):
-            shutil.rmtree(folder, ignore_errors=True)
-        walls.append((run(estimate_cmd, work / "estimate.log"), run(sweep_cmd, work / "sweep.log")))
-        estimates.append(estimated(work / "estimate"))
-        sweeps.append(pd.DataFrame({"seconds": measured(work / "sweep", walls[-1][1])}))
+    commands = {ESTIMATE: [*cli, "estimate", *shared, *shlex.split(args.estimate), "--out", str(work / ESTIMATE), "--quiet"],
+                SWEEP: [*cli, "sweep", *shared, "--out", str(work / SWEEP), "--quiet"]}
+    if args.part in commands:
+        run_part(args.part, commands[args.part], work)
+        return 0
+    if args.part == "table":
+        missing = [side for side in commands if not (work / f"{side}.wall").is_file()]
+        if missing:
+            parser.error(f"no finished {' or '.join(missing)} in {work}: run --part {missing[0]} with this --work first.")
+        walls = [tuple(float((work / f"{side}.wall").read_text()) for side in commands)]
+        estimates, sweeps = [estimated(work / ESTIMATE)], [pd.DataFrame({"seconds": measured(work / SWEEP, walls[0][1])})]
+    else:
+        estimates, sweeps, walls = [], [], []
+        for _ in range(args.rounds):
+            walls.append(tuple(run_part(side, command, work) for side, command in commands.items()))
+            estimates.append(estimated(work / ESTIMATE))
+            sweeps.append(pd.DataFrame({"seconds": measured(work / SWEEP, walls[-1][1])}))
+    write_outputs(args, work, commands, walls, median_of(estimates), median_of(sweeps))
+    return 0
+
+
+def run_part(side: str, command: list[str], work: Path) -> float:
+    """One command in a fresh folder; its wall time, also kept in ``work`` for ``--part table``."""
+    work.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(work / side, ignore_errors=True)
+    (work / f"{side}.wall").unlink(missing_ok=True)
+    seconds = run(command, work / f"{side}.log")
+    (work / f"{side}.wall").write_text(f"{seconds}\n")
+    return seconds
+
+
+def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[tuple[float, float]],
+                  estimate: pd.DataFrame, sweep: pd.DataFrame) -> None:
     estimate_wall, sweep_wall = (sorted(w)[len(w) // 2] for w in zip(*walls))
-    frame = table(median_of(estimates), median_of(sweeps)["seconds"].to_dict())
+    frame = table(estimate, sweep["seconds"].to_dict())
     frame.to_csv(args.out / "check.csv", index=False)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rounds = f", median of {args.rounds} rounds: " + "; ".join(f"{e:.0f} s / {s:.0f} s" for e, s in walls) if args.rounds > 1 else ""
-    commands = [f"kvprune estimate {shlex.join(estimate_cmd[4:])}  ({estimate_wall:.0f} s)",
-                f"kvprune sweep {shlex.join(sweep_cmd[4:])}  ({sweep_wall:.0f} s{rounds})"]
-    (args.out / "check.md").write_text(markdown(frame, commands, machine(), commit or "?"))
-    shutil.copy(work / "estimate" / "estimate.md", args.out / "estimate.md")
-    shutil.copy(work / "sweep" / "report.md", args.out / "sweep_report.md")
+    lines = [f"kvprune estimate {shlex.join(commands[ESTIMATE][4:])}  ({estimate_wall:.0f} s)",
+             f"kvprune sweep {shlex.join(commands[SWEEP][4:])}  ({sweep_wall:.0f} s{rounds})"]
+    (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit or "?"))
+    shutil.copy(work / ESTIMATE / "estimate.md", args.out / "estimate.md")
+    shutil.copy(work / SWEEP / "report.md", args.out / "sweep_report.md")
     print((args.out / "check.md").read_text())
-    return 0
 
 
 if __name__ == "__main__":

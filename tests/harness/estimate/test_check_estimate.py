@@ -1,0 +1,65 @@
+"""scripts/check_estimate.py: the table of an estimate beside the sweep it prices, its two commands run
+together or apart (``--part``), as on a device whose calls are too short for both."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.support.paths import load_script
+
+
+def finished_work(work, estimate_wall=40.0, sweep_wall=100.0):
+    """A work folder as the two commands leave it: the estimate's rows, the sweep's task times."""
+    (work / "estimate").mkdir(parents=True)
+    rows = [dict(task="a", mode="sweep", seconds=30.0, seconds_low=28.0, seconds_high=33.0),
+            dict(task="a", mode="batch1", seconds=90.0, seconds_low=90.0, seconds_high=90.0),
+            dict(task="b", mode="sweep", seconds=44.0, seconds_low=40.0, seconds_high=45.0),
+            dict(task="fixed", mode="sweep", seconds=20.0, seconds_low=20.0, seconds_high=20.0),
+            dict(task="total", mode="sweep", seconds=94.0, seconds_low=88.0, seconds_high=98.0)]
+    pd.DataFrame(rows).to_csv(work / "estimate" / "estimate.csv", index=False)
+    (work / "estimate" / "estimate.md").write_text("# kvprune estimate\n")
+    (work / "sweep").mkdir()
+    records = [dict(kind="time", task=None, seconds=1.0), dict(kind="time", task="a", seconds=25.0),
+               dict(kind="time", task="b", seconds=55.0), dict(model="m", started="x")]
+    (work / "sweep" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (work / "sweep" / "report.md").write_text("# kvprune sweep\n")
+    (work / "estimate.wall").write_text(f"{estimate_wall}\n")
+    (work / "sweep.wall").write_text(f"{sweep_wall}\n")
+
+
+def run_main(script, monkeypatch, *words):
+    monkeypatch.setattr(sys, "argv", ["check_estimate.py", *map(str, words)])
+    return script.main()
+
+
+def test_the_table_of_two_commands_run_apart(tmp_path, monkeypatch):
+    script = load_script("check_estimate")
+    work, out = tmp_path / "work", tmp_path / "out"
+    finished_work(work)
+    assert run_main(script, monkeypatch, "--out", out, "--work", work, "--part", "table", "--", "--tasks", "a,b") == 0
+    table = pd.read_csv(out / "check.csv").set_index("task")
+    measured = {"a": 25.0, "b": 55.0, "fixed": 100.0 - 80.0, "total": 100.0}  # fixed: the wall time beyond the tasks
+    estimated = {"a": 30.0, "b": 44.0, "fixed": 20.0, "total": 30.0 + 44.0 + 20.0}
+    for task, seen in measured.items():
+        assert table.loc[task, "measured_s"] == pytest.approx(seen)
+        assert table.loc[task, "error"] == pytest.approx(estimated[task] / seen - 1)
+    check = (out / "check.md").read_text()
+    assert "+20.0%" in check and "-20.0%" in check and "(40 s)" in check and "(100 s)" in check
+    assert (out / "estimate.md").is_file() and (out / "sweep_report.md").is_file()
+
+
+def test_a_part_records_its_wall_time_and_a_table_needs_both(tmp_path, monkeypatch):
+    script = load_script("check_estimate")
+    work = tmp_path / "work"
+    assert script.run_part("sweep", [sys.executable, "-c", "pass"], work) > 0
+    assert float((work / "sweep.wall").read_text()) > 0
+    with pytest.raises(SystemExit) as stopped:
+        run_main(script, monkeypatch, "--out", tmp_path / "out", "--work", work, "--part", "table")
+    assert stopped.value.code == 2
+    with pytest.raises(SystemExit) as stopped:
+        run_main(script, monkeypatch, "--out", tmp_path / "out", "--work", work, "--part", "sweep", "--rounds", "2")
+    assert stopped.value.code == 2
