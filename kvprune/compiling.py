@@ -55,6 +55,20 @@ class _CompilerFailures(logging.Filter):
         return record.levelno < logging.WARNING or not record.name.startswith(COMPILER_LOGGERS)
 
 
+_COMPILER_LOGGERS: tuple[int, list[logging.Logger]] = (-1, [])  # (loggers known when found, the compiler's among them)
+
+
+def _compiler_loggers() -> list[logging.Logger]:
+    """The root logger, torch's and the compiler's: scanned again only once new loggers exist (a scan of
+    every logger costs ~0.1 ms, and an encoder enters the block once per layer)."""
+    global _COMPILER_LOGGERS
+    known = len(logging.Logger.manager.loggerDict)
+    if _COMPILER_LOGGERS[0] != known:
+        names = [name for name in list(logging.Logger.manager.loggerDict) if name == "torch" or name.startswith(COMPILER_LOGGERS)]
+        _COMPILER_LOGGERS = (known, [logging.getLogger(), *map(logging.getLogger, names)])
+    return _COMPILER_LOGGERS[1]
+
+
 @contextmanager
 def compiler_failures_unlogged():
     """torch's compiler logs a failure (a guard it cannot build: 66-132 lines of traceback) before raising it;
@@ -62,9 +76,7 @@ def compiler_failures_unlogged():
     so inside the block those records reach no handler (the filter sits on the handlers: the compiler's
     modules, and their loggers, are imported while it compiles). Debug and info records (``TORCH_LOGS``) pass."""
     dropped = _CompilerFailures()
-    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in list(logging.Logger.manager.loggerDict)
-                                      if name == "torch" or name.startswith(COMPILER_LOGGERS))]
-    handlers = {handler for logger in loggers for handler in logger.handlers} | {logging.lastResort} - {None}
+    handlers = {handler for logger in _compiler_loggers() for handler in logger.handlers} | {logging.lastResort} - {None}
     for handler in handlers:
         handler.addFilter(dropped)
     try:
