@@ -67,15 +67,14 @@ class LayerReuse:
     def clear(self) -> None:
         self._kept.clear()
 
-    def find(self, k: int, key, arguments: dict, attention: bool) -> Remembered | None:
-        """A remembered prefill of equal arguments at ``k`` (with an attention row where ``attention``)."""
-        for remembered in self._kept.get((k, key), []):
-            if _equal(remembered.arguments, arguments) and (remembered.attention_row is not None or not attention):
-                return remembered
-        return None
+    def equal(self, k: int, key, arguments: dict) -> list[Remembered]:
+        """The remembered prefills at ``k`` whose arguments equal ``arguments`` (a read of the device: made
+        before the prefill queues anything, so that it waits for no work of its own)."""
+        return [remembered for remembered in self._kept.get((k, key), []) if _equal(remembered.arguments, arguments)]
 
-    def keep(self, k: int, key, remembered: Remembered) -> None:
-        kept = [r for r in self._kept.get((k, key), []) if not _equal(r.arguments, remembered.arguments)]
+    def keep(self, k: int, key, remembered: Remembered, replaces: list[Remembered]) -> None:
+        """Remember ``remembered`` in place of ``replaces`` (those of equal arguments), within ``max_bytes``."""
+        kept = [r for r in self._kept.get((k, key), []) if not any(r is old for old in replaces)]
         if self.held_bytes + _bytes(remembered.entries) + _bytes(remembered.output) <= self.max_bytes:
             self._kept[(k, key)] = [*kept, remembered]
 
@@ -115,13 +114,14 @@ def _sharing(layers: nn.ModuleList, arguments: dict, reuse: LayerReuse):
     key = _signature((), arguments)
     k = len(layers)
     recorder = getattr(layers[-1].self_attn, "_kvprune_recorder", None) if hasattr(layers[-1], "self_attn") else None
+    equal = reuse.equal(k, key, arguments)
     state: dict = {}
 
     def wrapped(j: int, layer: nn.Module, forward):
         def run(*args, **kwargs):
             if j == 0:  # the press's set-up (layer 0's pre-hook) has armed what it records: decide now
                 wants_row = recorder is not None and recorder.armed and recorder.want_attention
-                state["replay"] = reuse.find(k, key, arguments, wants_row)
+                state["replay"] = next((r for r in equal if r.attention_row is not None or not wants_row), None)
                 state["entries"] = []
                 reuse.hits += state["replay"] is not None
                 reuse.misses += state["replay"] is None
@@ -139,7 +139,7 @@ def _sharing(layers: nn.ModuleList, arguments: dict, reuse: LayerReuse):
             if j == k - 1:
                 row = recorder.attention_row if recorder is not None else None
                 scaling = recorder.scaling if recorder is not None else None
-                reuse.keep(k, key, Remembered(arguments, state["entries"], output, row, scaling))
+                reuse.keep(k, key, Remembered(arguments, state["entries"], output, row, scaling), replaces=equal)
             return output
 
         return run
