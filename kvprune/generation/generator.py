@@ -34,7 +34,7 @@ from .request import (
 )
 from .step import Sampling, Stopping, choose, decode_step, finish
 from .stock import stock_generate
-from .timing import ENGINE_CACHE, Clock, Timing, compile_counters
+from .timing import ENGINE_CACHE, Clock, Timing, compile_counters, kv_cache_bytes
 
 @dataclass
 class _Prefilled:
@@ -198,8 +198,7 @@ class Generator:
                     prefilled.state.load(prefill, prefilled.rows, first, done)
                 prefilled.firsts.append(first)
                 prefilled.outcomes.append(prefill.outcome)
-                prefilled.held_bytes += sum(t.numel() * t.element_size() for entries in prefill.layers
-                                            for t in (entries.keys, entries.values))
+                prefilled.held_bytes += kv_cache_bytes(prefill)
                 prefilled.rows += prefill.batch
             del prefill  # its cache is in the decode state now: one batch's cache at a time
         return prefilled
