@@ -25,62 +25,21 @@ from pathlib import Path
 import torch
 
 from kvprune import FastVPress, Generator, fast_audio_encoder, resolve_family
+from kvprune.harness.bench.measure import Meter
 from kvprune.harness.bench.presets import PRESETS
+from kvprune.harness.bench.roofline import copy_tb_s, decode_step_work, gemm_tflops
 from kvprune.harness.markdown import markdown_table
 
 
-def gemm_rate(device, size: int) -> float:
-    """bf16 FLOP/s of a size^3 matrix product (median of 10 after warm-up)."""
-    a, b = (torch.randn(size, size, device=device, dtype=torch.bfloat16) for _ in range(2))
-    return 2 * size**3 / median_seconds(lambda: a @ b, device)
-
-
-def copy_rate(device, nbytes: int) -> float:
-    """Bytes read plus written per second by a device-to-device copy of ``nbytes``."""
-    source = torch.randn(nbytes // 4, device=device)
-    target = torch.empty_like(source)
-    return 2 * nbytes / median_seconds(lambda: target.copy_(source), device)
-
-
-def median_seconds(call, device, repeats: int = 10) -> float:
-    for _ in range(3):
-        call()
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def linear_weights(module) -> int:
-    """Weights the decode step multiplies per row: every linear layer of the decoder and the head."""
-    return sum(m.weight.numel() for m in module.modules() if isinstance(m, torch.nn.Linear))
-
-
-def decoder_weight_bytes(decoder, head) -> int:
-    """What a step reads of the weights: the decoder's (not its embedding table, of which it reads a row per
-    token) and the head's."""
-    nbytes = sum(p.numel() * p.element_size() for p in decoder.parameters())
-    embedding = decoder.embed_tokens.weight
-    return nbytes - embedding.numel() * embedding.element_size() + head.weight.numel() * head.weight.element_size()
-
-
-def step_row(generator: Generator, inputs: list[dict], press, new_tokens: int, repeats: int, rates: dict, shape: dict) -> dict:
-    suppress = [shape["audio_token"]]
+def step_row(generator: Generator, inputs: list[dict], press, new_tokens: int, repeats: int, rates: dict, audio_token: int) -> dict:
+    suppress = [audio_token]
     kwargs = dict(max_new_tokens=new_tokens, press=press, suppress_tokens=suppress, eos_token_id=[])
     generator.generate(inputs, **kwargs)  # compiles and captures
     runs = [generator.generate(inputs, **kwargs) for _ in range(repeats)]
     out = runs[-1]
     step_s = statistics.median(r.timing.decode_s / (r.timing.new_tokens - 1) for r in runs)
     rows = out.new_tokens.shape[0]
-    entries = out.timing.kv_held_bytes / shape["kv_bytes_per_entry"]  # entries over all rows and layers
-    flops = 2 * shape["linear_weights"] * rows + 4 * shape["heads"] * shape["head_dim"] * entries
-    bytes_ = shape["weight_bytes"] + out.timing.kv_held_bytes
+    flops, bytes_ = decode_step_work(generator.model, rows, out.timing.kv_held_bytes)
     matmul_ms, bytes_ms = 1000 * flops / rates["gemm_flops"], 1000 * bytes_ / rates["copy_bytes"]
     return dict(rows=rows, step_ms=round(1000 * step_s, 3), tokens_per_s=round(rows / step_s),
                 matmul_bound_ms=round(matmul_ms, 3), bytes_bound_ms=round(bytes_ms, 3),
@@ -123,19 +82,13 @@ def main(argv=None) -> None:
         (args.out / "decode.md").write_text(f"# Batched decoding against its bounds ({torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, "
                                            f"torch {torch.__version__})\n\n" + markdown_table(fields, ([str(r.get(f, '')) for f in fields] for r in rows_out)) + "\n")
 
-    rates = dict(gemm_flops=gemm_rate(device, 8192 if device.type == "cuda" else 512),
-                 copy_bytes=copy_rate(device, (2 << 30) if device.type == "cuda" else (64 << 20)))
+    meter = Meter(device, 0, 1)
+    rates = dict(gemm_flops=1e12 * gemm_tflops(meter, torch.bfloat16 if device.type == "cuda" else torch.float32),
+                 copy_bytes=1e12 * copy_tb_s(meter))
     write(dict(kind="card", gemm_tflops=round(rates["gemm_flops"] / 1e12, 1), copy_tb_s=round(rates["copy_bytes"] / 1e12, 3)))
     model = preset.build(device, dtype, "sdpa")
     fast_audio_encoder(model)
-    family = resolve_family(model)
-    entry, decoder = family.entry(model), family.decoder(model)
-    config = decoder.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    shape = dict(audio_token=family.audio_token_id(model), heads=config.num_attention_heads, head_dim=head_dim,
-                 kv_heads=config.num_key_value_heads, kv_bytes_per_entry=2 * head_dim * config.num_key_value_heads * torch.finfo(dtype).bits // 8,
-                 linear_weights=linear_weights(decoder) + entry.get_output_embeddings().weight.numel(),
-                 weight_bytes=decoder_weight_bytes(decoder, entry.get_output_embeddings()))
+    audio_token = resolve_family(model).audio_token_id(model)
     presses = {"fastv": FastVPress(layer=2, ratio=0.9), "none": None}
     for name, rows, per_batch in plan:
         prompt = preset.prompt(model, seconds, 0, batch=per_batch).inputs
@@ -144,7 +97,7 @@ def main(argv=None) -> None:
             continue
         generator = Generator(model)
         try:
-            row = step_row(generator, [prompt] * (rows // per_batch), presses[name], args.new_tokens, 2, rates, shape)
+            row = step_row(generator, [prompt] * (rows // per_batch), presses[name], args.new_tokens, 2, rates, audio_token)
             write(dict(kind="step", press=name, **row))
         except Exception as error:  # one failure (e.g. out of memory) must not lose the other rows
             write(dict(kind="error", press=name, rows=rows, reason=f"{type(error).__name__}: {str(error)[:200]}"))
@@ -161,7 +114,7 @@ def main(argv=None) -> None:
             if time.monotonic() > deadline:
                 break
             batches = [[prompts[s] for s in seq[i : i + mixed_rows]] for i in range(0, len(seq), mixed_rows)]
-            kwargs = dict(max_new_tokens=args.new_tokens, press=presses[name], suppress_tokens=[shape["audio_token"]], eos_token_id=[])
+            kwargs = dict(max_new_tokens=args.new_tokens, press=presses[name], suppress_tokens=[audio_token], eos_token_id=[])
             for batch in batches:
                 generator.generate(batch, **kwargs)  # compile/capture every state shape first
             decode = [sum(generator.generate(batch, **kwargs).timing.decode_s for batch in batches) for _ in range(2)]

@@ -9,7 +9,7 @@ it (``kvprune.encoders.whisper.encoder_layer``), uncompiled and compiled (the fa
 compiled with Inductor's max-autotune (Triton GEMM templates, epilogues fused); then a hand-fused variant
 (fc1's GELU in cuBLASLt's epilogue, tanh GELU; the residuals as the GEMMs' C input); then its parts alone:
 the six matrix products, and the attention on each SDPA kernel. Each variant's largest difference from the
-uncompiled layer is given relative to its largest value. The card's GEMM rate is an 8192^3 bf16 product.
+uncompiled layer is given relative to its largest value. The card's GEMM rate is the bench's (``roofline.gemm_tflops``).
 Writes encoder_layer.json to ``--out``.
 """
 
@@ -25,6 +25,8 @@ import torch.nn.functional as F
 
 from kvprune.encoders.compiled import Norm
 from kvprune.encoders.whisper import LayerWeights, encoder_layer
+from kvprune.harness.bench.measure import Meter
+from kvprune.harness.bench.roofline import gemm_tflops
 
 WIDTH, HEADS, FC, WINDOWS, FRAMES = 1280, 20, 5120, 10, 1500
 SCALING = (WIDTH // HEADS) ** -0.5
@@ -122,8 +124,7 @@ def main() -> None:
             result[f"attention_{kernel.lower()}_ms"] = mean_ms(lambda: F.scaled_dot_product_attention(q, q, q))
     tokens = WINDOWS * FRAMES
     result["tflop_per_layer"] = (2 * tokens * (4 * WIDTH * WIDTH + 2 * WIDTH * FC) + 4 * tokens * FRAMES * WIDTH) / 1e12
-    square = torch.randn(8192, 8192, device=device, dtype=dtype)
-    result["gemm_tflops"] = 2 * 8192**3 / mean_ms(lambda: square @ square, calls=20) / 1e9
+    result["gemm_tflops"] = gemm_tflops(Meter(torch.device(device), 0, 1), dtype)
     for key, value in result.items():
         print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
     args.out.mkdir(parents=True, exist_ok=True)

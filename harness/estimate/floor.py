@@ -7,39 +7,30 @@ The floor counts what a run must compute whatever it shares: the decoder layers'
 token-dropping press's layer K, its kept tokens from K on; the layers before K only where nothing can
 be shared: the unpruned run), and each decoding step's over its rows; attention, the audio encoder
 and the language-model head are left out, so it is below the truth, never above. The rate is the
-best of a few square matrix products in the model's dtype on the model's device (on a CPU, on the
+median of timed square matrix products in the model's dtype (the bench's measure) on the model's device (on a CPU, on the
 threads the sweep runs the model on).
 """
 
 from __future__ import annotations
-
-import time
 
 import torch
 import torch.nn as nn
 
 from kvprune.models import resolve_family
 
-from .timing import Call, synchronise
+from ..bench.measure import Meter
+from ..bench.roofline import gemm_tflops
+from .timing import Call
 
 
 class BelowFloorError(RuntimeError):
     """A measured run took less time than its matrix products can."""
 
 
-def matrix_rate(device: torch.device, dtype: torch.dtype, repeats: int = 3) -> float:
-    """Floating-point operations per second of an ``n x n`` matrix product on ``device``: the best of ``repeats``."""
-    n = 4096 if device.type == "cuda" else 512
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    best = 0.0
-    for _ in range(repeats + 1):  # the first warms up
-        synchronise(device)
-        start = time.perf_counter()
-        for _ in range(4):
-            a @ b
-        synchronise(device)
-        best = max(best, 4 * 2 * n**3 / (time.perf_counter() - start))
-    return best
+def matrix_rate(device: torch.device, dtype: torch.dtype) -> float:
+    """Floating-point operations per second of a large square matrix product on ``device`` in ``dtype``, as
+    the bench measures it (``roofline.gemm_tflops``)."""
+    return 1e12 * gemm_tflops(Meter(device, 0, 1), dtype)
 
 
 def layer_parameters(model: nn.Module) -> tuple[int, int]:
