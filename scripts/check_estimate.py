@@ -31,7 +31,6 @@ the machine, the date), check.csv, estimate.md and sweep_report.md; the two comm
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shlex
@@ -45,7 +44,10 @@ from pathlib import Path
 
 import pandas as pd
 
-FIXED, TOTAL = "fixed", "total"
+from kvprune.harness.estimate.report_rows import FIXED
+from kvprune.harness.sweep.store import TASK_TIME_RECORD, read_log
+
+TOTAL = "total"
 ESTIMATE, SWEEP = "estimate", "sweep"
 PARTS = ("both", ESTIMATE, SWEEP, "table")
 
@@ -69,8 +71,10 @@ def median_of(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 def measured(sweep_out: Path, wall: float) -> dict[str, float]:
     """Seconds per task from the sweep's runs.jsonl, the rest of its command's wall time, and the whole."""
-    records = [json.loads(line) for line in (sweep_out / "runs.jsonl").read_text().splitlines() if line.strip()]
-    tasks = {r["task"]: r["seconds"] for r in records if r.get("kind") == "time" and r.get("task")}
+    tasks: dict[str, float] = {}
+    for record in read_log(sweep_out, kind=TASK_TIME_RECORD):
+        if record.get("task"):  # a task's seconds (a resumed sweep records a task once per part); None: loading
+            tasks[record["task"]] = tasks.get(record["task"], 0.0) + record["seconds"]
     return {**tasks, FIXED: wall - sum(tasks.values()), TOTAL: wall}
 
 
