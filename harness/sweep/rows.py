@@ -113,8 +113,11 @@ class BatchTiming:
     compiled: bool
 
     def to_json(self) -> dict:
-        return dict(batch_prefill_s=self.prefill_s, batch_decode_s=self.decode_s, new_tokens=self.new_tokens,
-                    batch_new_tokens=self.batch_new_tokens, cache=self.cache, compiled=self.compiled)
+        return {_BATCH_JSON[f.name]: getattr(self, f.name) for f in fields(self)}
+
+
+#: BatchTiming's fields under their JSON names (the call's times say ``batch_``: a sample's own are ``prefill_s``...)
+_BATCH_JSON = {f.name: f"batch_{f.name}" if f.name in ("prefill_s", "decode_s") else f.name for f in fields(BatchTiming)}
 
 
 #: fields written only when they say something (None, or False for ``dry_run``, is left out)
@@ -172,9 +175,7 @@ class ResultRow:
 
     @property
     def key(self) -> RunKey:
-        return RunKey.of(model=self.model, task=self.task, method=self.method, ratio=self.ratio, layer=self.layer,
-                         method_id=self.method_id, sample_id=self.sample_id, input_hash=self.input_hash,
-                         settings_id=self.settings_id, pass_name=self.pass_name)
+        return RunKey.of(**{name: getattr(self, name) for name in RunKey._fields})
 
     def to_json(self) -> dict:
         """The JSON object of ``results.jsonl``."""
@@ -220,9 +221,7 @@ def _timing(rest: dict) -> SampleTiming | BatchTiming | None:
     if "prefill_s" in rest:
         return SampleTiming(**{f.name: rest.pop(f.name, None) for f in fields(SampleTiming)})
     if "batch_prefill_s" in rest:
-        names = dict(prefill_s="batch_prefill_s", decode_s="batch_decode_s", new_tokens="new_tokens",
-                     batch_new_tokens="batch_new_tokens", cache="cache", compiled="compiled")
-        return BatchTiming(**{name: rest.pop(written, None) for name, written in names.items()})
+        return BatchTiming(**{name: rest.pop(written, None) for name, written in _BATCH_JSON.items()})
     return None
 
 
