@@ -66,15 +66,25 @@ def breakdown(results: pd.DataFrame, tasks: Mapping[str, Task] | None = None) ->
             labels = [_field_value(row_meta(record), field) for record in records]
             groups = [_field_value(row_meta(record), whole) for record in records] if whole else labels
             scored = labels if whole is None else _scored_under(records, labels, groups)
-            for value in sorted({_text(v) for v in scored if v is not None}):
-                subset = [i for i, v in enumerate(scored) if v is not None and _text(v) == value]
-                labelled = [r for r, label in zip(records, labels) if label is not None and _text(label) == value]
+            scored_under, labelled_under = _by_value(scored), _by_value(labels)
+            for value in sorted(scored_under):
+                subset = scored_under[value]
+                labelled = [records[i] for i in labelled_under.get(value, [])]
                 metrics = task.summarize([records[i] for i in subset])
                 wholes = {f"n_{whole}": len({_text(groups[i]) for i in subset})} if whole else {}
                 rows.append(dict(identity, field=field, value=value, samples=len(labelled),
                                  items=len({r.get("item", index) for index, r in enumerate(labelled)}), **wholes, metric=task.primary_metric,
                                  score=metrics[task.primary_metric], **metrics))
     return distinguish_labels(pd.DataFrame(rows)) if rows else pd.DataFrame(rows)
+
+
+def _by_value(values: list) -> dict[str, list[int]]:
+    """The indices of ``values`` under each value's text, in order (None: under none)."""
+    indices: dict[str, list[int]] = {}
+    for index, value in enumerate(values):
+        if value is not None:
+            indices.setdefault(_text(value), []).append(index)
+    return indices
 
 
 def _scored_under(records: list[dict], labels: list, groups: list) -> list:
