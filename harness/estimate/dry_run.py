@@ -15,7 +15,7 @@ from ..sweep.config import SweepConfig, SweepConfigError
 from ..tasks.suites import expand_suites
 from ..tasks.task import get_task
 from .published import published
-from .synthetic import SyntheticPrompts
+from .synthetic import SyntheticPrompts, has_data
 
 
 @dataclass
@@ -39,8 +39,7 @@ class DryRunConfig(SweepConfig):
                                    "out for each task's published durations.")
         for name in expand_suites(self.tasks):
             task = get_task(name)
-            has_data = self.data_root is not None and (Path(self.data_root) / task.data_dir).is_dir()
-            if not has_data and published(task.name) is None:
+            if not has_data(self.data_root, task) and published(task.name) is None:
                 raise SweepConfigError(f"task {task.name}: nothing is published of its durations here "
                                        "(harness/estimate/published.py); give --data-root with its data.")
 

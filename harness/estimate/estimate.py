@@ -49,7 +49,7 @@ from .floor import check_floor, layer_parameters, matrix_rate
 from .outputs import outputs_seconds
 from .pricing import frames, mode_cost, payers
 from .report_rows import FIXED, fixed_rows, task_rows
-from .synthetic import GoldAnswers, SyntheticPrompts
+from .synthetic import GoldAnswers, SyntheticPrompts, has_data
 from .timing import TimedBatches, TimedExecutor
 
 
@@ -92,7 +92,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
         layers, per_layer = layer_parameters(loaded.model)
         bar = tqdm(total=len(tasks), disable=not progress, unit="task", desc="estimate")
         for task in tasks:
-            data = config.data_root if _has_data(config, task) else None
+            data = config.data_root if has_data(config.data_root, task) else None
             task_source = GoldAnswers(tokenizer) if data and preset is None else SyntheticPrompts(preset, data)
             start = time.perf_counter()
             planned = [task_source.planned(task, s, digests) for s in task_source.samples(task, config)]
@@ -190,10 +190,6 @@ def _costs(calls, units, task: str, runs, planned, config: EstimateConfig) -> di
         call_frame, unit_frame = frames(calls, units, task, "batch1")
         costs["timing_subset"] = mode_cost(call_frame, unit_frame, runs, [(p.seconds or 0.0, 1) for p in subset])
     return costs
-
-
-def _has_data(config: EstimateConfig, task) -> bool:
-    return config.data_root is not None and (config.data_root / task.data_dir).is_dir()
 
 
 def _preset(config: EstimateConfig):

@@ -37,6 +37,11 @@ from .published import published
 SYNTHETIC = "synthetic"  # the ``meta`` key of a synthetic sample: its seconds, answer tokens and where they come from
 
 
+
+def has_data(data_root, task: Task) -> bool:
+    """Whether ``task``'s data is under ``data_root`` (else its samples are made up at published sizes)."""
+    return data_root is not None and (Path(data_root) / task.data_dir).is_dir()
+
 class GoldAnswers(Checkpoints):
     """A checkpoint on its tasks' data, each answer decoded to its gold answer's length (counted by
     ``tokenizer``, the checkpoint's)."""
@@ -84,7 +89,7 @@ class SyntheticPrompts(Checkpoints):
 
     # -- the samples ------------------------------------------------------------------------------------
     def samples(self, task: Task, config) -> list[Sample]:
-        if self.data_root is not None and (Path(self.data_root) / task.data_dir).is_dir():
+        if has_data(self.data_root, task):
             return [self._from_data(task, sample) for sample in task.load(self.data_root, limit=config.limit, strict=False)
                     if not sample.problem]
         size = published(task.name)
