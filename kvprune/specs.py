@@ -123,6 +123,20 @@ class MethodSpec:
         """Whether some part takes the ratio given to ``build`` (has none of its own)."""
         return any("ratio" not in dict(part.params) for part in self.parts)
 
+    def ratios(self, given: list[float]) -> list[float]:
+        """The ratios this method runs at, and records in its rows: each of ``given`` (a sweep's or a
+        bench's list) where a part takes it; else, once, the one ratio its parts set themselves (so that
+        ``knorm:ratio=0.5`` beside ``--ratios 0.9`` runs and is labelled at 0.5, never at 0.9)."""
+        if self.takes_ratio:
+            return list(given)
+        own = sorted({dict(part.params)["ratio"] for part in self.parts})
+        if len(own) > 1:
+            raise MethodSpecError(
+                f"method {self.label!r} sets ratios {', '.join(map(str, own))} in its presses, so its results would "
+                "have no one ratio: leave one press's ratio to --ratios, or give them one ratio."
+            )
+        return own
+
     def build(self, ratio: float, layer: int | None = None, keep_rule: str | None = None) -> Press:
         """The press at ``ratio``; ``layer`` and ``keep_rule`` for every part without its own (None:
         each press's default)."""

@@ -148,11 +148,10 @@ class SweepConfig(CommandConfig):
                 "with every method."
             )
         for method in self.methods:
-            if not method.takes_ratio and len(self.ratios) > 1:
-                raise SweepConfigError(
-                    f"method {method.label} sets the ratio of every press it holds, so each of the {len(self.ratios)} "
-                    "ratios would run it the same way: leave one press's ratio to the sweep."
-                )
+            try:
+                method.ratios(self.ratios)
+            except ValueError as error:
+                raise SweepConfigError(str(error)) from None
         self.check_shared()
 
     @classmethod

@@ -43,13 +43,14 @@ class PlannedRun:
 
 
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
-    """The unpruned baseline once, then every method at every ratio (with the protocol's keep rule)."""
+    """The unpruned baseline once, then every method at every ratio it takes (``MethodSpec.ratios``; with
+    the protocol's keep rule)."""
     rule = keep_rule(config.protocol)
     runs = [PlannedRun(BASELINE, 0.0)]
     for method in config.methods:
         build = partial(method.build, layer=config.layer, keep_rule=rule)
         spec = repr(build(0.0))  # the ratio is the sweep's, apart
-        runs += [PlannedRun(method.label, r, build, spec, digest(spec)) for r in config.ratios]
+        runs += [PlannedRun(method.label, r, build, spec, digest(spec)) for r in method.ratios(config.ratios)]
     return runs
 
 

@@ -93,6 +93,15 @@ def test_build_gives_the_ratio_and_layer_to_parts_without_their_own():
     assert parse_method("knorm").kind == "cache" and parse_method("frame").kind == "token"
 
 
+def test_a_method_that_sets_its_own_ratio_runs_once_at_it():
+    assert parse_method("fastv").ratios([0.5, 0.9]) == [0.5, 0.9]
+    assert parse_method("frame+knorm:ratio=0.3").ratios([0.5, 0.9]) == [0.5, 0.9], "frame takes the list"
+    assert parse_method("knorm:ratio=0.3").ratios([0.5, 0.9]) == [0.3]
+    assert parse_method("frame:ratio=0.3+knorm:ratio=0.3").ratios([0.9]) == [0.3]
+    with pytest.raises(MethodSpecError, match="sets ratios 0.3, 0.5 in its presses"):
+        parse_method("frame:ratio=0.5+knorm:ratio=0.3").ratios([0.9])
+
+
 @pytest.mark.parametrize("value,message", [
     ("fastv,h2o", "unknown press 'h2o'; available: fastv, random, frame, dart, knorm, random_kv, tova, snapkv"),
     ("dart:pivots=3", "method 'dart:pivots=3': press 'dart' has no parameter 'pivots'; its parameters: ratio, layer, "

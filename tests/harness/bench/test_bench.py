@@ -13,7 +13,7 @@ import torch
 from matplotlib.image import imread
 from transformers import CompileConfig
 
-from kvprune import DARTPress, FastVPress
+from kvprune import DARTPress, FastVPress, KNormPress
 from kvprune.harness.bench import batch as batching
 from kvprune.harness.bench import presets as bench_presets
 from kvprune.harness.bench.compare import targets
@@ -479,6 +479,8 @@ def test_methods_are_specs_of_any_press_with_one_token_layer():
     assert [m.label for m in BenchConfig(compare_stock=True, presets=["tiny-aero"]).methods] == ["fastv"]
     with pytest.raises(ValueError, match="drop tokens at layers 2, 3: give them the same layer"):
         BenchConfig(methods="fastv,frame:layer=3", presets=["tiny-aero"])
+    fixed = BenchConfig(methods="fastv:ratio=0.9,knorm:ratio=0.5", ratios=[0.5, 0.9], presets=["tiny-aero"], out=None)
+    assert fixed.presses == {("fastv:ratio=0.9", 0.9): FastVPress(ratio=0.9), ("knorm:ratio=0.5", 0.5): KNormPress(ratio=0.5)}
     with pytest.raises(ValueError, match=re.escape("--compare-stock and --batch-sizes are separate runs")):
         BenchConfig(compare_stock=True, batch_sizes=[1, 2], presets=["tiny-aero"])
     with pytest.raises(ValueError, match="--largest-batch predicts from the batch sizes measured"):

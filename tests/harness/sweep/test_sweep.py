@@ -18,7 +18,7 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from kvprune import ComposedPress, FramePress, KNormPress, TokenDropPress, register_press
+from kvprune import ComposedPress, FastVPress, FramePress, KNormPress, TokenDropPress, register_press
 from kvprune.harness.cli import main
 from kvprune.harness.sweep.rows import KEY_FIELDS
 from kvprune.harness.sweep.store import read_log
@@ -341,8 +341,13 @@ def test_layer_goes_to_every_press_without_its_own(data_root):
     assert presses(methods="frame+knorm:layer=2", layer=3) == [
         ComposedPress([FramePress(ratio=0.5, layer=3), KNormPress(ratio=0.5, layer=2)])
     ]
-    with pytest.raises(ValueError, match="sets the ratio of every press it holds"):
-        SweepConfig.build(models="demo", tasks="had", data_root=data_root, ratios="0.3,0.5", methods="knorm:ratio=0.3")
+    fixed = runs_of(SweepConfig.build(models="demo", tasks="had", data_root=data_root, ratios="0.5,0.9",
+                                      methods="knorm:ratio=0.3,fastv"))
+    assert [(run.method, run.ratio, run.press) for run in fixed[1:]] == [
+        ("knorm:ratio=0.3", 0.3, KNormPress(ratio=0.3)), ("fastv", 0.5, FastVPress(ratio=0.5)),
+        ("fastv", 0.9, FastVPress(ratio=0.9))]
+    with pytest.raises(ValueError, match="sets ratios 0.3, 0.5 in its presses"):
+        SweepConfig.build(models="demo", tasks="had", data_root=data_root, methods="frame:ratio=0.5+knorm:ratio=0.3")
 
 
 def test_a_user_task_file_is_swept_and_summarised(data_root, tmp_path):
