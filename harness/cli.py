@@ -219,6 +219,7 @@ def _estimate(args) -> int:
     """0 once every task is priced; with no model or preset, the demo sweep ``kvprune sweep`` runs."""
     from .demo.default import asks_for_demo, prepare_default
     from .estimate.config import EstimateConfig
+    from .estimate.process_end import in_child, mark_ended
 
     settings = EstimateConfig.settings(args.config, **EstimateConfig.overrides(args))
     out = settings.get("out")
@@ -226,11 +227,13 @@ def _estimate(args) -> int:
         settings = prepare_default(settings)
     settings["out"] = out or Path("kvprune-results") / "estimate"
     config = EstimateConfig(**settings)
+    command = "kvprune " + shlex.join(args.argv)
+    if not in_child():
+        return _estimate_timing_its_end(args.argv, Path(config.out), command)
     from .estimate.estimate import run_estimate, settings_key  # torch: once the configuration is checked
     from .estimate.floor import BelowFloorError
     from .estimate.report import earlier_rows, write_estimate
 
-    command = "kvprune " + shlex.join(args.argv)
     earlier = earlier_rows(Path(config.out), settings_key(config))
     try:
         table = run_estimate(config, progress=not args.quiet, earlier=earlier,
@@ -238,7 +241,24 @@ def _estimate(args) -> int:
     except BelowFloorError as error:
         print(f"kvprune estimate: error: {error}", file=sys.stderr)
         return 1
-    written = write_estimate(table, config.out, command)
+    write_estimate(table, config.out, command)
+    mark_ended()  # the parent prices what this process pays from here to its exit, then prints the table
+    return 0
+
+
+def _estimate_timing_its_end(argv: list[str], out: Path, command: str) -> int:
+    """The estimate in a child process (``estimate/process_end.py``), then what that child paid to end
+    added to the fixed costs, and the table."""
+    import pandas as pd
+
+    from .estimate.process_end import run_timing_the_end
+    from .estimate.report import write_estimate
+    from .estimate.report_rows import with_process_end
+
+    status, ending = run_timing_the_end(argv)
+    if status != 0 or ending is None:
+        return status
+    written = write_estimate(with_process_end(pd.read_csv(out / "estimate.csv"), ending), out, command)
     print(written[1].read_text())
     return 0
 

@@ -44,10 +44,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvprune.harness.estimate.report_rows import FIXED
+from kvprune.harness.estimate.report_rows import FIXED, TOTAL
 from kvprune.harness.sweep.store import TASK_TIME_RECORD, read_log
 
-TOTAL = "total"
 ESTIMATE, SWEEP = "estimate", "sweep"
 PARTS = ("both", ESTIMATE, SWEEP, "table")
 

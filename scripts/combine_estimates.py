@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvprune.harness.estimate.estimate import totals_table
 from kvprune.harness.estimate.report import write_estimate
-from kvprune.harness.estimate.report_rows import FIXED
+from kvprune.harness.estimate.report_rows import FIXED, TOTAL, totals_table
 
 
 def main() -> None:
@@ -25,7 +24,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     tables = [pd.read_csv(folder / "estimate.csv") for folder in args.folders]
-    rows = pd.concat([t[~t["task"].isin(["total", FIXED])] for t in tables]).drop_duplicates(["task", "mode"])
+    rows = pd.concat([t[~t["task"].isin([TOTAL, FIXED])] for t in tables]).drop_duplicates(["task", "mode"])
     fixed = tables[0][tables[0]["task"] == FIXED]
     table = totals_table(pd.concat([rows, fixed]).to_dict("records"))
     command = "python scripts/combine_estimates.py " + " ".join(str(folder) for folder in args.folders)

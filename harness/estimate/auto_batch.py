@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .report_rows import FIXED
+from .report_rows import FIXED, TOTAL
 
 CANDIDATES = (1, 8, 32)
 QUICK = dict(modes=["sweep"], repeats=1, batches_per_task=1, samples_per_task=1, timed_ratios=2)
@@ -48,7 +48,7 @@ def choose_batch_size(config, progress: bool = False) -> BatchChoice:
             loaded = (SyntheticPrompts(PRESETS.get(estimate.preset)) if estimate.preset else SyntheticPrompts()).load(
                 estimate.models[0] if estimate.models else estimate.preset, estimate, estimate.device)
         table = run_estimate(estimate, progress=progress, outputs=False, loaded=loaded)
-        tasks = table[(table["mode"] == "sweep") & ~table["task"].isin(["total", FIXED])]  # what the size changes
+        tasks = table[(table["mode"] == "sweep") & ~table["task"].isin([TOTAL, FIXED])]  # what the size changes
         priced[size] = float((tasks["seconds"] - tasks["lazy_seconds"]).sum())
         largest = int(tasks["samples"].max())  # a larger batch runs the same batches as this one
         candidates = [c for c in dict.fromkeys(min(c, largest) for c in candidates) if c not in priced]

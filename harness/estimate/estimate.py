@@ -48,7 +48,7 @@ from .config import MODES, EstimateConfig
 from .floor import check_floor, layer_parameters, matrix_rate
 from .outputs import outputs_seconds
 from .pricing import frames, mode_cost, payers
-from .report_rows import FIXED, fixed_rows, task_rows
+from .report_rows import FIXED, TOTAL, fixed_rows, task_rows, totals_table
 from .synthetic import GoldAnswers, SyntheticPrompts, has_data
 from .timing import TimedBatches, TimedExecutor
 
@@ -61,7 +61,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
     ``outputs``: price writing the sweep's outputs (the same at any batch size: ``auto_batch`` leaves it out);
     ``loaded``: the model, loaded already (``auto_batch``: one load for every size it prices)."""
     started = time.perf_counter()
-    rows = [] if earlier is None else earlier[~earlier["task"].isin(["total", FIXED])].to_dict("records")
+    rows = [] if earlier is None else earlier[~earlier["task"].isin([TOTAL, FIXED])].to_dict("records")
     done = {row["task"] for row in rows}
     call = 1 + max((int(row["call"]) for row in rows), default=0)
     name = config.models[0] if config.models else config.preset
@@ -225,14 +225,3 @@ def _process_age(started: float) -> float:
         return max(0.0, up - ticks / os.sysconf("SC_CLK_TCK") - (time.perf_counter() - started))
     except (OSError, ValueError, IndexError):
         return 0.0
-
-
-def totals_table(rows: list[dict]) -> pd.DataFrame:
-    """The estimate's rows and, per mode, their sums (task ``total``)."""
-    table = pd.DataFrame(rows)
-    summed = ["seconds", "seconds_low", "seconds_high", "gpu_hours", "prefill_hours", "decode_hours",
-              "timing_subset_hours", "overhead_hours", "once_hours", "samples", "sample_runs"]
-    totals = table.groupby("mode", sort=False)[summed].sum().reset_index()
-    totals["task"] = "total"
-    return pd.concat([table, totals], ignore_index=True)
-

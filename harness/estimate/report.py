@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..markdown import markdown_table
 from .config import MODES
-from .report_rows import FIXED
+from .report_rows import FIXED, TOTAL
 
 MODE_WORDS = {
     "batch1": "kvprune, one sample per call (fast encoder, generation engine, nothing shared)",
@@ -23,7 +23,7 @@ LONG_ANSWERS = "librispeech"  # the task whose transcripts make most of the one-
 
 def totals(table: pd.DataFrame, leave_out: str | None = None) -> dict[str, float]:
     """Hours per mode over every task and the fixed costs (``leave_out``: without that task)."""
-    rows = table[~table["task"].isin(["total", leave_out])]
+    rows = table[~table["task"].isin([TOTAL, leave_out])]
     return {mode: float(rows.loc[rows["mode"] == mode, "gpu_hours"].sum()) for mode in MODES if (rows["mode"] == mode).any()}
 
 
@@ -34,14 +34,14 @@ def write_estimate(table: pd.DataFrame, out: Path, command: str) -> list[Path]:
     modes = [mode for mode in MODES if (table["mode"] == mode).any()]
     lines = ["# kvprune estimate\n", f"- command: `{command}`", f"- device: {', '.join(map(str, table['device'].dropna().unique()))}"]
     lines += [f"- {mode}: {MODE_WORDS[mode]}" for mode in modes]
-    tasks = table[~table["task"].isin(["total", FIXED])]
+    tasks = table[~table["task"].isin([TOTAL, FIXED])]
     rows = []
-    for task, group in table[table["task"] != "total"].groupby("task", sort=False):
+    for task, group in table[table["task"] != TOTAL].groupby("task", sort=False):
         by_mode, first = group.set_index("mode"), group.iloc[0]
         described = [f"{first['samples']}", first.get("audio_seconds", ""), f"{first.get('answer_tokens', '')}"]
         rows.append([task, *(["", "", ""] if task == FIXED else described), *[_cell(by_mode.loc[m]) for m in modes]])
     hours = totals(table)
-    rows.append(["total", f"{int(tasks.drop_duplicates('task')['samples'].sum())}", "", "",
+    rows.append([TOTAL, f"{int(tasks.drop_duplicates('task')['samples'].sum())}", "", "",
                  *[f"{hours[m]:.3f} h" for m in modes]])
     lines += ["", "Seconds per sample-run / hours in all (median; fastest-slowest repeats in brackets):", "",
               markdown_table(["task", "samples", "audio s", "answer tokens", *modes], rows), ""]
@@ -117,7 +117,7 @@ def earlier_rows(out: Path, settings: str) -> pd.DataFrame | None:
     if not path.exists():
         return None
     table = pd.read_csv(path)
-    found = set(table.loc[~table["task"].isin(["total", FIXED]), "settings"]) if "settings" in table else {None}
+    found = set(table.loc[~table["task"].isin([TOTAL, FIXED]), "settings"]) if "settings" in table else {None}
     if found != {settings}:
         raise ValueError(f"{path} holds an estimate made with other settings: pass another --out, or remove it "
                          "to start afresh (the same command resumes an interrupted estimate).")

@@ -1,8 +1,11 @@
 """The rows of ``estimate.csv``: per task and way of running it, what it costs and what that rests on
 (samples, their lengths, their answers, how many batches or samples were timed); then what a sweep
-pays once (``fixed``: starting, loading, planning, writing its outputs)."""
+pays once (``fixed``: starting, loading, planning, writing its outputs, ending); per way, their sums
+(``total``)."""
 
 from __future__ import annotations
+
+import pandas as pd
 
 from .config import EstimateConfig
 from .pricing import ModeCost
@@ -11,6 +14,9 @@ from .synthetic import SYNTHETIC
 
 HOUR = 3600.0
 FIXED = "fixed"  # the task column of the row of what a sweep pays once
+TOTAL = "total"  # the task column of each way's sums
+SUMMED = ["seconds", "seconds_low", "seconds_high", "gpu_hours", "prefill_hours", "decode_hours", "timing_subset_hours",
+          "overhead_hours", "once_hours", "samples", "sample_runs"]
 
 
 def task_rows(task, planned: list, answers: list[int], runs: list, costs: dict[str, ModeCost],
@@ -49,6 +55,26 @@ def fixed_rows(fixed: dict[str, float], config: EstimateConfig) -> list[dict]:
                  seconds_high=seconds, gpu_hours=seconds / HOUR, prefill_hours=0.0, decode_hours=0.0,
                  timing_subset_hours=0.0, overhead_hours=seconds / HOUR, once_hours=0.0, note=note)
             for mode in config.modes]
+
+
+def totals_table(rows: list[dict]) -> pd.DataFrame:
+    """The estimate's rows and, per mode, their sums (task ``total``)."""
+    table = pd.DataFrame(rows)
+    totals = table.groupby("mode", sort=False)[SUMMED].sum().reset_index()
+    totals["task"] = TOTAL
+    return pd.concat([table, totals], ignore_index=True)
+
+
+def with_process_end(table: pd.DataFrame, seconds: float) -> pd.DataFrame:
+    """``table`` with what the process paid to end (``process_end``) in each way's fixed row and total."""
+    rows = table[table["task"] != TOTAL].copy()
+    fixed = rows["task"] == FIXED
+    for column in ("seconds", "seconds_low", "seconds_high"):
+        rows.loc[fixed, column] += seconds
+    for column in ("gpu_hours", "overhead_hours"):
+        rows.loc[fixed, column] += seconds / HOUR
+    rows.loc[fixed, "note"] = rows.loc[fixed, "note"] + f", end {seconds:.1f} s"
+    return totals_table(rows.to_dict("records"))
 
 
 def _samples_source(task, planned: list) -> str:
