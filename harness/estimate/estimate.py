@@ -18,8 +18,8 @@ or a checkpoint without the task's data), each with content of its own. Answers 
 planned lengths (``answers``), a batch to its longest. Each timed call is repeated (``--repeats``):
 figures are medians with their spread, and a call faster than its compute floor stops the estimate
 (``floor``). What a sweep pays once is priced too: starting, loading the model, planning (reading
-every sample), compilations and graph captures (as the estimate met them), and writing the outputs
-(``outputs``).
+every sample), compilations and graph captures (as the estimate met them), writing the outputs
+(``outputs``), and ending the process (timed from outside by the command: ``process_end``).
 """
 
 from __future__ import annotations
