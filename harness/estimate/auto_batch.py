@@ -47,7 +47,7 @@ def choose_batch_size(config, progress: bool = False) -> BatchChoice:
         if loaded is None:
             loaded = (SyntheticPrompts(PRESETS.get(estimate.preset)) if estimate.preset else SyntheticPrompts()).load(
                 estimate.models[0] if estimate.models else estimate.preset, estimate, estimate.device)
-        table = run_estimate(estimate, progress=progress, outputs=False, loaded=loaded)
+        table = run_estimate(estimate, progress=progress, outputs=False, loaded=loaded, timing_subset=False)
         tasks = table[(table["mode"] == "sweep") & ~table["task"].isin([TOTAL, FIXED])]  # what the size changes
         priced[size] = float((tasks["seconds"] - tasks["lazy_seconds"]).sum())
         largest = int(tasks["samples"].max())  # a larger batch runs the same batches as this one

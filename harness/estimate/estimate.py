@@ -54,12 +54,14 @@ from .timing import TimedBatches, TimedExecutor
 
 
 def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None,
-                 outputs: bool = True, loaded=None) -> pd.DataFrame:
+                 outputs: bool = True, loaded=None, timing_subset: bool = True) -> pd.DataFrame:
     """Time and price every task of ``config``; one row per task and mode, the fixed costs, the totals.
     ``after_task(table)``, if given, receives the table so far after each task (to keep partial results);
     ``earlier``: the rows of an interrupted estimate of the same settings, whose tasks are not timed again;
     ``outputs``: price writing the sweep's outputs (the same at any batch size: ``auto_batch`` leaves it out);
-    ``loaded``: the model, loaded already (``auto_batch``: one load for every size it prices)."""
+    ``loaded``: the model, loaded already (``auto_batch``: one load for every size it prices);
+    ``timing_subset``: price the sweep's timing subset (its samples alone, timed as ``batch1`` is: the same
+    at any batch size, so ``auto_batch`` leaves it out and times no sample alone unless ``batch1`` is asked)."""
     started = time.perf_counter()
     rows = [] if earlier is None else earlier[~earlier["task"].isin([TOTAL, FIXED])].to_dict("records")
     done = {row["task"] for row in rows}
@@ -106,13 +108,14 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
                       for mode, executor in (("sweep", engine), ("batch1", engine), ("audiomarathon", stock))}
             with fast_audio_encoder(loaded.model) if config.encoder == "fast" else ExitStack():
                 _time_sweep(timers["sweep"], task, planned, timed, config)
-                _time_alone(timers["batch1"], task, planned, timed, config, "batch1")
+                if timing_subset or "batch1" in config.modes:
+                    _time_alone(timers["batch1"], task, planned, timed, config, "batch1")
             if "audiomarathon" in config.modes:
                 _time_alone(timers["audiomarathon"], task, planned, timed, config, "audiomarathon")
             calls = [c for c in engine.calls + stock.calls if c.context["task"] == task.name]
             check_floor(calls, [run.press for run in runs], task.name, layers, per_layer, rate)
             costs = _costs(engine.calls + stock.calls, [u for t in timers.values() for u in t.units], task.name, runs,
-                           planned, config)
+                           planned, config, timing_subset)
             record = json.dumps(dict(_compile_record(engine), cpu_threads=threads, matrix_tflops=round(rate / 1e12, 4)))
             answers = [min(task_source.answer_tokens(p), config.max_new_tokens or task.max_new_tokens) for p in planned]
             rows += [dict(row, compile_record=record, **stamp) for row in task_rows(task, planned, answers, runs, costs, config)]
@@ -173,7 +176,8 @@ def _time_alone(timer: TimedBatches, task, planned: list, timed: list[PlannedRun
             timer.time_batch(task, [Work(ordered[index], timed)], timed, ALONE, dict(task=task.name, mode=mode, unit=index, repeat=repeat))
 
 
-def _costs(calls, units, task: str, runs, planned, config: EstimateConfig) -> dict:
+def _costs(calls, units, task: str, runs, planned, config: EstimateConfig,
+           timing_subset: bool = True) -> dict:
     """Per mode, what the whole task costs; the sweep's with its timing subset (priced from ``batch1``)."""
     schedule = Schedule.of(config)
     scoring = [(sum(work.sample.seconds or 0.0 for work in b) / len(b), len(b))
@@ -186,7 +190,7 @@ def _costs(calls, units, task: str, runs, planned, config: EstimateConfig) -> di
             paying = payers(runs) if mode == "sweep" and config.share_layers else set()
             costs[mode] = mode_cost(call_frame, unit_frame, runs, scoring if mode == "sweep" else alone, paying)
     subset = planned[: schedule.timing_count(len(planned))]
-    if subset and "batch1" in costs:
+    if timing_subset and subset and "batch1" in costs:
         call_frame, unit_frame = frames(calls, units, task, "batch1")
         costs["timing_subset"] = mode_cost(call_frame, unit_frame, runs, [(p.seconds or 0.0, 1) for p in subset])
     return costs

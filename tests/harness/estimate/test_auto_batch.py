@@ -20,7 +20,8 @@ def test_the_sweep_runs_at_the_size_the_estimate_prices_cheapest_and_says_why(tm
     priced = {1: 50.0, 8: 20.0, 9: 35.0}  # the estimate's totals for the tasks at each size: 8 is cheapest
     asked = []
 
-    def estimate(config, progress=True, outputs=True, loaded=None):
+    def estimate(config, progress=True, outputs=True, loaded=None, timing_subset=True):
+        assert not timing_subset and not outputs, "what every size pays alike is left out"
         asked.append(config.batch_size)
         return pd.DataFrame([dict(task="demo_pitch", mode="sweep", samples=9, seconds=priced[config.batch_size] + 1.0,
                                   lazy_seconds=1.0), dict(task="fixed", mode="sweep", samples=0, seconds=99.0, lazy_seconds=0)])

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from kvprune.harness.cli import main
+from kvprune.harness.estimate import estimate as estimate_module
 from kvprune.harness.estimate import floor as floor_module
 from kvprune.harness.estimate.config import MODES, EstimateConfig
 from kvprune.harness.estimate.estimate import chosen_batches, run_estimate, settings_key, timed_runs
@@ -47,6 +48,24 @@ def test_every_task_is_priced_three_ways_with_its_published_durations(table):
         assert (group["answer_tokens"] == 2).all(), "letter answers: the letter and the end token"
         assert (group["seconds_low"] <= group["seconds"]).all() and (group["seconds"] <= group["seconds_high"]).all()
     assert (tasks["gpu_hours"] > 0).all()
+
+
+def test_without_the_timing_subset_no_sample_is_timed_alone(tmp_path, monkeypatch):
+    """``--batch-size auto`` prices sizes by what they change: the timing subset, the same at any size, is
+    neither timed nor priced."""
+    modes = []
+    time_batch = estimate_module.TimedBatches.time_batch
+    monkeypatch.setattr(estimate_module.TimedBatches, "time_batch",
+                        lambda self, task, work, timed, how, context: modes.append(context["mode"]) or
+                        time_batch(self, task, work, timed, how, context))
+    quick = dict(tasks=["vesus"], methods=["fastv"], ratios=[0.5], repeats=1, modes=["sweep"])
+    table = run_estimate(config(tmp_path, **quick), progress=False, outputs=False, timing_subset=False)
+    assert set(modes) == {"sweep"}
+    row = table[(table["task"] == "vesus")].iloc[0]
+    assert row["timing_subset_hours"] == 0 and "timing subset" not in str(row["note"])
+    modes.clear()
+    run_estimate(config(tmp_path / "with", **quick), progress=False, outputs=False)
+    assert set(modes) == {"sweep", "batch1"}, "the subset is priced from samples timed alone"
 
 
 def test_the_hours_split_into_their_parts_and_add_up_to_the_totals(table):
