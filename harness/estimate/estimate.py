@@ -53,7 +53,7 @@ from .synthetic import GoldAnswers, SyntheticPrompts, has_data
 from .timing import TimedBatches, TimedExecutor
 
 
-def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None,
+def run_estimate(config: EstimateConfig, *, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None,
                  outputs: bool = True, loaded=None, timing_subset: bool = True) -> pd.DataFrame:
     """Time and price every task of ``config``; one row per task and mode, the fixed costs, the totals.
     ``after_task(table)``, if given, receives the table so far after each task (to keep partial results);
@@ -115,7 +115,7 @@ def run_estimate(config: EstimateConfig, progress: bool = True, after_task=None,
             calls = [c for c in engine.calls + stock.calls if c.context["task"] == task.name]
             check_floor(calls, [run.press for run in runs], task.name, layers, per_layer, rate)
             costs = _costs(engine.calls + stock.calls, [u for t in timers.values() for u in t.units], task.name, runs,
-                           planned, config, timing_subset)
+                           planned, config, timing_subset=timing_subset)
             record = json.dumps(dict(_compile_record(engine), cpu_threads=threads, matrix_tflops=round(rate / 1e12, 4)))
             answers = [min(task_source.answer_tokens(p), config.max_new_tokens or task.max_new_tokens) for p in planned]
             rows += [dict(row, compile_record=record, **stamp) for row in task_rows(task, planned, answers, runs, costs, config)]
@@ -176,8 +176,7 @@ def _time_alone(timer: TimedBatches, task, planned: list, timed: list[PlannedRun
             timer.time_batch(task, [Work(ordered[index], timed)], timed, ALONE, dict(task=task.name, mode=mode, unit=index, repeat=repeat))
 
 
-def _costs(calls, units, task: str, runs, planned, config: EstimateConfig,
-           timing_subset: bool = True) -> dict:
+def _costs(calls, units, task: str, runs, planned, config: EstimateConfig, *, timing_subset: bool = True) -> dict:
     """Per mode, what the whole task costs; the sweep's with its timing subset (priced from ``batch1``)."""
     schedule = Schedule.of(config)
     scoring = [(sum(work.sample.seconds or 0.0 for work in b) / len(b), len(b))
