@@ -35,9 +35,11 @@ def run_timing_the_end(argv: list[str]) -> tuple[int, float | None]:
     with tempfile.TemporaryDirectory(prefix="kvprune-estimate-end-") as folder:
         mark = Path(folder) / "ended"
         command = [sys.executable, "-m", "kvprune.harness.cli", *argv]
+        child = subprocess.Popen(command, env=dict(os.environ, **{ENDED: str(mark)}))
         try:
-            status = subprocess.run(command, env=dict(os.environ, **{ENDED: str(mark)})).returncode
-        except KeyboardInterrupt:  # the child got the same interrupt and keeps what it finished
+            status = child.wait()
+        except KeyboardInterrupt:  # the child got the same interrupt: it stops on its own (never killed mid-write)
+            child.wait()
             return 130, None
         exited = time.time()
         ended = float(mark.read_text()) if mark.exists() else None
