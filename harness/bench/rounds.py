@@ -27,6 +27,8 @@ from .measure import RequestTiming
 
 GIB = 2.0**30
 SKIPPED = "skipped: --max-minutes reached"
+WARMED_ONLY = (f"{SKIPPED} after its warm-up rounds (which compile), before its first timed one: give more minutes "
+               "(--max-minutes) or fewer warm-up rounds (--warmup)")
 MAD_SIGMA = 1.4826  # median absolute deviation -> standard deviation, for normal noise
 
 
@@ -66,6 +68,7 @@ def run_rounds(requests: list[Request], rounds: int, warmup: int, *, run_one: Ca
     Past the deadline (``expired``) no request starts: the rounds already timed are what the medians
     use, and only a request with no timed round at all is reported skipped."""
     outcomes = {request: Outcome([]) for request in requests}
+    warmed = set()  # requests that ran at least once (a warm-up round, say)
     for round_ in range(rounds):
         if expired():
             break
@@ -84,11 +87,12 @@ def run_rounds(requests: list[Request], rounds: int, warmup: int, *, run_one: Ca
                 outcome.error = describe(error)
                 continue
             outcome.kept_tokens = kept
+            warmed.add(request)
             if round_ >= warmup:
                 outcome.samples.append(timing)
-    for outcome in outcomes.values():
+    for request, outcome in outcomes.items():
         if outcome.error is None and not outcome.samples:
-            outcome.error = SKIPPED if expired() else "no timed round"
+            outcome.error = (WARMED_ONLY if request in warmed else SKIPPED) if expired() else "no timed round"
     return outcomes
 
 

@@ -21,7 +21,7 @@ from kvprune.harness.bench.config import BenchConfig
 from kvprune.harness.bench.driver import run_bench
 from kvprune.harness.bench.measure import RequestTiming
 from kvprune.harness.bench.report import COLUMNS, bench_frame, markdown
-from kvprune.harness.bench.rounds import SKIPPED, Outcome, Request, disturbed, run_rounds, summary
+from kvprune.harness.bench.rounds import SKIPPED, WARMED_ONLY, Outcome, Request, disturbed, run_rounds, summary
 from kvprune.harness.cli import main
 from kvprune.harness.bench.shapes import shapes_of
 from kvprune.models import list_families
@@ -520,7 +520,10 @@ def test_a_deadline_keeps_the_rounds_already_timed():
     by_method = {request.method: outcome for request, outcome in outcomes.items()}
     assert [s.prefill_ms for s in by_method["b"].samples] == [4.0] and by_method["b"].error is None
     assert [s.prefill_ms for s in by_method["c"].samples] == [5.0] and by_method["c"].error is None
-    assert by_method["a"].samples == [] and by_method["a"].error == SKIPPED
+    assert by_method["a"].samples == [] and by_method["a"].error == WARMED_ONLY, "a ran its warm-up round only"
+    assert WARMED_ONLY.startswith(SKIPPED) and "--warmup" in WARMED_ONLY
+    untouched = run_rounds(requests, rounds=2, warmup=1, run_one=run_one, expired=lambda: True, describe=str)
+    assert {outcome.error for outcome in untouched.values()} == {SKIPPED}, "never ran: plainly skipped"
 
 
 def test_the_report_compares_throughput_each_at_its_largest_batch():
