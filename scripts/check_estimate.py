@@ -166,16 +166,27 @@ def run_part(side: str, command: list[str], work: Path) -> float:
     return seconds
 
 
+def commit() -> str:
+    """The commit the code ran at, and whether the tracked files differ from it (a copy of the tree whose
+    ``.git`` is older, as on a device that receives the working tree alone, says so rather than naming the
+    older commit as if it had run)."""
+    def git(*words: str) -> str:
+        return subprocess.run(["git", *words], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "?"
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return f"{head}, tracked files changed since (record the tree's commit by hand)" if changed else head
+
+
 def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[tuple[float, float]],
                   estimate: pd.DataFrame, sweep: pd.DataFrame) -> None:
     estimate_wall, sweep_wall = (sorted(w)[len(w) // 2] for w in zip(*walls))
     frame = table(estimate, sweep["seconds"].to_dict())
     frame.to_csv(args.out / "check.csv", index=False)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rounds = f", median of {args.rounds} rounds: " + "; ".join(f"{e:.0f} s / {s:.0f} s" for e, s in walls) if args.rounds > 1 else ""
     lines = [f"kvprune estimate {shlex.join(commands[ESTIMATE][4:])}  ({estimate_wall:.0f} s)",
              f"kvprune sweep {shlex.join(commands[SWEEP][4:])}  ({sweep_wall:.0f} s{rounds})"]
-    (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit or "?"))
+    (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit()))
     shutil.copy(work / ESTIMATE / "estimate.md", args.out / "estimate.md")
     shutil.copy(work / SWEEP / "report.md", args.out / "sweep_report.md")
     print((args.out / "check.md").read_text())

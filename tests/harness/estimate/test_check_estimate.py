@@ -63,3 +63,23 @@ def test_a_part_records_its_wall_time_and_a_table_needs_both(tmp_path, monkeypat
     with pytest.raises(SystemExit) as stopped:
         run_main(script, monkeypatch, "--out", tmp_path / "out", "--work", work, "--part", "sweep", "--rounds", "2")
     assert stopped.value.code == 2
+
+
+def test_the_commit_line_says_when_the_tree_is_not_the_commit(tmp_path, monkeypatch):
+    """A device receives the working tree with an older .git: the table must not name that commit as the code."""
+    import subprocess
+
+    script = load_script("check_estimate")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = lambda *words: subprocess.run(["git", "-C", str(repo), *words], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (repo / "code.py").write_text("a = 1\n")
+    git("add", "code.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    monkeypatch.chdir(repo)
+    assert script.commit() == head
+    (repo / "code.py").write_text("a = 2\n")  # the tree of a later commit
+    assert script.commit() == f"{head}, tracked files changed since (record the tree's commit by hand)"
