@@ -4,7 +4,7 @@ the bound behind the Whisper-style encoders' speedup (Voxtral, Aero-1, Audio Fla
     python scripts/bench_encoder_layer.py --out "$OUT"        # one GPU, about 2 minutes (max-autotune: 2 of them)
 
 One layer at 300 s of audio (10 windows x 1,500 frames, width 1,280, 20 heads, fc 5,120, bf16, random
-weights) is timed (CUDA events, mean of 30 calls after 5 warm-up calls) as kvprune's fast encoder computes
+weights) is timed (the bench's ``Meter``: CUDA events, the median of 30 calls after 5 warm-up calls) as kvprune's fast encoder computes
 it (``kvprune.encoders.whisper.encoder_layer``), uncompiled and compiled (the fast path's default), and
 compiled with Inductor's max-autotune (Triton GEMM templates, epilogues fused); then a hand-fused variant
 (fc1's GELU in cuBLASLt's epilogue, tanh GELU; the residuals as the GEMMs' C input); then its parts alone:
@@ -30,19 +30,6 @@ from kvprune.harness.bench.roofline import gemm_tflops
 
 WIDTH, HEADS, FC, WINDOWS, FRAMES = 1280, 20, 5120, 10, 1500
 SCALING = (WIDTH // HEADS) ** -0.5
-
-
-def mean_ms(fn, calls: int = 30, warmup: int = 5) -> float:
-    for _ in range(warmup):
-        fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for _ in range(calls):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / calls
 
 
 def weights(device: str, dtype: torch.dtype) -> LayerWeights:
@@ -89,23 +76,24 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     device, dtype = "cuda", torch.bfloat16
+    median_ms = Meter(torch.device(device), 5, 30).median_ms  # the bench's timing: median of 30 after 5
     w = weights(device, dtype)
     hidden = torch.randn(WINDOWS, FRAMES, WIDTH, device=device, dtype=dtype)
     layer = lambda fn: (lambda: fn(hidden, None, w, HEADS, SCALING, "gelu"))  # noqa: E731
     reference = layer(encoder_layer)()
     result: dict[str, object] = dict(card=torch.cuda.get_device_name(), torch=torch.__version__)
-    result["uncompiled_ms"] = mean_ms(layer(encoder_layer))
+    result["uncompiled_ms"] = median_ms(layer(encoder_layer))
     for name, mode in (("compiled", None), ("autotune", "max-autotune-no-cudagraphs")):
         torch._dynamo.reset()
         compiled = torch.compile(encoder_layer, fullgraph=True, mode=mode)
         out, result[f"{name}_compile_s"] = timed_compile(layer(compiled))
-        result[f"{name}_ms"], result[f"{name}_rel_diff"] = mean_ms(layer(compiled)), relative(out, reference)
-    result["fused_ms"] = mean_ms(lambda: fused_layer(hidden, w))
+        result[f"{name}_ms"], result[f"{name}_rel_diff"] = median_ms(layer(compiled)), relative(out, reference)
+    result["fused_ms"] = median_ms(lambda: fused_layer(hidden, w))
     result["fused_rel_diff"] = relative(fused_layer(hidden, w), reference)
     torch._dynamo.reset()
     fused = torch.compile(fused_layer, fullgraph=True)
     out, result["fused_compiled_compile_s"] = timed_compile(fused, hidden, w)
-    result["fused_compiled_ms"], result["fused_compiled_rel_diff"] = mean_ms(lambda: fused(hidden, w)), relative(out, reference)
+    result["fused_compiled_ms"], result["fused_compiled_rel_diff"] = median_ms(lambda: fused(hidden, w)), relative(out, reference)
 
     rows, wide = hidden.reshape(-1, WIDTH), torch.randn(WINDOWS * FRAMES, FC, device=device, dtype=dtype)
 
@@ -114,14 +102,14 @@ def main() -> None:
             F.linear(rows, *p)
         F.linear(wide, *w.fc2)
 
-    result["matrix_products_ms"] = mean_ms(matrix_products)
+    result["matrix_products_ms"] = median_ms(matrix_products)
     q = torch.randn(WINDOWS, HEADS, FRAMES, WIDTH // HEADS, device=device, dtype=dtype)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    result["attention_default_ms"] = mean_ms(lambda: F.scaled_dot_product_attention(q, q, q))
+    result["attention_default_ms"] = median_ms(lambda: F.scaled_dot_product_attention(q, q, q))
     for kernel in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
         with sdpa_kernel([getattr(SDPBackend, kernel)]):
-            result[f"attention_{kernel.lower()}_ms"] = mean_ms(lambda: F.scaled_dot_product_attention(q, q, q))
+            result[f"attention_{kernel.lower()}_ms"] = median_ms(lambda: F.scaled_dot_product_attention(q, q, q))
     tokens = WINDOWS * FRAMES
     result["tflop_per_layer"] = (2 * tokens * (4 * WIDTH * WIDTH + 2 * WIDTH * FC) + 4 * tokens * FRAMES * WIDTH) / 1e12
     result["gemm_tflops"] = gemm_tflops(Meter(torch.device(device), 0, 1), dtype)

@@ -50,7 +50,7 @@ def task_rows(task, planned: list, answers: list[int], runs: list, costs: dict[s
 def fixed_rows(fixed: dict[str, float], config: EstimateConfig) -> list[dict]:
     """What each way pays once per sweep, whatever its tasks: the same for all."""
     seconds = sum(fixed.values())
-    note = ", ".join(f"{name} {value:.1f} s" for name, value in fixed.items())
+    note = ", ".join(_part(name, value) for name, value in fixed.items())
     return [dict(task=FIXED, mode=mode, samples=0, sample_runs=0, seconds=seconds, seconds_low=seconds,
                  seconds_high=seconds, gpu_hours=seconds / HOUR, prefill_hours=0.0, decode_hours=0.0,
                  timing_subset_hours=0.0, overhead_hours=seconds / HOUR, once_hours=0.0, note=note)
@@ -73,8 +73,13 @@ def with_process_end(table: pd.DataFrame, seconds: float) -> pd.DataFrame:
         rows.loc[fixed, column] += seconds
     for column in ("gpu_hours", "overhead_hours"):
         rows.loc[fixed, column] += seconds / HOUR
-    rows.loc[fixed, "note"] = rows.loc[fixed, "note"] + f", end {seconds:.1f} s"
+    rows.loc[fixed, "note"] = rows.loc[fixed, "note"] + ", " + _part("end", seconds)
     return totals_table(rows.to_dict("records"))
+
+
+def _part(name: str, seconds: float) -> str:
+    """One of the fixed costs as the fixed row's note says it."""
+    return f"{name} {seconds:.1f} s"
 
 
 def _samples_source(task, planned: list) -> str:

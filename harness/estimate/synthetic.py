@@ -37,10 +37,10 @@ from .published import published
 SYNTHETIC = "synthetic"  # the ``meta`` key of a synthetic sample: its seconds, answer tokens and where they come from
 
 
-
 def has_data(data_root, task: Task) -> bool:
     """Whether ``task``'s data is under ``data_root`` (else its samples are made up at published sizes)."""
     return data_root is not None and (Path(data_root) / task.data_dir).is_dir()
+
 
 class GoldAnswers(Checkpoints):
     """A checkpoint on its tasks' data, each answer decoded to its gold answer's length (counted by
