@@ -35,7 +35,8 @@ from .engine.cache_scoring import CacheEvidence
 from .engine.clips import Clip, scope_modalities
 from .engine.compression import SCOPES
 from .engine import PressSession
-from .ratios import keep_count, validate_keep_rule, validate_ratio
+from .keep_rules import keep_count, validate_keep_rule
+from .ratios import Ratio, validate_ratio
 from .registry import Registry
 
 
@@ -58,6 +59,12 @@ class Press:
         ``self.ratio`` (``with_ratio``)."""
         return PressSession(model, self.with_ratio(ratio))
 
+    def _check_ratio(self) -> None:
+        """``ratio`` as a checked ``Ratio``: a plain number is checked here (``validate_ratio``); a ``Ratio``
+        (parsed by the harness, or a press's own) was checked when it was made."""
+        if not isinstance(self.ratio, Ratio):
+            object.__setattr__(self, "ratio", validate_ratio(self.ratio))
+
     def with_ratio(self, ratio: float | None) -> Press:
         """This press at ``ratio`` (a copy: the press itself never changes); itself when ``ratio`` is None."""
         return self if ratio is None else dataclasses.replace(self, ratio=ratio)
@@ -79,7 +86,7 @@ class TokenDropPress(Press):
 
     ``ratio`` is the fraction of each clip's audio tokens removed, in [0, 1); each clip keeps
     ``max(1, round(n * (1 - ratio)))``, or ``max(1, int(n * (1 - ratio)))`` with
-    ``keep_rule="floor"`` (AudioMarathon's count; ``kvprune.ratios``). Layers 0..K-1 see the full
+    ``keep_rule="floor"`` (AudioMarathon's count; ``kvprune.keep_rules``). Layers 0..K-1 see the full
     prompt; layers K.. and their KV cache hold only the kept tokens, at their original positions.
     ``scope`` says which placeholders are clips to prune: ``"audio"`` (default), ``"video"`` (video
     frames' and images' tokens, on the Omni families) or ``"audio+video"`` (``kvprune.engine.clips``).
@@ -93,7 +100,7 @@ class TokenDropPress(Press):
     kind: ClassVar[str] = "token"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ratio", validate_ratio(self.ratio))
+        self._check_ratio()
         validate_keep_rule(self.keep_rule)
         scope_modalities(self.scope)
 
@@ -129,7 +136,7 @@ class CachePress(Press):
     * ``window``: the last prompt entries: never evicted under ``scope="prompt"``, and the
       observation window of presses that score with the last queries (SnapKV).
     * ``keep_rule``: ``"round"`` (above) or ``"floor"``, ``max(1, int(n * (1 - ratio)))`` as kvpress
-      and AudioMarathon count (``kvprune.ratios``).
+      and AudioMarathon count (``kvprune.keep_rules``).
 
     Writing one: implement ``score(evidence)``; declare ``needs = frozenset({"queries"})`` to be
     given the post-RoPE queries of the last ``query_rows`` prompt positions (default ``window``).
@@ -147,7 +154,7 @@ class CachePress(Press):
     headwise: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "ratio", validate_ratio(self.ratio))
+        self._check_ratio()
         if self.scope not in SCOPES:
             raise ValueError(f"scope={self.scope!r} is invalid; choose one of {SCOPES}.")
         if self.window < 1:

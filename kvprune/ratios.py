@@ -1,50 +1,25 @@
-"""The ratio policy shared by every press: what a ratio means and how many tokens it keeps.
+"""What a pruning ratio may be: the fraction of audio tokens removed, in [0, 1).
 
-Two keep rules exist, because published numbers were made with both:
-
-- ``"round"`` (kvprune's): a clip of ``n`` tokens keeps ``max(1, round(n * (1 - ratio)))``.
-- ``"floor"`` (AudioMarathon's scripts, and kvpress): ``max(1, int(n * (1 - ratio)))``, the product
-  taken in floating point and truncated, so ``n=7, ratio=0.5`` keeps 3 where ``round`` keeps 4.
-  A press with this rule also places ``frame``'s kept tokens at AudioMarathon's offsets
-  (``frame_offsets``).
+A ratio is checked once (``validate_ratio``), and the value that passed is a ``Ratio``: where the harness
+parses ``--ratios`` (before torch is imported, so a bad ratio stops a sweep at once), or where a press is
+given a plain number. A press built at a ratio the harness parsed holds it as it is. How many tokens a
+ratio keeps is ``kvprune.keep_rules``'s.
 """
 
 from __future__ import annotations
 
-KEEP_RULES = ("round", "floor")
+
+class Ratio(float):
+    """A pruning ratio that ``validate_ratio`` passed (made only there): a float in [0, 1)."""
 
 
-def validate_ratio(ratio: float) -> float:
-    """Ratios are the fraction of audio tokens removed, in [0, 1)."""
+def validate_ratio(ratio) -> Ratio:
+    """``ratio`` as a ``Ratio``, or the error that says what a ratio is (0 keeps everything, 0.9 drops 90%)."""
+    if isinstance(ratio, Ratio):
+        return ratio
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0.0 <= float(ratio) < 1.0:
         raise ValueError(
             f"ratio={ratio!r} is invalid: it is the fraction of audio tokens removed and must lie in [0, 1) "
             "(0 keeps everything, 0.9 drops 90%)."
         )
-    return float(ratio)
-
-
-def validate_keep_rule(rule: str) -> str:
-    if rule not in KEEP_RULES:
-        raise ValueError(
-            f"keep_rule={rule!r} is invalid; choose {' or '.join(KEEP_RULES)} "
-            "(round: max(1, round(n * (1 - ratio))), kvprune's; floor: max(1, int(n * (1 - ratio))), AudioMarathon's)."
-        )
-    return rule
-
-
-def keep_count(n_tokens: int, ratio: float, rule: str = "round") -> int:
-    """Tokens a clip of ``n_tokens`` keeps at a pruning ratio, under a keep rule (module docstring)."""
-    kept = n_tokens * (1.0 - ratio)
-    return max(1, round(kept) if rule == "round" else int(kept))
-
-
-def frame_offsets(n_tokens: int, kept: int, rule: str = "round") -> list[int]:
-    """Offsets in a clip of the ``kept`` tokens a uniform stride keeps: ``i * n // k`` (exact integer
-    arithmetic) under ``round``; ``int(i * (n / k))`` (the float step first, AudioMarathon's) under
-    ``floor``. The two differ where the float step rounds down (``n=30, k=22``: offset 11 is 15 exactly,
-    14 in floating point); both give ``k`` distinct offsets in ``[0, n)``."""
-    if rule == "round":
-        return [i * n_tokens // kept for i in range(kept)]
-    step = n_tokens / kept
-    return [int(i * step) for i in range(kept)]
+    return Ratio(ratio)

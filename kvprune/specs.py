@@ -101,6 +101,12 @@ class MethodSpec:
     def __post_init__(self) -> None:
         if not self.parts:
             raise MethodSpecError("a method needs at least one press.")
+        own = {dict(part.params)["ratio"] for part in self.parts if "ratio" in dict(part.params)}
+        if len(own) > 1 and not self.takes_ratio:
+            raise MethodSpecError(
+                f"method {self.label!r} sets ratios {', '.join(map(str, sorted(own)))} in its presses, so its results "
+                "would have no one ratio: leave one press's ratio to --ratios, or give them one ratio."
+            )
         try:
             self.build(0.0)  # the presses check their own values (and ComposedPress its parts)
         except (TypeError, ValueError) as error:
@@ -123,19 +129,13 @@ class MethodSpec:
         """Whether some part takes the ratio given to ``build`` (has none of its own)."""
         return any("ratio" not in dict(part.params) for part in self.parts)
 
-    def ratios(self, given: list[float]) -> list[float]:
-        """The ratios this method runs at, and records in its rows: each of ``given`` (a sweep's or a
-        bench's list) where a part takes it; else, once, the one ratio its parts set themselves (so that
-        ``knorm:ratio=0.5`` beside ``--ratios 0.9`` runs and is labelled at 0.5, never at 0.9)."""
-        if self.takes_ratio:
-            return list(given)
-        own = sorted({dict(part.params)["ratio"] for part in self.parts})
-        if len(own) > 1:
-            raise MethodSpecError(
-                f"method {self.label!r} sets ratios {', '.join(map(str, own))} in its presses, so its results would "
-                "have no one ratio: leave one press's ratio to --ratios, or give them one ratio."
-            )
-        return own
+    @property
+    def own_ratios(self) -> tuple[float, ...]:
+        """The one ratio this method's parts set themselves, when every part sets it: the method runs
+        once, at it, whatever ratios a sweep or a bench gives (``method.own_ratios or ratios``), so that
+        ``knorm:ratio=0.5`` beside ``--ratios 0.9`` runs and is labelled at 0.5, never at 0.9. Empty
+        where a part takes the given ratio."""
+        return () if self.takes_ratio else (dict(self.parts[0].params)["ratio"],)
 
     def build(self, ratio: float, layer: int | None = None, keep_rule: str | None = None) -> Press:
         """The press at ``ratio``; ``layer`` and ``keep_rule`` for every part without its own (None:

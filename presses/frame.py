@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from kvprune.press import TokenDropPress, register_press
-from kvprune.ratios import frame_offsets
+from kvprune.keep_rules import frame_offsets
 from kvprune.engine.slots import to_device
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from kvprune.engine.cache_budgets import pyramid_keep
 from kvprune.press import DelegatingCachePress, register_press
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 
 
 @register_press("pyramidkv")

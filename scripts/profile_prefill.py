@@ -283,7 +283,7 @@ def profile(args) -> list[str]:
     from kvprune.harness.bench.ideal import kept_prefix
     from kvprune.harness.bench.measure import Meter, Probes
     from kvprune.harness.bench.presets import PRESETS
-    from kvprune.ratios import keep_count
+    from kvprune.keep_rules import keep_count
     from kvprune.specs import parse_method
 
     cuda = torch.cuda.is_available()

@@ -94,7 +94,7 @@ class BenchConfig(CommandConfig):
         if not self.methods:
             raise ValueError("no method to bench: give at least one (--methods).")
         self.audio_seconds = list(dict.fromkeys(self.audio_seconds))
-        self.presses = {(m.label, r): m.build(r, self.layer) for m in self.methods for r in m.ratios(self.ratios)}
+        self.presses = {(m.label, r): m.build(r, self.layer) for m in self.methods for r in m.own_ratios or self.ratios}
         layers = sorted({part.layer for press in self.presses.values() for part in press.parts() if part.kind == "token"})
         if len(layers) > 1:
             raise ValueError(

@@ -37,7 +37,7 @@ def run_bench(config: BenchConfig) -> pd.DataFrame:
         preset = PRESETS.get(name)
         # a preset that cannot be built on the meta device is checked by its build (an error row)
         check_methods(preset.name, lambda: preset.build(torch.device("meta"), torch.float32, config.attn_implementation),
-                      config.presses)
+                      {f"{label} (ratio {ratio:g})": press for (label, ratio), press in config.presses.items()})
     state = BenchState(config)
     meta = _run_record(state)
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 from kvprune import fast_audio_encoder
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 
 from ..setup.device import release_memory
 from ..setup.options import ENGINE_CACHE

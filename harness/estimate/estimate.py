@@ -40,7 +40,7 @@ from kvprune.encoders import fast_audio_encoder
 from ..setup.device import cpu_threads, resolve_cache
 from ..setup.methods import check_methods
 from ..sweep.identity import AudioDigests
-from ..sweep.plan import PlannedRun, load_tasks, runs_of
+from ..sweep.plan import PlannedRun, checked_presses, load_tasks, runs_of
 from ..sweep.samples import SampleRunner
 from ..sweep.schedule import ALONE, Schedule, Work, batches
 from ..sweep.store import ResultStore, read_rows
@@ -74,8 +74,7 @@ def run_estimate(config: EstimateConfig, *, progress: bool = True, after_task=No
     runs = runs_of(config)
     checking = time.perf_counter()  # what the sweep checks before it loads the model: every method on its skeleton
     check_methods(name, model_source.skeleton(name, config.trust_remote_code, config.attn_implementation),
-                  {(run.method, run.ratio): run.press for run in runs if run.press is not None},
-                  static=resolve_cache(config.cache, config.device or "cpu") == "static")
+                  checked_presses(runs), static=resolve_cache(config.cache, config.device or "cpu") == "static", prunes=True)
     checking = time.perf_counter() - checking
     loading = time.perf_counter()
     loaded = loaded or model_source.load(name, config, config.device)

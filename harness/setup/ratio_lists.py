@@ -4,11 +4,11 @@ ratios and drops repeats) and ``kvprune bench`` (which drops repeats, keeping th
 
 from __future__ import annotations
 
-from kvprune.ratios import validate_ratio
+from kvprune.ratios import Ratio, validate_ratio
 
 
-def parse_ratios(text: str | float | list) -> list[float]:
-    """Parse and validate a ratio specification; each ratio must lie in [0, 1)."""
+def parse_ratios(text: str | float | list) -> list[Ratio]:
+    """Parse a ratio specification into checked ratios (``Ratio``: each in [0, 1))."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return [validate_ratio(text)]
     if isinstance(text, (list, tuple)):

@@ -147,11 +147,6 @@ class SweepConfig(CommandConfig):
                 "no method given: pass --methods, e.g. fastv,frame (see `kvprune presses`); the unpruned baseline runs "
                 "with every method."
             )
-        for method in self.methods:
-            try:
-                method.ratios(self.ratios)
-            except ValueError as error:
-                raise SweepConfigError(str(error)) from None
         self.check_shared()
 
     @classmethod

@@ -31,27 +31,34 @@ class PlannedRun:
     build: Callable[[float], Press] | None = field(default=None, compare=False, repr=False)  # the method at a ratio
     spec: str | None = None  # the method's full spec: every parameter of every press, layer included
     method_id: str = BASELINE  # a digest of ``spec``: what results are grouped and resumed by
+    layer: int | None = None  # the layer its press acts on (None: the unpruned baseline), whatever the ratio
 
     @cached_property
     def press(self) -> Press | None:
         """The press at the run's ratio (None: the unpruned baseline)."""
         return None if self.build is None else self.build(self.ratio)
 
-    @property
-    def layer(self) -> int | None:
-        return None if self.press is None else self.press.layer
-
 
 def runs_of(config: SweepConfig) -> list[PlannedRun]:
-    """The unpruned baseline once, then every method at every ratio it takes (``MethodSpec.ratios``; with
-    the protocol's keep rule)."""
+    """The unpruned baseline once, then every method at every ratio it takes (its own, else the sweep's;
+    with the protocol's keep rule)."""
     rule = keep_rule(config.protocol)
     runs = [PlannedRun(BASELINE, 0.0)]
     for method in config.methods:
         build = partial(method.build, layer=config.layer, keep_rule=rule)
-        spec = repr(build(0.0))  # the ratio is the sweep's, apart
-        runs += [PlannedRun(method.label, r, build, spec, digest(spec)) for r in method.ratios(config.ratios)]
+        unpruned = build(0.0)  # what the method is, apart from the sweep's ratio
+        spec = repr(unpruned)
+        runs += [PlannedRun(method.label, r, build, spec, digest(spec), unpruned.layer)
+                 for r in method.own_ratios or config.ratios]
     return runs
+
+
+def checked_presses(runs: list[PlannedRun]) -> dict[str, Press]:
+    """Each method's press apart from the ratio (built at 0), by its label: what is checked against a
+    model before anything runs, as a press that prunes (``check_presses(..., prunes=True)``). Nothing
+    the checks find depends on the ratio but whether the press prunes, so one check per method stands
+    for all its ratios, and the press at a run's ratio is built only where the run is done."""
+    return {run.method: run.build(0.0) for run in runs if run.build is not None}
 
 
 def load_tasks(names: list[str], protocol: str | None = None, judge: str | None = None,
@@ -104,7 +111,7 @@ def plan_sweep(config: SweepConfig, tasks: dict[str, list[Task]], runs: list[Pla
         resampler=RESAMPLER,  # what a clip at another rate than 16 kHz becomes
         **({"no_audio": True} if c.no_audio else {}),  # only when set: folders written before stay resumable
     )
-    methods = {run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer) for run in runs if run.press is not None}
+    methods = {run.method_id: dict(label=run.method, spec=run.spec, layer=run.layer) for run in runs if run.build is not None}
     unique = {task.name: task for model_tasks in tasks.values() for task in model_tasks}
     settings_ids, hashes, grades, planned = {}, {}, {}, {}
     for name, model_tasks in tasks.items():

@@ -45,7 +45,7 @@ from .identity import AudioDigests, SweepPlan
 from .execute import Executor
 from .media import check_media
 from .judging import record_judge, sweep_judge, unreachable
-from .plan import PlannedRun, PlannedSample, plan_sweep, runs_of, tasks_by_model
+from .plan import PlannedRun, PlannedSample, checked_presses, plan_sweep, runs_of, tasks_by_model
 from .rescore import regrade_judge_failures, rescore
 from .samples import SampleRunner
 from .schedule import Pass, Schedule, Work
@@ -87,7 +87,7 @@ class SweepRunner:
         self.cache = resolve_cache(config.cache, self.device or default_device())
         self.runs = runs_of(config)
         self.schedule = Schedule.of(config)  # its passes, batches and timing subset
-        self.presses = {(run.method, run.ratio): run.press for run in self.runs if run.press is not None}
+        self.presses = checked_presses(self.runs)  # one per method, checked against each model
         self.store: ResultStore | None = None
         self.plan: SweepPlan | None = None
         self._samples: dict[str, list[PlannedSample]] = {}  # per task, this process's share
@@ -151,12 +151,12 @@ class SweepRunner:
                                     "judge had failed again with it (nothing was generated again for them).")
 
     def _check_methods(self) -> None:
-        """Every method at every ratio against each model's skeleton (its modules on the meta device:
+        """Every method (``checked_presses``) against each model's skeleton (its modules on the meta device:
         no weights are read), so that a bad layer or parameter stops the sweep before anything runs."""
         c = self.config
         for name in c.models:
             build = self.source.skeleton(name, c.trust_remote_code, c.attn_implementation)
-            check_methods(name, build, self.presses, static=self.cache == "static")
+            check_methods(name, build, self.presses, static=self.cache == "static", prunes=True)
 
     # -- per model --------------------------------------------------------------------------------
     def _run_model(self, model_name: str) -> int:
@@ -167,7 +167,7 @@ class SweepRunner:
         if not plan:
             return 0
         loaded = self._load(model_name)
-        check_presses(loaded.model, model_name, self.presses, static=self.cache == "static")
+        check_presses(loaded.model, model_name, self.presses, static=self.cache == "static", prunes=True)
         self._folder.record(self.plan, self._digests)
         executor = Executor(loaded, self.cache)
         samples = SampleRunner(self.config, self.store, executor, self.judge, self.source)

@@ -20,7 +20,7 @@ PROTOCOLS = {
     "provisional": "our reading of a benchmark's paper, until it publishes its data layout and scorer",
     "audiomarathon": "the conventions of AudioMarathon's published scripts, to compare with its leaderboard",
 }
-KEEP_RULES = {"audiomarathon": "floor"}  # protocols whose kept-token count is not kvprune's (kvprune.ratios)
+KEEP_RULES = {"audiomarathon": "floor"}  # protocols whose kept-token count is not kvprune's (kvprune.keep_rules)
 FAMILY_LAYERS = "families"
 MERGED = ("layout_options", "metric_options")  # fields a protocol or family changes key by key
 NOT_CHANGED = ("name", "protocol", "protocols", "family", FAMILY_LAYERS)  # fields no layer may set

@@ -91,13 +91,14 @@ class PressPlan:
         return shared if shared is not None else getattr(self.rotary, f"{self.layer_types[layer_idx]}_inv_freq", None)
 
 
-def validate_press(model: nn.Module, press, static: bool = False) -> None:
+def validate_press(model: nn.Module, press, static: bool = False, prunes: bool | None = None) -> None:
     """Raise the error ``with press(model):`` would raise (unknown family, a layer out of range,
     presses that cannot run together), and with ``static`` the one generating on a static cache
     would raise (a model whose static cache cannot hold a pruned prompt), without installing
-    anything on the model: what the sweep checks for every method before its first sample."""
+    anything on the model: what the sweep checks for every method before its first sample.
+    ``prunes``: check it as a press that prunes (or not) whatever its ratio (None: as it does at its own)."""
     plan = PressPlan(model, press)
-    if static and plan.prunes:
+    if static and (plan.prunes if prunes is None else prunes):
         static_cache.check_model(plan.entry.config, plan.family.display_name, plan.kv_sources)
 
 

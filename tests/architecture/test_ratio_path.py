@@ -1,5 +1,5 @@
-"""The path of one ratio, from ``kvprune sweep --ratios`` to a press's ``select``, in at most 10 files
-(docs/architecture.md, "The path of one ratio").
+"""The path of one ratio, from ``kvprune sweep --ratios`` to a press's ``select``, in at most 10 files,
+each entered once (docs/architecture.md, "The path of one ratio").
 
 Followed as the program runs, not as the code reads: a demo sweep of one sample at a ratio no other value
 has, with a profiler that records every call of the repository's code that is handed the ratio (as the
@@ -68,7 +68,7 @@ def ratio_path(argv: list[str]) -> list[tuple[str, str]]:
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_the_ratio_reaches_select_through_at_most_ten_files(tmp_path):
+def test_the_ratio_reaches_select_through_at_most_ten_files_each_entered_once(tmp_path):
     calls = ratio_path(["sweep", "--tasks", "demo_pitch", "--limit", "1", "--methods", "fastv", "--ratios", TEXT,
                         "--timing-samples", "0", "--out", str(tmp_path), "--quiet", "--no-plots"])
     trace = "\n  ".join(f"{file}: {function}" for file, function in calls)
@@ -76,3 +76,6 @@ def test_the_ratio_reaches_select_through_at_most_ten_files(tmp_path):
     files = list(dict.fromkeys(file for file, _ in calls))
     assert files[0] == "harness/cli.py" and "kvprune/specs.py" in files, trace  # the guard: the whole way is seen
     assert len(files) <= LIMIT, f"the ratio passes through {len(files)} files on its way to select:\n  {trace}"
+    entered = [file for index, (file, _) in enumerate(calls) if index == 0 or calls[index - 1][0] != file]
+    again = sorted({file for file in entered if entered.count(file) > 1})
+    assert not again, f"the ratio enters {again} again on its way to select:\n  {trace}"

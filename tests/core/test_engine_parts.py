@@ -9,7 +9,7 @@ from kvprune import ComposedPress, FastVPress, FramePress, KNormPress
 from kvprune.engine.attention_probe import key_validity, last_query_attention
 from kvprune.engine.clips import find_clips
 from kvprune.engine.masks import restrict_mask
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from kvprune.engine.slots import SlotMap
 
 A = 9

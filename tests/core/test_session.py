@@ -3,7 +3,10 @@ and presses as configuration (never changed by a run, one press on several model
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
+import pickle
 
 import pytest
 import torch
@@ -13,7 +16,8 @@ from kvprune import (
     ComposedPress, DARTPress, FastVPress, FramePress, KNormPress, RandomPress, TokenDropPress, UnsupportedModelError, get_press,
 )
 from kvprune.engine.attention_probe import _ConfigView
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
+from kvprune.ratios import Ratio, validate_ratio
 from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers
 from tests.support.tiny_models import FAMILIES, N_LAYERS
 
@@ -104,6 +108,19 @@ def test_bad_ratio_is_refused_with_its_value(ratio):
     press = FramePress()
     with pytest.raises(ValueError, match="ratio="):
         press(model("voxtral", "sdpa"), ratio=ratio)
+
+
+def test_a_ratio_is_checked_once_and_stays_the_number_it_was():
+    """A press holds a ``Ratio`` it is given as it is (checked once, where it was made) and turns a plain
+    number into one; either way the value, its text and what a sweep writes of it are the float's."""
+    parsed = validate_ratio(0.37)
+    assert FramePress(ratio=parsed).ratio is parsed
+    plain = FramePress(ratio=0.37)
+    assert isinstance(plain.ratio, Ratio) and plain.ratio == 0.37 and plain == FramePress(ratio=parsed)
+    assert repr(plain) == repr(dataclasses.replace(plain, ratio=0.37)) and "ratio=0.37," in repr(plain)
+    assert json.dumps({"ratio": parsed}) == '{"ratio": 0.37}' and round(parsed, 6) == 0.37
+    copied = copy.deepcopy(parsed)
+    assert copied == parsed and isinstance(copied, Ratio) and pickle.loads(pickle.dumps(plain)) == plain
 
 
 @pytest.mark.parametrize("layer", [0, N_LAYERS, -1])

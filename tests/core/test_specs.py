@@ -94,12 +94,12 @@ def test_build_gives_the_ratio_and_layer_to_parts_without_their_own():
 
 
 def test_a_method_that_sets_its_own_ratio_runs_once_at_it():
-    assert parse_method("fastv").ratios([0.5, 0.9]) == [0.5, 0.9]
-    assert parse_method("frame+knorm:ratio=0.3").ratios([0.5, 0.9]) == [0.5, 0.9], "frame takes the list"
-    assert parse_method("knorm:ratio=0.3").ratios([0.5, 0.9]) == [0.3]
-    assert parse_method("frame:ratio=0.3+knorm:ratio=0.3").ratios([0.9]) == [0.3]
+    assert parse_method("fastv").own_ratios == ()
+    assert parse_method("frame+knorm:ratio=0.3").own_ratios == (), "frame takes the sweep's ratios"
+    assert parse_method("knorm:ratio=0.3").own_ratios == (0.3,)
+    assert parse_method("frame:ratio=0.3+knorm:ratio=0.3").own_ratios == (0.3,)
     with pytest.raises(MethodSpecError, match="sets ratios 0.3, 0.5 in its presses"):
-        parse_method("frame:ratio=0.5+knorm:ratio=0.3").ratios([0.9])
+        parse_method("frame:ratio=0.5+knorm:ratio=0.3")
 
 
 @pytest.mark.parametrize("value,message", [

@@ -11,6 +11,7 @@ from transformers import CompileConfig, StaticCache
 from transformers.cache_utils import StaticSlidingWindowLayer
 
 from kvprune import ComposedPress, FramePress, KNormPress, get_press
+from kvprune.engine.press_plan import validate_press
 from kvprune.engine.static_cache import PrunedStaticLayer
 from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model
 from tests.support.paths import load_script
@@ -176,6 +177,19 @@ def test_static_layers_of_other_kinds_are_refused_with_the_fix():
     cache.layers[N_LAYERS - 1] = StaticSlidingWindowLayer(max_cache_len=40, sliding_window=8)
     with pytest.raises(NotImplementedError, match=f"layer {N_LAYERS - 1} is a StaticSlidingWindowLayer.*dynamic cache"):
         _generate(m, get_press("frame", layer=K, ratio=0.5), inputs, past_key_values=cache)
+
+
+def test_a_press_is_checked_against_the_static_cache_as_one_that_prunes_when_asked():
+    """``validate_press(..., prunes=True)``, as the sweep checks each method apart from its ratio: the press
+    built at ratio 0 meets the refusal a pruning press meets on Gemma-3n's static cache; ``prunes=False``
+    and the press's own (None, at 0: it prunes nothing) let it by."""
+    m = model("gemma3n", "sdpa")
+    unpruned = get_press("frame", layer=K)
+    validate_press(m, unpruned, static=True)
+    validate_press(m, unpruned.with_ratio(0.5), static=True, prunes=False)
+    for press, prunes in ((unpruned, True), (unpruned.with_ratio(0.5), None)):
+        with refused("gemma3n"):
+            validate_press(m, press, static=True, prunes=prunes)
 
 
 @pytest.mark.parametrize("family,press_name", [("qwen2_5_omni", "fastv"), ("voxtral", "frame+knorm"), ("qwen2_audio", "dart")])

@@ -23,7 +23,7 @@ from kvprune.harness.long_audio import LongAudioError, fit_clips, model_inputs, 
 from kvprune.models import QWEN2_5_OMNI
 from kvprune.models.loading import LoadedModel, load_model
 from kvprune.models.prompting import Prompt
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support import task_fixtures
 from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
 from tests.support.tiny_models import FAMILIES

@@ -16,7 +16,7 @@ from kvprune import FastVPress
 from kvprune.models import PHI4_MULTIMODAL, tiny
 from kvprune.models.loading import ModelLoadError, load_model
 from kvprune.models.phi4_multimodal import AudioOnlyPhi4Processor
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support.helpers import GREEDY
 
 peft = pytest.importorskip("peft")

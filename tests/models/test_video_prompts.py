@@ -16,7 +16,7 @@ from kvprune import get_press, list_presses
 from kvprune.engine.clips import clips_of, placeholder_kinds
 from kvprune.models import tiny
 from kvprune.models.prompting import Image, Prompt, Video
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support.tiny_models import FAMILIES, PAD
 from tests.support.tiny_processors import processor_and_config, wave
 

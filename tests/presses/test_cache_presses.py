@@ -10,7 +10,7 @@ import torch
 
 from kvprune import ComposedPress, FramePress, get_press, list_presses, parse_method
 from kvprune.engine.cache_budgets import pyramid_keep, top_per_group, top_per_group_headwise
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support import cache_reference as ref
 from tests.support.helpers import ATTENTION, GREEDY, K, FixedPress, cache_layers, cache_of, kv_sources, model, single_row
 from tests.support.tiny_models import FAMILIES, N_LAYERS

@@ -7,7 +7,7 @@ import torch
 from transformers import DynamicCache
 
 from kvprune import ComposedPress, DARTPress, KNormPress
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support.helpers import GREEDY, K, FixedPress, cache_lengths, cache_of, model, n_layers, single_row
 from tests.support.tiny_models import AUDIO, FAMILIES
 

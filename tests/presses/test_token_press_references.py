@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from kvprune import DARTPress, FastVPress
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support.helpers import ATTENTION, K, audio_clips, decoder_layers, final_norm, model
 from tests.support.tiny_models import AUDIO, FAMILIES
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvprune import get_press, list_presses
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support.helpers import ATTENTION, GREEDY, K, FixedPress, cache_lengths, cache_of, clip_positions, model, single_row
 from tests.support.tiny_models import FAMILIES
 

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import torch
 
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 from tests.support.helpers import audio_clips, cache_of, decoder_layers, language_model, model
 from tests.support.tiny_models import AUDIO, FAMILIES
 

@@ -25,7 +25,7 @@ from kvprune.harness.bench.rounds import SKIPPED, WARMED_ONLY, Outcome, Request,
 from kvprune.harness.cli import main
 from kvprune.harness.bench.shapes import shapes_of
 from kvprune.models import list_families
-from kvprune.ratios import keep_count
+from kvprune.keep_rules import keep_count
 
 PRESETS = [shapes_of(family).tiny_preset for family in list_families() if family.available]
 SECONDS = [1.0, 2.5]

@@ -165,8 +165,8 @@ def test_the_report_of_an_unfinished_sweep_says_which_runs_are_missing(data_root
 # -- fail fast, leave no trace -------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "change,message",
-    [(("--layer", "9"), "method frame (ratio 0.5) cannot run on demo: layer=9 is invalid for Qwen2.5-Omni with 4 decoder layers"),
-     (("--methods", "fastv,knorm:layer=4"), "method knorm:layer=4 (ratio 0.5) cannot run on demo: layer=4 is invalid"),
+    [(("--layer", "9"), "method frame cannot run on demo: layer=9 is invalid for Qwen2.5-Omni with 4 decoder layers"),
+     (("--methods", "fastv,knorm:layer=4"), "method knorm:layer=4 cannot run on demo: layer=4 is invalid"),
      (("--tasks", "nope"), "unknown task 'nope'"),
      (("--max-new-tokens", "0"), "max_new_tokens=0 is invalid: it must be a whole number, at least 1"),
      (("--device", "cuda"), "--device cuda: this machine has no CUDA device (torch "),
@@ -199,7 +199,7 @@ def test_a_model_whose_static_cache_cannot_hold_a_pruned_prompt_is_refused_befor
     arguments[arguments.index("--model") + 1] = str(model)
     assert main(arguments) == 2
     error = capsys.readouterr().err
-    assert f"method frame (ratio 0.5) cannot run on {model}: Gemma-3n: kvprune cannot prune into a static cache" in error
+    assert f"method frame cannot run on {model}: Gemma-3n: kvprune cannot prune into a static cache" in error
     assert error.rstrip().endswith("On the command line: --decoding dynamic.") and not (tmp_path / "out").exists()
 
 

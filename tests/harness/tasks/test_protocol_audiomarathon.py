@@ -14,7 +14,7 @@ from kvprune.harness.sweep.plan import load_tasks, runs_of
 from kvprune.harness.tasks.config_files import TaskConfigError
 from kvprune.harness.tasks.sample import Sample
 from kvprune.harness.tasks.task import get_task
-from kvprune.ratios import frame_offsets, keep_count
+from kvprune.keep_rules import frame_offsets, keep_count
 from tests.support import benchmark_fixtures, task_fixtures
 from tests.support.helpers import GREEDY, K, clip_positions, model
 from tests.support.tiny_models import FAMILIES

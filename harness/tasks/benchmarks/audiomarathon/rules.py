@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 
-from kvprune import ratios
-from kvprune.ratios import keep_count
+from kvprune import keep_rules
+from kvprune.keep_rules import keep_count
 
 LETTERS = ("A", "B", "C", "D")
 ASSISTANT = "assistant\n"
@@ -42,7 +42,7 @@ def frame_offsets(n_tokens: int, kept: int) -> list[int]:
     """Offsets in the span that ``frame`` keeps: ``int(i * (n / k))`` for ``i < k`` (the float step
     first, then the product; kvprune's ``frame`` press with ``keep_rule="floor"``), or every offset
     when ``k >= n``."""
-    return list(range(n_tokens)) if kept >= n_tokens else ratios.frame_offsets(n_tokens, kept, "floor")
+    return list(range(n_tokens)) if kept >= n_tokens else keep_rules.frame_offsets(n_tokens, kept, "floor")
 
 
 # -- answer extraction ------------------------------------------------------------------------------
