@@ -383,6 +383,17 @@ def test_grouped_linear_equals_linear_per_weight():
         assert torch.equal(output, F.linear(x, weight, bias))
 
 
+def test_the_matrix_vector_kernel_takes_only_row_counts_it_compiles_for():
+    """Its row block is ``tl.arange(0, ROWS)``, which Triton builds for powers of two only: a batch of 3
+    rows given to it failed to compile on a GPU, and its step decoded uncompiled. Every row count up to
+    ``MAX_ROWS`` is one it builds; the CPU (no Triton) and larger batches take ``F.linear``."""
+    from kvprune.generation import gemv
+
+    assert gemv.MAX_ROWS >= 1 and all(rows & (rows - 1) == 0 for rows in range(1, gemv.MAX_ROWS + 1))
+    x = torch.randn(gemv.MAX_ROWS + 1, 8)
+    assert not gemv._kernel_fits(x, [torch.randn(4, 8)])
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="Inductor on a CPU needs a C compiler")
 def test_a_compiled_step_compiles_once_per_grouping_over_many_lengths():
     """Bounded compilation: cache lengths are dynamic from the first compilation (never once static, then
