@@ -72,17 +72,31 @@ def counted_flops(fn) -> int:
     return counter.get_total_flops()
 
 
+class _DecoderReached(Exception):
+    """Raised as the decoder's first layer is entered: what ``encoder_span_flops`` counts has run."""
+
+
 @torch.no_grad()
 def encoder_span_flops(model: nn.Module, inputs: dict) -> int:
     """The FLOPs of one prefill of ``model`` on ``inputs`` from its audio encoder's start to its projector's
-    end (the span a bench row's ``encoder_ms`` times), run as the model's own code (the stock encoder)."""
-    start, end = resolve_family(model).audio_encoder(model)
+    end (the span a bench row's ``encoder_ms`` times), run as the model's own code (the stock encoder). The
+    call stops where the decoder's first layer begins: the decoder is not run (torch counts no attention
+    whose keys have fewer heads than its queries, as a GQA decoder's have, and would stop the count)."""
+    family = resolve_family(model)
+    start, end = family.audio_encoder(model)
     totals: list[int] = []
+
+    def stop(*_):
+        raise _DecoderReached
+
     with FlopCounterMode(display=False) as counter:
         handles = [start.register_forward_pre_hook(lambda *_: totals.append(counter.get_total_flops())),
-                   end.register_forward_hook(lambda *_: totals.append(counter.get_total_flops()))]
+                   end.register_forward_hook(lambda *_: totals.append(counter.get_total_flops())),
+                   family.layers(model)[0].register_forward_pre_hook(stop)]
         try:
             model(**inputs, use_cache=False, **({"logits_to_keep": 1} if takes_logits_to_keep(model) else {}))
+        except _DecoderReached:
+            pass
         finally:
             for handle in handles:
                 handle.remove()

@@ -225,6 +225,28 @@ def test_the_encoder_span_counts_the_encoder_and_its_projector_only():
     assert encoder_span_flops(model, prompt.inputs) == expected > 0
 
 
+def test_the_encoder_span_is_counted_without_running_the_decoder():
+    """On a GPU torch's FLOP counter fails on a decoder whose keys have fewer heads than its queries (its
+    SDPA formula: "query/key/value shapes are incompatible"), which left Aero-1 and Omni-3B without an
+    encoder floor: the count stops where the decoder begins, so no decoder layer runs."""
+    from kvprune.harness.bench.roofline import encoder_span_flops
+    from kvprune.models import resolve_family
+
+    preset = bench_presets.PRESETS.get("tiny-aero")
+    model = preset.build(torch.device("cpu"), torch.float32, "sdpa")
+    prompt = preset.prompt(model, 2.0, 2)
+    expected = encoder_span_flops(model, prompt.inputs)
+
+    def uncountable(*_):
+        raise RuntimeError("query/key/value shapes are incompatible")
+
+    handle = resolve_family(model).layers(model)[1].register_forward_pre_hook(uncountable)
+    try:
+        assert encoder_span_flops(model, prompt.inputs) == expected > 0
+    finally:
+        handle.remove()
+
+
 def test_a_round_with_an_outlying_encoder_time_is_left_out():
     steady = [_timing(100.0 + d, 50.0 + d) for d in (0.0, 0.4, -0.3, 0.2, -0.1)]
     disturbed_round = [_timing(100.0, 50.0), _timing(160.0, 95.0), _timing(100.5, 50.2), _timing(99.8, 49.9), _timing(100.1, 50.0)]
