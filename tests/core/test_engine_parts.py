@@ -130,3 +130,19 @@ def test_last_query_attention_equals_softmax_row_of_full_matrix():
     expected = full[:, :, -1].mean(1)
     torch.testing.assert_close(last_query_attention(q, k, mask, dim**-0.5), expected)
     assert key_validity(None, batch, seq, "cpu").all()
+
+
+def test_unpruned_positions_are_every_position_but_the_candidates_in_order():
+    """Made on the device from the candidates (a stable sort), with nothing copied from the host: the same
+    positions, in the same order, as reading them off the host's copy."""
+    from kvprune.engine.token_evidence import Evidence
+
+    generator = torch.Generator().manual_seed(0)
+    candidates = torch.rand(3, 41, generator=generator) < 0.7
+    candidates[1] = False  # a row with nothing to prune
+    candidates[2, :5] = True  # one that starts with candidates
+    evidence = Evidence.for_prompt(candidates, torch.ones_like(candidates))
+    positions = evidence.unpruned_positions()
+    assert [p.dtype for p in positions] == [torch.long] * 3
+    for row, got in zip(candidates, positions):
+        assert torch.equal(got, (~row).nonzero().flatten())
