@@ -19,7 +19,7 @@ from ..setup.environment import environment
 from ..setup.options import ENGINE_CACHE
 from ..setup.methods import check_methods
 from .config import BenchConfig
-from .extras import encoder_agreement, encoder_flops, largest_batches, scoring_costs
+from .extras import decode_step, encoder_agreement, encoder_flops, largest_batches, scoring_costs
 from .memory import check_fits
 from .presets import PRESETS, Preset, check_weights
 from .report import bench_frame, write_report
@@ -128,6 +128,9 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
         for row in rows:
             if row["method"] != "stock":
                 row.update(agreement)
+    if config.mode == "batch":
+        for row in rows:
+            row.update(decode_step(model, row))
     if config.largest_batch:
         largest_batches(state, model, preset, base, requests=requests, outcomes=outcomes, prompts=prompts, rows=rows)
     state.rows.extend(rows)

@@ -91,6 +91,16 @@ def encoder_flops(state: BenchState, model, prompt: Prompt) -> float:
         return math.nan
 
 
+def decode_step(model, row: dict) -> dict:
+    """A batch-mode row's decode step as work: its matrix FLOPs and bytes (``roofline.decode_step_work``) at
+    the row's batch size and cache (NaN where the row has no cache size: it failed)."""
+    kv_bytes = row.get("kv_bytes")
+    if kv_bytes is None or math.isnan(kv_bytes):
+        return dict(step_flops=math.nan, step_bytes=math.nan)
+    flops, nbytes = decode_step_work(model, int(row["batch"]), kv_bytes)
+    return dict(step_flops=flops, step_bytes=nbytes)
+
+
 def largest_batches(state: BenchState, model, preset: Preset, base: dict, *, requests, outcomes, prompts, rows) -> None:
     """Per configuration, the largest batch that fits (CUDA only): predicted from the measured
     batches, then run (see ``bench.batch``); the run that fits gives the throughput at that batch."""

@@ -31,15 +31,16 @@ MEASURED = (
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
-    "max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops max_batch_step_bytes error"
+    "step_flops step_bytes max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops "
+    "max_batch_step_bytes error"
 ).split()
 #: computed from the measured rows of the same model, audio length and batch size
 DERIVED = (
     "prefill_vs_unpruned ideal_ms ideal_llm_ms prefill_vs_ideal llm_vs_ideal below_ideal ideal_note vs_frame_ms "
     "score_share kv_mib kv_vs_unpruned decode_vs_unpruned requests_per_s prefill_tokens_per_s decode_tokens_per_s "
     "encoder_speedup_vs_stock prefill_speedup_vs_stock request_speedup_vs_stock_dynamic request_speedup_vs_stock_static "
-    "encoder_tflops_s encoder_floor_ms encoder_vs_floor encoder_below_floor max_batch_matmul_bound_ms "
-    "max_batch_bytes_bound_ms max_batch_vs_bound"
+    "encoder_tflops_s encoder_floor_ms encoder_vs_floor encoder_below_floor step_matmul_bound_ms step_bytes_bound_ms "
+    "step_vs_bound max_batch_matmul_bound_ms max_batch_bytes_bound_ms max_batch_vs_bound"
 ).split()
 #: the same for every row of a run
 META = "mode card device dtype attn repeats warmup decode_tokens gemm_tflops copy_tb_s torch transformers kvprune date command".split()
@@ -131,6 +132,10 @@ def _column(name: str, form) -> Callable:
     return lambda row: _cell(row[name], form)
 
 
+def _step_bounds(row) -> str:
+    return f"{_cell(row['step_matmul_bound_ms'], '{:.2f}')} / {_cell(row['step_bytes_bound_ms'], '{:.2f}')}"
+
+
 def _vs_ideal(row) -> str:
     if isinstance(row["ideal_note"], str):
         return "n/a (cache press)"
@@ -168,6 +173,8 @@ TABLES: dict[str, dict[str, Callable]] = {
         "batch": _column("batch", "{:.0f}"),
         "prefill ms": _column("prefill_ms", "{:.1f}"),
         "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
+        "matmul / bytes bound ms": lambda row: _step_bounds(row),
+        "step / larger bound": _column("step_vs_bound", "{:.2f}x"),
         "requests/s": _column("requests_per_s", "{:.2f}"),
         "prefill tokens/s": _column("prefill_tokens_per_s", "{:,.0f}"),
         "decoded tokens/s": _column("decode_tokens_per_s", "{:,.0f}"),
@@ -277,7 +284,9 @@ HEADER = {
         "prefill (a token press's choice and gather at layer K, a cache press's eviction after each layer), "
         "with its share of the prefill",
     ],
-    "batch": ["- every row of a batch holds the same prompt; requests/s = batch / (prefill + decoding)"],
+    "batch": ["- every row of a batch holds the same prompt; requests/s = batch / (prefill + decoding)",
+              "- each decode step beside its bounds: its matrix products at the matrix rate and its bytes (weights, "
+              "every row's keys and values) at the copy bandwidth, both measured in this run"],
     "compare": [
         "- whole generate calls; stock HF = no kvprune at all (stock audio encoder); the ideal is a prefill bound",
     ],

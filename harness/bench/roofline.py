@@ -125,12 +125,16 @@ def with_encoder_bound(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_decode_bound(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with the largest batch's decode step against its bounds: the step's matrix FLOPs at the run's
-    ``gemm_tflops``, its bytes at its ``copy_tb_s``, and the step's time over the larger of the two."""
-    frame["max_batch_matmul_bound_ms"] = pd.to_numeric(frame["max_batch_step_flops"]) / (pd.to_numeric(frame["gemm_tflops"]) * 1e9)
-    frame["max_batch_bytes_bound_ms"] = pd.to_numeric(frame["max_batch_step_bytes"]) / (pd.to_numeric(frame["copy_tb_s"]) * 1e9)
-    bound = frame[["max_batch_matmul_bound_ms", "max_batch_bytes_bound_ms"]].max(axis=1, skipna=False)
-    frame["max_batch_vs_bound"] = pd.to_numeric(frame["max_batch_step_ms"]) / bound
+    """``frame`` with each row's decode step (``step_*``: a batch-mode row at its batch size) and the largest
+    batch's (``max_batch_step_*``) against their bounds: the step's matrix FLOPs at the run's ``gemm_tflops``,
+    its bytes at its ``copy_tb_s``, and the step's time over the larger of the two."""
+    for work, time, out in (("step", "decode_ms_per_token", "step"), ("max_batch_step", "max_batch_step_ms", "max_batch")):
+        if f"{work}_flops" not in frame:  # a frame of the other kind of rows alone
+            continue
+        matmul = pd.to_numeric(frame[f"{work}_flops"]) / (pd.to_numeric(frame["gemm_tflops"]) * 1e9)
+        nbytes = pd.to_numeric(frame[f"{work}_bytes"]) / (pd.to_numeric(frame["copy_tb_s"]) * 1e9)
+        frame[f"{out}_matmul_bound_ms"], frame[f"{out}_bytes_bound_ms"] = matmul, nbytes
+        frame[f"{out}_vs_bound"] = pd.to_numeric(frame[time]) / pd.concat([matmul, nbytes], axis=1).max(axis=1, skipna=False)
     return frame
 
 

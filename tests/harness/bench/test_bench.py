@@ -388,8 +388,19 @@ def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
     assert (frame["requests_per_s"] == 1000 * frame["batch"] / frame["request_ms"]).all()
     assert (frame["prefill_tokens_per_s"] == 1000 * frame["batch"] * frame["seq_len"] / frame["prefill_ms"]).all()
     assert (frame["decode_tokens_per_s"] == 1000 * frame["batch"] / frame["decode_ms_per_token"]).all()
+    from kvprune.harness.bench.roofline import decode_step_work
+
+    skeleton = bench_presets.PRESETS.get("tiny-aero").build(torch.device("meta"), torch.float32, "sdpa")
+    for _, row in frame.iterrows():  # each step's work at its own batch and cache, and its bounds at the run's rates
+        flops, nbytes = decode_step_work(skeleton, int(row["batch"]), row["kv_bytes"])
+        assert (row["step_flops"], row["step_bytes"]) == (flops, nbytes) and flops > 0 and nbytes > row["kv_bytes"]
+        bytes_bound = nbytes / (row["copy_tb_s"] * 1e9)
+        assert row["step_bytes_bound_ms"] == pytest.approx(bytes_bound)
+        assert row["step_matmul_bound_ms"] == pytest.approx(flops / (row["gemm_tflops"] * 1e9))
+        larger = max(bytes_bound, row["step_matmul_bound_ms"])
+        assert row["step_vs_bound"] == pytest.approx(row["decode_ms_per_token"] / larger)
     text = (tmp_path / "bench.md").read_text()
-    assert "| method | ratio | batch | prefill ms | decode ms/token | requests/s |" in text
+    assert "| method | ratio | batch | prefill ms | decode ms/token | matmul / bytes bound ms | step / larger bound | requests/s |" in text
     assert imread(tmp_path / "throughput_vs_batch.png").ndim == 3
 
 
