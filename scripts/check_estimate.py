@@ -23,8 +23,9 @@ load drifts (a shared CPU) each side then sees the same drift. Measured per task
 the sweep recorded for it in runs.jsonl (its scoring pass and timing subset, compilations met there
 included); ``fixed``: the rest of the sweep command's wall time (starting, loading, planning, writing
 the outputs); ``total``: the command's wall time. Estimated: the estimate's ``sweep`` rows (median,
-with the fastest-slowest repeats). Writes four files to ``--out``: check.md (the table, the commands,
-the machine, the date), check.csv, estimate.md and sweep_report.md; the two commands' folders go to
+with the fastest-slowest repeats). Writes five files to ``--out``: check.md (the table, the commands,
+the machine, the date, and each round's seconds per task beside the others'), check.csv, rounds.csv,
+estimate.md and sweep_report.md (the last round's); the two commands' folders go to
 ``--work`` (default: a folder under ``--out``'s parent that is left in place).
 """
 
@@ -152,7 +153,7 @@ def main() -> int:
             walls.append(tuple(run_part(side, command, work) for side, command in commands.items()))
             estimates.append(estimated(work / ESTIMATE))
             sweeps.append(pd.DataFrame({"seconds": measured(work / SWEEP, walls[-1][1])}))
-    write_outputs(args, work, commands, walls, median_of(estimates), median_of(sweeps))
+    write_outputs(args, work, commands, walls, estimates, sweeps)
     return 0
 
 
@@ -178,15 +179,38 @@ def commit() -> str:
     return f"{head}, tracked files changed since (record the tree's commit by hand)" if changed else head
 
 
+def per_round(estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each round's estimated and measured seconds per task: rounds that agree with each other and not with
+    the median's error say bias; rounds that disagree say the host's noise."""
+    return pd.DataFrame([dict(round=index, task=task, estimated_s=row["seconds"], measured_s=sweep["seconds"].get(task))
+                         for index, (estimate, sweep) in enumerate(zip(estimates, sweeps), 1)
+                         for task, row in estimate.iterrows()])
+
+
+def rounds_markdown(rounds: pd.DataFrame) -> str:
+    """The rounds side by side (empty for one round: the table above is it)."""
+    if rounds["round"].nunique() < 2:
+        return ""
+    numbers = sorted(rounds["round"].unique())
+    lines = ["", "Each round, estimated / measured s:", "",
+             "| task | " + " | ".join(f"round {n}" for n in numbers) + " |", "|---|" + "---|" * len(numbers)]
+    for task, rows in rounds.groupby("task", sort=False):
+        cells = [f"{r.estimated_s:.1f} / {'—' if pd.isna(r.measured_s) else f'{r.measured_s:.1f}'}" for r in rows.itertuples()]
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[tuple[float, float]],
-                  estimate: pd.DataFrame, sweep: pd.DataFrame) -> None:
+                  estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> None:
     estimate_wall, sweep_wall = (sorted(w)[len(w) // 2] for w in zip(*walls))
-    frame = table(estimate, sweep["seconds"].to_dict())
+    frame = table(median_of(estimates), median_of(sweeps)["seconds"].to_dict())
     frame.to_csv(args.out / "check.csv", index=False)
-    rounds = f", median of {args.rounds} rounds: " + "; ".join(f"{e:.0f} s / {s:.0f} s" for e, s in walls) if args.rounds > 1 else ""
+    rounds = per_round(estimates, sweeps)
+    rounds.to_csv(args.out / "rounds.csv", index=False)
+    walls_text = f", median of {args.rounds} rounds: " + "; ".join(f"{e:.0f} s / {s:.0f} s" for e, s in walls) if args.rounds > 1 else ""
     lines = [f"kvprune estimate {shlex.join(commands[ESTIMATE][4:])}  ({estimate_wall:.0f} s)",
-             f"kvprune sweep {shlex.join(commands[SWEEP][4:])}  ({sweep_wall:.0f} s{rounds})"]
-    (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit()))
+             f"kvprune sweep {shlex.join(commands[SWEEP][4:])}  ({sweep_wall:.0f} s{walls_text})"]
+    (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit()) + rounds_markdown(rounds))
     shutil.copy(work / ESTIMATE / "estimate.md", args.out / "estimate.md")
     shutil.copy(work / SWEEP / "report.md", args.out / "sweep_report.md")
     print((args.out / "check.md").read_text())

@@ -83,3 +83,28 @@ def test_the_commit_line_says_when_the_tree_is_not_the_commit(tmp_path, monkeypa
     assert script.commit() == head
     (repo / "code.py").write_text("a = 2\n")  # the tree of a later commit
     assert script.commit() == f"{head}, tracked files changed since (record the tree's commit by hand)"
+
+
+def test_each_round_is_kept_beside_the_medians(tmp_path):
+    """Two rounds: the table holds their medians, rounds.csv and check.md each round's seconds per task, so
+    that a task's error can be told to be the host's noise (rounds apart) or the estimate's bias."""
+    import argparse
+
+    script = load_script("check_estimate")
+    work, out = tmp_path / "work", tmp_path / "out"
+    finished_work(work)
+    out.mkdir()
+    first_estimate, first_sweep = script.estimated(work / "estimate"), pd.DataFrame({"seconds": script.measured(work / "sweep", 100.0)})
+    second_estimate, second_sweep = first_estimate.copy(), first_sweep.copy()
+    second_estimate.loc["a", "seconds"], second_sweep.loc["a", "seconds"] = 34.0, 15.0
+    args = argparse.Namespace(out=out, rounds=2)
+    commands = {"estimate": ["python", "-m", "cli", "estimate", "--quiet"], "sweep": ["python", "-m", "cli", "sweep", "--quiet"]}
+    script.write_outputs(args, work, commands, [(40.0, 100.0), (42.0, 90.0)], [first_estimate, second_estimate],
+                         [first_sweep, second_sweep])
+    table = pd.read_csv(out / "check.csv").set_index("task")
+    assert table.loc["a", "estimated_s"] == 32.0 and table.loc["a", "measured_s"] == 20.0  # medians of 30, 34 and 25, 15
+    rounds = pd.read_csv(out / "rounds.csv")
+    a = rounds[rounds["task"] == "a"]
+    assert list(a["round"]) == [1, 2] and list(a["estimated_s"]) == [30.0, 34.0] and list(a["measured_s"]) == [25.0, 15.0]
+    check = (out / "check.md").read_text()
+    assert "| task | round 1 | round 2 |" in check and "| a | 30.0 / 25.0 | 34.0 / 15.0 |" in check
