@@ -377,6 +377,25 @@ def test_each_family_has_its_own_encoder_and_prefill_targets():
     assert untargeted and not any(t.startswith(("audio encoder", "prefill at fastv 0.9 ≥")) for t in untargeted)
 
 
+def test_an_ideal_that_bounds_nothing_measures_no_target():
+    """Omni-3B on an H100: an ideal whose rounds spread by 24 ms sat 15 ms above the pruned prefill it should
+    bound, and "within 10% of its ideal" read met. Below its ideal beyond the noise, or beside an ideal whose
+    rounds spread wider than the 10% the target allows, the target is not measured."""
+    within = "prefill at fastv 0.9 within 10% of its ideal"
+    bounded = {t["target"]: t for t in targets(_compare_rows("voxtral"))}[within]
+    assert (bounded["measured"], bounded["met"]) == ("1.061× the ideal", "met")  # 70 / 66 ms
+    rows = _compare_rows("voxtral").assign(below_ideal=False)
+    rows.loc[rows["method"] == "fastv", ["prefill_ms", "below_ideal"]] = (55.0, True)
+    unbounded = {t["target"]: t for t in targets(rows)}[within]
+    assert unbounded["met"] == "not measured" and unbounded["measured"].startswith("0.833× the ideal (below its ideal")
+    noisy = _compare_rows("voxtral").assign(llm_noise_ms=1.0)
+    noisy.loc[noisy["method"] == "ideal", "llm_noise_ms"] = 24.3  # more than 10% of its 66 ms
+    found = {t["target"]: t for t in targets(noisy)}[within]
+    assert found["met"] == "not measured" and "the ideal's rounds spread by 24.3 ms, beyond the 10%" in found["measured"]
+    noisy.loc[noisy["method"] == "ideal", "llm_noise_ms"] = 6.0  # within it: judged
+    assert {t["target"]: t for t in targets(noisy)}[within]["met"] == "met"
+
+
 def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
     config = BenchConfig(presets=["tiny-aero"], audio_seconds=[1.0], methods="frame", ratios=[0.5], batch_sizes=[1, 3],
                          out=tmp_path, **FAST)
