@@ -173,7 +173,7 @@ TABLES: dict[str, dict[str, Callable]] = {
         "batch": _column("batch", "{:.0f}"),
         "prefill ms": _column("prefill_ms", "{:.1f}"),
         "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
-        "matmul / bytes bound ms": lambda row: _step_bounds(row),
+        "matmul / bytes bound ms": _step_bounds,
         "step / larger bound": _column("step_vs_bound", "{:.2f}x"),
         "requests/s": _column("requests_per_s", "{:.2f}"),
         "prefill tokens/s": _column("prefill_tokens_per_s", "{:,.0f}"),

@@ -58,7 +58,11 @@ def checked_presses(runs: list[PlannedRun]) -> dict[str, Press]:
     model before anything runs, as a press that prunes (``check_presses(..., prunes=True)``). Nothing
     the checks find depends on the ratio but whether the press prunes, so one check per method stands
     for all its ratios, and the press at a run's ratio is built only where the run is done."""
-    return {run.method: run.build(0.0) for run in runs if run.build is not None}
+    presses: dict[str, Press] = {}
+    for run in runs:
+        if run.build is not None and run.method not in presses:  # one build per method, not per ratio
+            presses[run.method] = run.build(0.0)
+    return presses
 
 
 def load_tasks(names: list[str], protocol: str | None = None, judge: str | None = None,
