@@ -1,14 +1,20 @@
-"""Matrix-vector products for decoding: the decode step reads every weight of the model once per token,
-so its speed is how fast the linear layers stream their weights.
+"""Matrix products for decoding: the decode step reads every weight of the model once per token, and at the
+batches decoding runs (one to a few dozen rows) its speed is how fast the linear layers stream their weights.
 
-At batch 1 cuBLAS reads the 7B decoder's weights at 2.1-2.8 TB/s depending on the shape (H100, 2026-11-26:
-2.13 TB/s for a 3584x3584 projection, 0.48 TB/s for the 512-row key and value projections); a plain
-Triton kernel that gives each program a few output rows and streams their weights at 2.3-3.1 TB/s, and
-the key, value and query projections (and gate and up) that read the same input run as one launch.
+cuBLAS reads the 7B decoder's 14.14 GB at 2.33-2.39 TB/s at every row count from 1 to 64 (5.90-6.06 ms; H100,
+2026-11-27; 0.48 TB/s for the 512-row key and value projections alone at one row). Two Triton kernels stream
+them faster, each program taking a few output rows of the weights, with the query, key and value projections
+(and gate and up) that read the same input in one launch:
+
+* one row: a matrix-vector kernel, float32 products and sums (4.88 ms, 2.89 TB/s);
+* 2 to ``MAX_ROWS`` rows: the rows padded to a tensor-core tile of at least 16 and multiplied with ``tl.dot``, so
+  that the arithmetic per weight byte stays small as the rows grow (5.14-5.22 ms at 2-16 rows, 5.33 at 32, 5.73
+  at 48, 5.86 at 64; slower than cuBLAS from 96 rows on, 8.16 against 6.13 ms).
+
 Two pieces:
 
 * ``grouped_linear``: a custom operator (``kvprune::grouped_linear``) computing ``F.linear(x, w_i, b_i)``
-  for several weights that share the input, with the Triton kernel on CUDA for a few rows (decoding) and
+  for several weights that share the input, with the Triton kernels on CUDA up to ``MAX_ROWS`` rows and
   ``F.linear`` otherwise (the CPU, larger batches, no Triton).
 * ``group_linears``: a compiler pass over the decode step's graph (before autograd: ``torch.compile``'s
   ``pre_grad_custom_pass``) that replaces the linear calls reading the same input by one call of it.
@@ -18,17 +24,21 @@ Nothing in the model changes; the pass applies only to the step kvprune compiles
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
 import torch.nn.functional as F
 
-#: rows (batch x tokens) up to which the kernel beats cuBLAS; beyond, cuBLAS is used. Measured on the 7B
-#: decode step's linear layers (28 layers and the head, 14.14 GB, one CUDA graph; H100, 2026-11-27):
-#: 4.90 / 5.56 ms at 1 / 2 rows against cuBLAS's 5.92 / 5.93, but 8.20 at 4 rows (the kernel reduces
-#: each row apart). The kernel's row block (``tl.arange(0, ROWS)``) must be a power of two: 3 rows
-#: do not compile, so the range stays within 1, 2, 4, ...
-MAX_ROWS = 2
+#: rows (batch x tokens) up to which the kernels beat cuBLAS; beyond, cuBLAS is used (measured on the 7B decode
+#: step's linear layers, 28 layers and the head in one CUDA graph, at 1-128 rows: the module's docstring)
+MAX_ROWS = 64
+#: the smallest row tile of ``tl.dot`` (tensor-core fragments): fewer rows are padded to it
+TILE_ROWS = 16
+#: (BLOCK_N, BLOCK_K, warps, stages) the autotuner tries: the matrix-vector kernel's, then the tile kernel's
+VECTOR_CONFIGS = [(4, 512, 4, 2), (4, 512, 4, 3), (8, 1024, 8, 2), (8, 1024, 8, 4), (4, 1024, 8, 3), (16, 512, 4, 3)]
+TILE_CONFIGS = [(16, 256, 4, 4), (16, 128, 4, 4), (16, 64, 4, 6), (32, 128, 4, 5), (32, 128, 4, 3), (32, 256, 4, 3),
+                (64, 128, 4, 4), (64, 64, 4, 4), (32, 64, 4, 4)]
 
 try:  # Triton comes with CUDA builds of torch; the CPU build has none
     import triton
@@ -37,50 +47,114 @@ except ImportError:  # pragma: no cover - depends on the torch build
     triton = None
 
 
+def tile_shared_bytes(rows: int, block_n: int, block_k: int, stages: int) -> int:
+    """Shared memory a tile-kernel configuration takes: each stage holds an input tile and a weight tile in
+    bf16, and Triton's requirement came out at twice that on the H100 (327,680 bytes at 64 rows, BLOCK_N 16,
+    BLOCK_K 256, 4 stages), so twice it is counted."""
+    return 2 * stages * (rows + block_n) * block_k * 2
+
+
 if triton is not None:
 
     @triton.jit
-    def _block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, ROWS: tl.constexpr, HAS_BIAS: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Outputs ``block*BLOCK_N ..`` of every row: weights streamed once, float32 accumulation."""
+    def _vector_block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, HAS_BIAS: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):
+        """Outputs ``block*BLOCK_N ..`` of the one row: weights streamed once, float32 products and sums."""
         offs_n = block * BLOCK_N + tl.arange(0, BLOCK_N)
         in_n = offs_n < N
         w_rows = w_ptr + offs_n[:, None].to(tl.int64) * K
-        accumulators = tl.zeros((ROWS, BLOCK_N), tl.float32)
+        accumulator = tl.zeros((BLOCK_N,), tl.float32)
         for k0 in range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             in_k = offs_k < K
             w = tl.load(w_rows + offs_k[None, :], mask=in_n[:, None] & in_k[None, :], other=0.0,
                         eviction_policy="evict_first").to(tl.float32)
-            for row in tl.static_range(ROWS):
-                x = tl.load(x_ptr + row * K + offs_k, mask=in_k, other=0.0).to(tl.float32)
-                partial = tl.sum(w * x[None, :], axis=1)
-                accumulators += tl.where(tl.arange(0, ROWS)[:, None] == row, partial[None, :], 0.0)
+            x = tl.load(x_ptr + offs_k, mask=in_k, other=0.0).to(tl.float32)
+            accumulator += tl.sum(w * x[None, :], axis=1)
         if HAS_BIAS:
-            accumulators += tl.load(b_ptr + offs_n, mask=in_n, other=0.0).to(tl.float32)[None, :]
-        rows = tl.arange(0, ROWS)
-        tl.store(y_ptr + rows[:, None] * N + offs_n[None, :], accumulators.to(y_ptr.dtype.element_ty), mask=in_n[None, :])
+            accumulator += tl.load(b_ptr + offs_n, mask=in_n, other=0.0).to(tl.float32)
+        tl.store(y_ptr + offs_n, accumulator.to(y_ptr.dtype.element_ty), mask=in_n)
 
-    @triton.autotune(
-        configs=[
-            triton.Config(dict(BLOCK_N=n, BLOCK_K=k), num_warps=w, num_stages=s)
-            for n, k, w, s in [(4, 512, 4, 2), (4, 512, 4, 3), (8, 1024, 8, 2), (8, 1024, 8, 4), (4, 1024, 8, 3), (16, 512, 4, 3)]
-        ],
-        key=["N_TOTAL", "K", "ROWS"],
-    )
     @triton.jit
-    def _grouped_kernel(x_ptr, w0, b0, y0, n0, w1, b1, y1, n1, w2, b2, y2, n2, N_TOTAL, K,
-                        ROWS: tl.constexpr, GROUPS: tl.constexpr, BIAS0: tl.constexpr, BIAS1: tl.constexpr,
+    def _tile_block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, ROWS, ROWS_P: tl.constexpr, HAS_BIAS: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Outputs ``block*BLOCK_N ..`` of every row: the rows padded to ``ROWS_P``, weights streamed once,
+        tensor-core products accumulated in float32."""
+        offs_n = block * BLOCK_N + tl.arange(0, BLOCK_N)
+        in_n = offs_n < N
+        rows = tl.arange(0, ROWS_P)
+        in_rows = rows < ROWS
+        w_rows = w_ptr + offs_n[:, None].to(tl.int64) * K
+        accumulator = tl.zeros((ROWS_P, BLOCK_N), tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            in_k = offs_k < K
+            w = tl.load(w_rows + offs_k[None, :], mask=in_n[:, None] & in_k[None, :], other=0.0,
+                        eviction_policy="evict_first")
+            x = tl.load(x_ptr + rows[:, None] * K + offs_k[None, :], mask=in_rows[:, None] & in_k[None, :], other=0.0)
+            accumulator = tl.dot(x, tl.trans(w), accumulator)
+        if HAS_BIAS:
+            accumulator += tl.load(b_ptr + offs_n, mask=in_n, other=0.0).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * N + offs_n[None, :], accumulator.to(y_ptr.dtype.element_ty),
+                 mask=in_rows[:, None] & in_n[None, :])
+
+    @triton.jit
+    def _block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, ROWS, ROWS_P: tl.constexpr, HAS_BIAS: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        if ROWS_P == 1:
+            _vector_block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, HAS_BIAS, BLOCK_N, BLOCK_K)
+        else:
+            _tile_block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, ROWS, ROWS_P, HAS_BIAS, BLOCK_N, BLOCK_K)
+
+    @triton.jit
+    def _grouped_kernel(x_ptr, w0, b0, y0, n0, w1, b1, y1, n1, w2, b2, y2, n2, N_TOTAL, K, ROWS,
+                        ROWS_P: tl.constexpr, GROUPS: tl.constexpr, BIAS0: tl.constexpr, BIAS1: tl.constexpr,
                         BIAS2: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Up to three weights' outputs, one program per ``BLOCK_N`` outputs of one of them."""
         pid = tl.program_id(0)
         blocks0 = tl.cdiv(n0, BLOCK_N)
         blocks1 = tl.cdiv(n1, BLOCK_N)
         if pid < blocks0:
-            _block(x_ptr, w0, b0, y0, pid, n0, K, ROWS, BIAS0, BLOCK_N, BLOCK_K)
+            _block(x_ptr, w0, b0, y0, pid, n0, K, ROWS, ROWS_P, BIAS0, BLOCK_N, BLOCK_K)
         elif GROUPS > 1 and pid < blocks0 + blocks1:
-            _block(x_ptr, w1, b1, y1, pid - blocks0, n1, K, ROWS, BIAS1, BLOCK_N, BLOCK_K)
+            _block(x_ptr, w1, b1, y1, pid - blocks0, n1, K, ROWS, ROWS_P, BIAS1, BLOCK_N, BLOCK_K)
         elif GROUPS > 2:
-            _block(x_ptr, w2, b2, y2, pid - blocks0 - blocks1, n2, K, ROWS, BIAS2, BLOCK_N, BLOCK_K)
+            _block(x_ptr, w2, b2, y2, pid - blocks0 - blocks1, n2, K, ROWS, ROWS_P, BIAS2, BLOCK_N, BLOCK_K)
+
+
+_TUNED: dict[tuple[int, int], object] = {}  # (padded rows, shared memory) -> the kernel autotuned over the configs that fit
+
+
+def padded_rows(rows: int) -> int:
+    """The kernel's row block: 1 (the matrix-vector kernel), else a power of two of at least ``TILE_ROWS``
+    (``tl.arange`` and ``tl.dot`` take powers of two only)."""
+    return 1 if rows == 1 else max(TILE_ROWS, 1 << (rows - 1).bit_length())
+
+
+def fitting_configs(rows_p: int, shared_bytes: int) -> list[tuple[int, int, int, int]]:
+    """The configurations of the kernel for ``rows_p`` padded rows that fit ``shared_bytes`` of shared memory."""
+    if rows_p == 1:
+        return VECTOR_CONFIGS
+    return [c for c in TILE_CONFIGS if tile_shared_bytes(rows_p, c[0], c[1], c[3]) <= shared_bytes]
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_bytes(device: torch.device) -> int:
+    properties = torch.cuda.get_device_properties(device)
+    return getattr(properties, "shared_memory_per_block_optin", 0) or properties.shared_memory_per_block
+
+
+def _tuned_kernel(rows_p: int, device: torch.device):
+    """The grouped kernel autotuned (per weight shape) over the configurations that fit the card."""
+    shared = _shared_bytes(device)
+    if (rows_p, shared) not in _TUNED:
+        chosen = fitting_configs(rows_p, shared)
+        if not chosen:
+            raise ValueError(f"no configuration of gemv.TILE_CONFIGS fits {shared} bytes of shared memory at "
+                             f"{rows_p} rows: lower gemv.MAX_ROWS or add smaller configurations")
+        configs = [triton.Config(dict(BLOCK_N=n, BLOCK_K=k), num_warps=w, num_stages=s) for n, k, w, s in chosen]
+        _TUNED[rows_p, shared] = triton.autotune(configs=configs, key=["N_TOTAL", "K"])(_grouped_kernel)
+    return _TUNED[rows_p, shared]
 
 
 def _kernel_fits(x: torch.Tensor, weights: list[torch.Tensor]) -> bool:
@@ -104,8 +178,9 @@ def grouped_linear(x: torch.Tensor, weights: list[torch.Tensor], biases: list[to
     arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
     total = sum(w.shape[0] for w in weights)
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
-    _grouped_kernel[grid](
-        flat, *arguments, total, k, ROWS=rows, GROUPS=len(weights),
+    rows_p = padded_rows(rows)
+    _tuned_kernel(rows_p, x.device)[grid](
+        flat, *arguments, total, k, rows, ROWS_P=rows_p, GROUPS=len(weights),
         BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
         BIAS2=len(biases) > 2 and biases[2] is not None,
     )

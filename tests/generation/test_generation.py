@@ -343,57 +343,6 @@ def test_top_k_top_p_and_suppression_restrict_the_draws():
     assert set(choose(logits, Sampling(), _stopping(5, [0])).tolist()) == {1}
 
 
-class _Projections(torch.nn.Module):
-    """Three projections of one input (one without bias), then one of their sum: as in an attention block."""
-
-    def __init__(self):
-        super().__init__()
-        self.q, self.k, self.v, self.o = (torch.nn.Linear(8, 8), torch.nn.Linear(8, 4), torch.nn.Linear(8, 4, bias=False),
-                                          torch.nn.Linear(8, 8))
-
-    def forward(self, x):
-        h = x * 2
-        return self.o(self.q(h) + torch.cat([self.k(h), self.v(h)], dim=-1))
-
-
-def test_linears_reading_one_input_become_one_grouped_call():
-    from kvprune.generation.gemv import group_linears
-
-    torch.manual_seed(0)
-    module, x = _Projections(), torch.randn(1, 1, 8)
-    calls = []
-
-    def backend(graph_module, example_inputs):
-        group_linears(graph_module.graph)
-        graph_module.recompile()
-        calls.extend(n.args[1] for n in graph_module.graph.nodes if n.target == torch.ops.kvprune.grouped_linear.default)
-        return graph_module.forward
-
-    out = torch.compile(module, backend=backend, fullgraph=True)(x)
-    assert [len(weights) for weights in calls] == [3, 1]  # q, k, v share one call; o has its own
-    torch.testing.assert_close(out, module(x))
-
-
-def test_grouped_linear_equals_linear_per_weight():
-    torch.manual_seed(0)
-    x = torch.randn(2, 1, 8)
-    weights, biases = [torch.randn(5, 8), torch.randn(3, 8)], [torch.randn(5), None]
-    outputs = torch.ops.kvprune.grouped_linear(x, weights, biases)
-    for output, weight, bias in zip(outputs, weights, biases):
-        assert torch.equal(output, F.linear(x, weight, bias))
-
-
-def test_the_matrix_vector_kernel_takes_only_row_counts_it_compiles_for():
-    """Its row block is ``tl.arange(0, ROWS)``, which Triton builds for powers of two only: a batch of 3
-    rows given to it failed to compile on a GPU, and its step decoded uncompiled. Every row count up to
-    ``MAX_ROWS`` is one it builds; the CPU (no Triton) and larger batches take ``F.linear``."""
-    from kvprune.generation import gemv
-
-    assert gemv.MAX_ROWS >= 1 and all(rows & (rows - 1) == 0 for rows in range(1, gemv.MAX_ROWS + 1))
-    x = torch.randn(gemv.MAX_ROWS + 1, 8)
-    assert not gemv._kernel_fits(x, [torch.randn(4, 8)])
-
-
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="Inductor on a CPU needs a C compiler")
 def test_a_compiled_step_compiles_once_per_grouping_over_many_lengths():
     """Bounded compilation: cache lengths are dynamic from the first compilation (never once static, then

@@ -1,0 +1,116 @@
+"""The decode step's linear layers (``kvprune.generation.gemv``): the compiler pass that groups them, the
+operator's fallback off the GPU, the row counts and configurations its Triton kernels take and, where Triton
+is installed, the kernels themselves run by Triton's interpreter on the CPU against ``F.linear``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kvprune.generation import gemv
+
+#: the shared memory a block of an H100 or H200 may opt into (bytes)
+HOPPER_SHARED_BYTES = 232_448
+
+
+class _Projections(torch.nn.Module):
+    """Three projections of one input (one without bias), then one of their sum: as in an attention block."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(8, 8), torch.nn.Linear(8, 4), torch.nn.Linear(8, 4, bias=False),
+                                          torch.nn.Linear(8, 8))
+
+    def forward(self, x):
+        h = x * 2
+        return self.o(self.q(h) + torch.cat([self.k(h), self.v(h)], dim=-1))
+
+
+def test_linears_reading_one_input_become_one_grouped_call():
+    torch.manual_seed(0)
+    module, x = _Projections(), torch.randn(1, 1, 8)
+    calls = []
+
+    def backend(graph_module, example_inputs):
+        gemv.group_linears(graph_module.graph)
+        graph_module.recompile()
+        calls.extend(n.args[1] for n in graph_module.graph.nodes if n.target == torch.ops.kvprune.grouped_linear.default)
+        return graph_module.forward
+
+    out = torch.compile(module, backend=backend, fullgraph=True)(x)
+    assert [len(weights) for weights in calls] == [3, 1]  # q, k, v share one call; o has its own
+    torch.testing.assert_close(out, module(x))
+
+
+def test_grouped_linear_equals_linear_per_weight():
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 8)
+    weights, biases = [torch.randn(5, 8), torch.randn(3, 8)], [torch.randn(5), None]
+    outputs = torch.ops.kvprune.grouped_linear(x, weights, biases)
+    for output, weight, bias in zip(outputs, weights, biases):
+        assert torch.equal(output, F.linear(x, weight, bias))
+
+
+def test_every_row_count_up_to_max_rows_gets_a_block_triton_builds():
+    """``tl.arange`` and ``tl.dot`` take powers of two only (a batch of 3 rows once failed to compile on a GPU,
+    and its step decoded uncompiled): each row count is padded to one, the matrix-vector kernel's 1 or a
+    tensor-core tile of at least ``TILE_ROWS``; beyond ``MAX_ROWS`` the operator takes ``F.linear``."""
+    for rows in range(1, gemv.MAX_ROWS + 1):
+        block = gemv.padded_rows(rows)
+        assert block >= rows and block & (block - 1) == 0
+        assert (block == 1) == (rows == 1) and (block == 1 or block >= gemv.TILE_ROWS)
+    assert not gemv._kernel_fits(torch.randn(gemv.MAX_ROWS + 1, 8), [torch.randn(4, 8)])
+
+
+def test_the_tile_kernel_tries_only_configurations_that_fit_the_cards_shared_memory():
+    """On an H100 every configuration failed at 64 rows (``OutOfResources``: 327,680 bytes asked, 232,448 there),
+    so the operator died; each padded row count up to ``MAX_ROWS`` now keeps at least one that fits."""
+    assert gemv.tile_shared_bytes(64, 16, 256, 4) == 327_680  # the request Triton reported for that configuration
+    assert (16, 256, 4, 4) in gemv.TILE_CONFIGS and (16, 256, 4, 4) not in gemv.fitting_configs(64, HOPPER_SHARED_BYTES)
+    for block in sorted({gemv.padded_rows(rows) for rows in range(1, gemv.MAX_ROWS + 1)}):
+        configs = gemv.fitting_configs(block, HOPPER_SHARED_BYTES)
+        assert configs, f"nothing fits at {block} rows"
+        if block > 1:
+            assert all(gemv.tile_shared_bytes(block, n, k, stages) <= HOPPER_SHARED_BYTES for n, k, _, stages in configs)
+    assert gemv.fitting_configs(1, 0) == gemv.VECTOR_CONFIGS  # the matrix-vector kernel keeps no tiles in shared memory
+
+
+_INTERPRETED = textwrap.dedent("""
+    import torch, torch.nn.functional as F, triton
+    from kvprune.generation import gemv
+    torch.manual_seed(0)
+    K = 96  # two blocks of 64: the second half masked
+    for rows in (1, 3, 17):  # the matrix-vector kernel; the tile kernel padded to 16 and to 32
+        block = gemv.padded_rows(rows)
+        x = torch.randn(rows, K, dtype=torch.float16)
+        weights = [torch.randn(n, K, dtype=torch.float16) for n in (40, 24, 8)]  # 40: a partial block of outputs
+        biases = [torch.randn(40, dtype=torch.float16), None, torch.randn(8, dtype=torch.float16)]
+        outputs = [torch.empty(rows, w.shape[0], dtype=x.dtype) for w in weights]
+        arguments = [v if v is not None else w for w, b, y in zip(weights, biases, outputs) for v in (w, b, y, w.shape[0])]
+        block_n = 4 if block == 1 else 16
+        grid = (sum(triton.cdiv(w.shape[0], block_n) for w in weights),)
+        gemv._grouped_kernel[grid](x, *arguments, sum(w.shape[0] for w in weights), K, rows, ROWS_P=block, GROUPS=3,
+                                   BIAS0=True, BIAS1=False, BIAS2=True, BLOCK_N=block_n, BLOCK_K=64)
+        for y, w, b in zip(outputs, weights, biases):
+            expected = F.linear(x.float(), w.float(), None if b is None else b.float())
+            error = float((y.float() - expected).abs().max() / expected.abs().max())
+            assert error < 2e-3, (rows, tuple(w.shape), error)
+    print("ok")
+""")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (CPU builds of torch have none)")
+def test_the_triton_kernels_equal_linear_in_the_interpreter():
+    """Both kernels, grouped over three weights (with and without bias), against float32 ``F.linear``, with
+    outputs, inputs and rows that end inside a block. ``TRITON_INTERPRET`` is read when a kernel is defined,
+    so they run in a process of their own."""
+    result = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
