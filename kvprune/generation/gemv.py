@@ -148,20 +148,20 @@ def _tuned_kernel(rows_p: int, device: torch.device):
     """The grouped kernel autotuned (per weight shape) over the configurations that fit the card."""
     shared = _shared_bytes(device)
     if (rows_p, shared) not in _TUNED:
-        chosen = fitting_configs(rows_p, shared)
-        if not chosen:
-            raise ValueError(f"no configuration of gemv.TILE_CONFIGS fits {shared} bytes of shared memory at "
-                             f"{rows_p} rows: lower gemv.MAX_ROWS or add smaller configurations")
-        configs = [triton.Config(dict(BLOCK_N=n, BLOCK_K=k), num_warps=w, num_stages=s) for n, k, w, s in chosen]
+        configs = [triton.Config(dict(BLOCK_N=n, BLOCK_K=k), num_warps=w, num_stages=s)
+                   for n, k, w, s in fitting_configs(rows_p, shared)]
         _TUNED[rows_p, shared] = triton.autotune(configs=configs, key=["N_TOTAL", "K"])(_grouped_kernel)
     return _TUNED[rows_p, shared]
 
 
 def _kernel_fits(x: torch.Tensor, weights: list[torch.Tensor]) -> bool:
+    """Whether the kernels take this call: CUDA, Triton, up to ``MAX_ROWS`` rows of half-precision input, and a
+    configuration that fits the card's shared memory (elsewhere ``F.linear``)."""
     rows = x.numel() // x.shape[-1]
     return (
         triton is not None and x.is_cuda and 1 <= rows <= MAX_ROWS and len(weights) <= 3
         and x.dtype in (torch.bfloat16, torch.float16) and all(w.dtype == x.dtype and w.is_contiguous() for w in weights)
+        and bool(fitting_configs(padded_rows(rows), _shared_bytes(x.device)))
     )
 
 
