@@ -25,25 +25,29 @@ PREFILL_OVER_IDEAL = 1.10  # a pruned prefill within 10% of its ideal
 #: rounds spread wider than the tolerance the target allows (either way: more --repeats)
 BELOW_IDEAL = " (below its ideal beyond the rounds' spread: this run's ideal is no bound; more --repeats)"
 NOISY_IDEAL = " (the ideal's rounds spread by {:.1f} ms, beyond the {:.0%} the target allows; more --repeats)"
-REQUEST_SPEEDUP_DYNAMIC, REQUEST_SPEEDUP_STATIC = 3.0, 2.5
+#: a request (prefill + the decoded tokens) at ``TARGET_RATIO`` against stock HF with its dynamic cache, and with its
+#: static-cache compile (every family; Qwen2.5-Omni sets its own, higher, static one)
+REQUEST_SPEEDUP_DYNAMIC, REQUEST_SPEEDUP_STATIC = 3.0, 2.0
 
 
 @dataclass(frozen=True)
 class SpeedTargets:
     """One family's targets against stock Hugging Face at 5 min of audio: its audio encoder ``encoder`` times
     faster (its output bit-identical where ``exact``; its time within ``within_floor`` times its FLOP floor
-    where set), and the prefill at ``TARGET_RATIO`` ``prefill`` times faster than stock unpruned."""
+    where set), the prefill at ``TARGET_RATIO`` ``prefill`` times faster than stock unpruned, and a request
+    there ``request_static`` times faster than stock's static-cache compile."""
 
     encoder: float
     prefill: float
     exact: bool = False
     within_floor: float | None = None
+    request_static: float = REQUEST_SPEEDUP_STATIC
 
 
 WHISPER_STYLE = SpeedTargets(encoder=1.8, prefill=1.8, within_floor=1.3)
 #: family -> its targets (a family not listed has none for its encoder and prefill)
 TARGETS = {
-    "qwen2_5_omni": SpeedTargets(encoder=4.0, prefill=4.0, exact=True),
+    "qwen2_5_omni": SpeedTargets(encoder=4.0, prefill=4.0, exact=True, request_static=2.5),
     "voxtral": WHISPER_STYLE,
     "aero": WHISPER_STYLE,
     "phi4_multimodal": SpeedTargets(encoder=1.6, prefill=2.2),
@@ -132,8 +136,9 @@ def targets(rows: pd.DataFrame, ratio: float = TARGET_RATIO) -> list[dict]:
             bound="—",
             met=_met(press["decode_ms_per_token"], DECODE_MS, higher=False),
         ))
+        static_goal = goals.request_static if goals is not None else REQUEST_SPEEDUP_STATIC
         for baseline, goal, words in ((dynamic, REQUEST_SPEEDUP_DYNAMIC, "dynamic cache"),
-                                      (static, REQUEST_SPEEDUP_STATIC, "static-cache compile")):
+                                      (static, static_goal, "static-cache compile")):
             if baseline is None:
                 continue
             request = baseline["request_ms"] / press["request_ms"]
