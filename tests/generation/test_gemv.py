@@ -116,3 +116,22 @@ def test_the_triton_kernels_equal_linear_in_the_interpreter():
     result = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1"})
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-3000:]
+
+
+def test_the_linears_bench_runs_tiny_and_groups_the_step_as_the_decode_step_does(tmp_path, monkeypatch):
+    """``scripts/bench_decode_linears.py --tiny``: both variants at each row count, equal on the CPU (the operator
+    takes ``F.linear`` there), a table written; the 7B layer it builds holds Qwen2's shapes and biases."""
+    from kvprune.harness.bench.presets import PRESETS
+    from tests.support.paths import load_script
+
+    script = load_script("bench_decode_linears")
+    monkeypatch.setattr(gemv, "MAX_ROWS", gemv.MAX_ROWS)  # the script lifts it
+    results = script.main(["--tiny", "--out", str(tmp_path), "--rows", "1,3", "--repeats", "1"])
+    assert [(r["rows"], r["variant"]) for r in results] == [(1, "cublas"), (1, "kvprune"), (3, "cublas"), (3, "kvprune")]
+    assert all(r["max_rel_err"] == 0.0 and r["ms"] > 0 for r in results)
+    assert "| 3 |" in (tmp_path / "linears.md").read_text()
+    layer = script.layer_weights(PRESETS.get("qwen2.5-omni-7b").config().get_text_config(), "meta", torch.bfloat16)
+    shapes = {name: [tuple(w.shape) for w in weights] for name, (weights, _) in layer.items()}
+    assert shapes == {"qkv": [(3584, 3584), (512, 3584), (512, 3584)], "o": [(3584, 3584)],
+                      "gate_up": [(18944, 3584), (18944, 3584)], "down": [(3584, 18944)]}
+    assert [b is not None for b in layer["qkv"][1]] == [True, True, True]
