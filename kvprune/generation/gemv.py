@@ -24,8 +24,8 @@ Nothing in the model changes; the pass applies only to the step kvprune compiles
 
 from __future__ import annotations
 
-import functools
 import operator
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -45,13 +45,6 @@ try:  # Triton comes with CUDA builds of torch; the CPU build has none
     import triton.language as tl
 except ImportError:  # pragma: no cover - depends on the torch build
     triton = None
-
-
-def tile_shared_bytes(rows: int, block_n: int, block_k: int, stages: int) -> int:
-    """Shared memory a tile-kernel configuration takes: each stage holds an input tile and a weight tile in
-    bf16, and Triton's requirement came out at twice that on the H100 (327,680 bytes at 64 rows, BLOCK_N 16,
-    BLOCK_K 256, 4 stages), so twice it is counted."""
-    return 2 * stages * (rows + block_n) * block_k * 2
 
 
 if triton is not None:
@@ -122,7 +115,8 @@ if triton is not None:
             _block(x_ptr, w2, b2, y2, pid - blocks0 - blocks1, n2, K, ROWS, ROWS_P, BIAS2, BLOCK_N, BLOCK_K)
 
 
-_TUNED: dict[tuple[int, int], object] = {}  # (padded rows, shared memory) -> the kernel autotuned over the configs that fit
+_TUNED: dict[int, object] = {}  # padded rows -> the grouped kernel autotuned over that row block's configurations
+_UNFIT: set[tuple[int, int]] = set()  # (padded rows, device index) where no configuration fits the card's shared memory
 
 
 def padded_rows(rows: int) -> int:
@@ -131,37 +125,25 @@ def padded_rows(rows: int) -> int:
     return 1 if rows == 1 else max(TILE_ROWS, 1 << (rows - 1).bit_length())
 
 
-def fitting_configs(rows_p: int, shared_bytes: int) -> list[tuple[int, int, int, int]]:
-    """The configurations of the kernel for ``rows_p`` padded rows that fit ``shared_bytes`` of shared memory."""
-    if rows_p == 1:
-        return VECTOR_CONFIGS
-    return [c for c in TILE_CONFIGS if tile_shared_bytes(rows_p, c[0], c[1], c[3]) <= shared_bytes]
-
-
-@functools.lru_cache(maxsize=None)
-def _shared_bytes(device: torch.device) -> int:
-    properties = torch.cuda.get_device_properties(device)
-    return getattr(properties, "shared_memory_per_block_optin", 0) or properties.shared_memory_per_block
-
-
-def _tuned_kernel(rows_p: int, device: torch.device):
-    """The grouped kernel autotuned (per weight shape) over the configurations that fit the card."""
-    shared = _shared_bytes(device)
-    if (rows_p, shared) not in _TUNED:
+def _tuned_kernel(rows_p: int):
+    """The grouped kernel autotuned per weight shape. Which configurations fit a card's shared memory is Triton's
+    to say (its requirement for one configuration differs between versions by up to 1.5x): the autotuner
+    skips those that run out, and ``grouped_linear`` takes ``F.linear`` where none fits."""
+    if rows_p not in _TUNED:
         configs = [triton.Config(dict(BLOCK_N=n, BLOCK_K=k), num_warps=w, num_stages=s)
-                   for n, k, w, s in fitting_configs(rows_p, shared)]
-        _TUNED[rows_p, shared] = triton.autotune(configs=configs, key=["N_TOTAL", "K"])(_grouped_kernel)
-    return _TUNED[rows_p, shared]
+                   for n, k, w, s in (VECTOR_CONFIGS if rows_p == 1 else TILE_CONFIGS)]
+        _TUNED[rows_p] = triton.autotune(configs=configs, key=["N_TOTAL", "K"])(_grouped_kernel)
+    return _TUNED[rows_p]
 
 
 def _kernel_fits(x: torch.Tensor, weights: list[torch.Tensor]) -> bool:
-    """Whether the kernels take this call: CUDA, Triton, up to ``MAX_ROWS`` rows of half-precision input, and a
-    configuration that fits the card's shared memory (elsewhere ``F.linear``)."""
+    """Whether the kernels take this call: CUDA, Triton, up to ``MAX_ROWS`` rows of half-precision input, a row block
+    that has not run out of the card's shared memory."""
     rows = x.numel() // x.shape[-1]
     return (
         triton is not None and x.is_cuda and 1 <= rows <= MAX_ROWS and len(weights) <= 3
         and x.dtype in (torch.bfloat16, torch.float16) and all(w.dtype == x.dtype and w.is_contiguous() for w in weights)
-        and bool(fitting_configs(padded_rows(rows), _shared_bytes(x.device)))
+        and (padded_rows(rows), x.device.index) not in _UNFIT
     )
 
 
@@ -179,11 +161,17 @@ def grouped_linear(x: torch.Tensor, weights: list[torch.Tensor], biases: list[to
     total = sum(w.shape[0] for w in weights)
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
     rows_p = padded_rows(rows)
-    _tuned_kernel(rows_p, x.device)[grid](
-        flat, *arguments, total, k, rows, ROWS_P=rows_p, GROUPS=len(weights),
-        BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
-        BIAS2=len(biases) > 2 and biases[2] is not None,
-    )
+    try:
+        _tuned_kernel(rows_p)[grid](
+            flat, *arguments, total, k, rows, ROWS_P=rows_p, GROUPS=len(weights),
+            BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
+            BIAS2=len(biases) > 2 and biases[2] is not None,
+        )
+    except triton.runtime.errors.OutOfResources as error:  # every configuration asked more than the card has
+        _UNFIT.add((rows_p, x.device.index))
+        warnings.warn(f"kvprune: no configuration of the decode linear kernel fits this card's shared memory at {rows_p} "
+                      f"rows; cuBLAS takes them ({error})", RuntimeWarning, stacklevel=2)
+        return [F.linear(x, w, b) for w, b in zip(weights, biases)]
     return [y.view(*x.shape[:-1], y.shape[-1]) for y in outputs]
 
 

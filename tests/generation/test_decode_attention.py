@@ -24,6 +24,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from kvprune.generation import decode_attention as fused
 from kvprune.generation.attention import decode_attention
 from tests.support.paths import load_script
+from tests.support.triton_kernels import H100_SHARED_BYTES, compile_for_h100
 
 CUDA = torch.cuda.is_available()
 DEVICE = "cuda" if CUDA else "cpu"
@@ -32,7 +33,7 @@ H100_PROCESSORS = fused.H100_PROCESSORS
 needs_kernels = pytest.mark.skipif(
     fused.triton is None or not (CUDA or os.environ.get("TRITON_INTERPRET") == "1"),
     reason="the Triton kernels need Triton and CUDA, or TRITON_INTERPRET=1 set before Python starts to run "
-    "them on the CPU (Triton reads it at import); CI's CPU build of torch has no Triton",
+    "them on the CPU (Triton reads it at import)",
 )
 needs_interpreter = pytest.mark.skipif(
     fused.triton is None or os.environ.get("TRITON_INTERPRET") != "1",
@@ -162,22 +163,8 @@ def test_the_gpu_check_runs_on_the_cpu():
     assert sum(line.endswith(" x 64") for line in lines) == 10  # every accuracy case ran, with splits
 
 
-def _compile_for_h100(kernel, pointers: dict, constants: dict, warps: int):
-    """``kernel`` compiled for an H100 (sm_90) without one: pointers and constants by name, other
-    arguments 32-bit integers (``qk_scale``: float), integers divisible by 16 as at the 7B shapes."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    names = kernel.arg_names
-    signature = {n: pointers.get(n, "constexpr" if n in constants else "fp32" if n == "qk_scale" else "i32") for n in names}
-    aligned = [n for n in names if n in pointers or n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
-    source = ASTSource(fn=kernel, signature=signature, constexprs={(names.index(n),): v for n, v in constants.items()},
-                       attrs={(names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constants})
-    return fused.triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": fused.STAGES})
-
-
 @pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
-                    reason="compiles the kernels with Triton's GPU compiler (not under TRITON_INTERPRET=1); CI has no Triton")
+                    reason="compiles the kernels with Triton's GPU compiler: needs Triton, and not TRITON_INTERPRET=1")
 @pytest.mark.parametrize("dtype,single", [("bf16", False), ("bf16", True), ("fp32", False)])
 def test_kernels_compile_for_an_h100(dtype, single):
     """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128):
@@ -188,12 +175,15 @@ def test_kernels_compile_for_an_h100(dtype, single):
     unit_strides = dict.fromkeys(["stride_qd", "stride_kd", "stride_vd", "stride_mc"], 1)  # Triton specialises 1s
     constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=single, PRECISION="ieee" if dtype == "fp32" else "tf32",
                      UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, ROW_ENDS=True, **unit_strides)
-    split = _compile_for_h100(fused._split_kernel, pointers, constants, fused.WARPS)
-    assert split.metadata.shared <= 227 * 1024
+    strides = [n for n in fused._split_kernel.arg_names if n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
+    split = compile_for_h100(fused._split_kernel, pointers, constants, warps=fused.WARPS, stages=fused.STAGES,
+                             aligned=strides, floats=("qk_scale",))
+    assert split.metadata.shared <= H100_SHARED_BYTES
     assert "async_copy_global_to_local" in split.asm["ttgir"]  # key and value tiles prefetched
-    combine = _compile_for_h100(fused._combine_kernel, dict(acc_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32",
-                                out_ptr=f"*{dtype}"), dict(DIM=128, BLOCK_S=fused.MAX_SPLITS, BLOCK_D=128), 4)
-    assert combine.metadata.shared <= 227 * 1024
+    combine = compile_for_h100(fused._combine_kernel, dict(acc_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32",
+                               out_ptr=f"*{dtype}"), dict(DIM=128, BLOCK_S=fused.MAX_SPLITS, BLOCK_D=128), warps=4,
+                               stages=fused.STAGES)
+    assert combine.metadata.shared <= H100_SHARED_BYTES
 
 
 @needs_kernels

@@ -15,9 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from kvprune.generation import gemv
+from tests.support.triton_kernels import H100_SHARED_BYTES, compile_for_h100
 
-#: the shared memory a block of an H100 or H200 may opt into (bytes)
-HOPPER_SHARED_BYTES = 232_448
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
+                                  reason="needs Triton (the dev extra installs it; CPU builds of torch come without)")
 
 
 class _Projections(torch.nn.Module):
@@ -69,19 +70,57 @@ def test_every_row_count_up_to_max_rows_gets_a_block_triton_builds():
     assert not gemv._kernel_fits(torch.randn(gemv.MAX_ROWS + 1, 8), [torch.randn(4, 8)])
 
 
-def test_the_tile_kernel_tries_only_configurations_that_fit_the_cards_shared_memory():
-    """On an H100 every configuration failed at 64 rows (``OutOfResources``: 327,680 bytes asked, 232,448 there),
-    so the operator died; each padded row count up to ``MAX_ROWS`` now keeps at least one that fits."""
-    assert gemv.tile_shared_bytes(64, 16, 256, 4) == 327_680  # the request Triton reported for that configuration
-    assert (16, 256, 4, 4) in gemv.TILE_CONFIGS and (16, 256, 4, 4) not in gemv.fitting_configs(64, HOPPER_SHARED_BYTES)
-    for block in sorted({gemv.padded_rows(rows) for rows in range(1, gemv.MAX_ROWS + 1)}):
-        configs = gemv.fitting_configs(block, HOPPER_SHARED_BYTES)
-        assert configs, f"nothing fits at {block} rows"
-        if block > 1:
-            assert all(gemv.tile_shared_bytes(block, n, k, stages) <= HOPPER_SHARED_BYTES for n, k, _, stages in configs)
-    assert gemv.fitting_configs(1, 0) == gemv.VECTOR_CONFIGS  # the matrix-vector kernel keeps no tiles in shared memory
-    # a card with 64 KB a block has none at 64 rows (the operator takes F.linear there) and some at 16
-    assert gemv.fitting_configs(64, 65_536) == [] and gemv.fitting_configs(16, 65_536)
+def _compile_block(rows_p: int, config: tuple[int, int, int, int]):
+    """The grouped kernel at one row block and configuration, three weights with biases, compiled for an H100."""
+    block_n, block_k, warps, stages = config
+    pointers = dict.fromkeys(["x_ptr", "w0", "b0", "y0", "w1", "b1", "y1", "w2", "b2", "y2"], "*bf16")
+    constants = dict(ROWS_P=rows_p, GROUPS=3, BIAS0=True, BIAS1=True, BIAS2=True, BLOCK_N=block_n, BLOCK_K=block_k)
+    return compile_for_h100(gemv._grouped_kernel, pointers, constants, warps=warps, stages=stages,
+                            aligned=("n0", "n1", "n2", "N_TOTAL", "K"))
+
+
+@needs_triton
+def test_each_row_block_has_a_configuration_that_fits_an_h100():
+    """Triton's shared memory for one configuration differs between versions (327,680 bytes on the H100's for BLOCK_N
+    16, BLOCK_K 256, 4 stages at 64 rows; more with newer ones): the autotuner skips what does not fit, and every row
+    block up to ``MAX_ROWS`` must keep one that does. The kernel's first configurations at 64 rows did not, and the
+    operator failed on the GPU."""
+    for rows_p in sorted({gemv.padded_rows(rows) for rows in range(1, gemv.MAX_ROWS + 1)}):
+        configs = gemv.VECTOR_CONFIGS if rows_p == 1 else gemv.TILE_CONFIGS
+        assert any(_compile_block(rows_p, c).metadata.shared <= H100_SHARED_BYTES for c in configs[::-1]), rows_p
+    assert _compile_block(64, (16, 256, 4, 4)).metadata.shared > H100_SHARED_BYTES  # the GPU's failure, seen here
+
+
+@needs_triton
+def test_a_row_block_no_configuration_fits_falls_back_to_linear(monkeypatch):
+    """Where every configuration runs out of shared memory (Triton raises when the best of them does), the call
+    and every later one at that row block take ``F.linear``, with one warning."""
+    import triton
+
+    launches = []
+
+    class OutOfSharedMemory:
+        """A tuned kernel whose every configuration ran out: ``kernel[grid](...)`` raises as Triton's does."""
+
+        def __init__(self, rows_p: int):
+            launches.append(rows_p)
+
+        def __getitem__(self, grid):
+            def launch(*args, **named):
+                raise triton.runtime.errors.OutOfResources(491_520, H100_SHARED_BYTES, "shared memory")
+            return launch
+
+    monkeypatch.setattr(gemv, "_UNFIT", set())
+    # a CPU call reaches the kernels as a GPU call would (on the CPU the real test is False at ``x.is_cuda``)
+    monkeypatch.setattr(gemv, "_kernel_fits", lambda x, weights: (gemv.padded_rows(x.shape[0]), None) not in gemv._UNFIT)
+    monkeypatch.setattr(gemv, "_tuned_kernel", OutOfSharedMemory)
+    x, weights, biases = torch.randn(3, 8), [torch.randn(5, 8), torch.randn(4, 8)], [torch.randn(5), None]
+    with pytest.warns(RuntimeWarning, match="no configuration of the decode linear kernel fits .* at 16 rows"):
+        first = gemv.grouped_linear(x, weights, biases)
+    second = gemv.grouped_linear(x, weights, biases)
+    for outputs in (first, second):
+        assert all(torch.equal(y, F.linear(x, w, b)) for y, w, b in zip(outputs, weights, biases))
+    assert launches == [16] and gemv._UNFIT == {(16, None)}  # tried once; the second call went straight to F.linear
 
 
 _INTERPRETED = textwrap.dedent("""
@@ -108,7 +147,7 @@ _INTERPRETED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed (CPU builds of torch have none)")
+@needs_triton
 def test_the_triton_kernels_equal_linear_in_the_interpreter():
     """Both kernels, grouped over three weights (with and without bias), against float32 ``F.linear``, with
     outputs, inputs and rows that end inside a block. ``TRITON_INTERPRET`` is read when a kernel is defined,
