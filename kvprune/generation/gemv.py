@@ -137,20 +137,19 @@ def _tuned_kernel(rows_p: int):
 
 
 def _kernel_fits(x: torch.Tensor, weights: list[torch.Tensor]) -> bool:
-    """Whether the kernels take this call: CUDA, Triton, up to ``MAX_ROWS`` rows of half-precision input, a row block
-    that has not run out of the card's shared memory."""
+    """Whether the kernels can take this call: CUDA, Triton, up to ``MAX_ROWS`` rows of half-precision input."""
     rows = x.numel() // x.shape[-1]
     return (
         triton is not None and x.is_cuda and 1 <= rows <= MAX_ROWS and len(weights) <= 3
         and x.dtype in (torch.bfloat16, torch.float16) and all(w.dtype == x.dtype and w.is_contiguous() for w in weights)
-        and (padded_rows(rows), x.device.index) not in _UNFIT
     )
 
 
 @torch.library.custom_op("kvprune::grouped_linear", mutates_args=())
 def grouped_linear(x: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor | None]) -> list[torch.Tensor]:
     """``[F.linear(x, w, b) for w, b in zip(weights, biases)]``, in one kernel launch where it pays."""
-    if not _kernel_fits(x, weights):
+    rows_p = padded_rows(x.numel() // x.shape[-1])
+    if not _kernel_fits(x, weights) or (rows_p, x.device.index) in _UNFIT:
         return [F.linear(x, w, b) for w, b in zip(weights, biases)]
     flat = x.reshape(-1, x.shape[-1]).contiguous()
     rows, k = flat.shape
@@ -160,7 +159,6 @@ def grouped_linear(x: torch.Tensor, weights: list[torch.Tensor], biases: list[to
     arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
     total = sum(w.shape[0] for w in weights)
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
-    rows_p = padded_rows(rows)
     try:
         _tuned_kernel(rows_p)[grid](
             flat, *arguments, total, k, rows, ROWS_P=rows_p, GROUPS=len(weights),
