@@ -9,7 +9,7 @@ One decode step's linear layers at a preset's text shape (``--preset``: a decode
 projections, Qwen2 or Llama style; random weights in bf16): per layer q, k and v (with Qwen2's biases) in one
 call, o, gate and up in one call, down; then the LM head. Each layer has weights of its own, so every weight is read from memory as in the step. Per row count
 and variant, the layers run once (the kernels autotune), then are captured in one CUDA graph and replayed
-``--repeats`` times (CUDA events, the median); ``TB/s`` is the weights' bytes over that time, and the largest
+``--repeats`` times (the bench's ``Meter``: CUDA events, the median); ``TB/s`` is the weights' bytes over that time, and the largest
 difference from float32 over one layer of each kind is given relative to its largest value. On the CPU
 (``--tiny``) the operator takes ``F.linear`` and the steps run as written: the script's own check, no timing
 worth reading. ``gemv.MAX_ROWS`` is lifted to the largest ``--rows`` so the kernels take every row count.
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
+from functools import partial
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from kvprune.generation import gemv
+from kvprune.harness.bench.measure import Meter
 from kvprune.harness.bench.presets import PRESETS
 
 ROWS = (1, 2, 3, 4, 8, 16, 24, 32, 48, 64, 96, 128)
@@ -76,25 +76,17 @@ def largest_error(fn, layer, inputs: dict) -> float:
     return error
 
 
-def time_step_ms(fn, layers, head, inputs: dict, repeats: int) -> float:
-    run_step(fn, layers, head, inputs)  # autotuning, warm
-    if head[0][0].device.type != "cuda":
-        start = time.perf_counter()
-        run_step(fn, layers, head, inputs)
-        return 1000 * (time.perf_counter() - start)
-    torch.cuda.synchronize()
+def time_step_ms(meter: Meter, step) -> float:
+    """The step's median time (``meter``): on CUDA one CUDA graph of it replayed, after one run in which the
+    kernels autotune; on the CPU the step as written."""
+    step()
+    if not meter.cuda:
+        return meter.median_ms(step)
+    meter.sync()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        run_step(fn, layers, head, inputs)
-    samples = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
+        step()
+    return meter.median_ms(graph.replay)
 
 
 def main(argv=None) -> list[dict]:
@@ -109,6 +101,7 @@ def main(argv=None) -> list[dict]:
     device = torch.device("cpu" if args.tiny else "cuda")
     dtype = torch.float32 if args.tiny else torch.bfloat16
     rows_list = [int(r) for r in args.rows.split(",")]
+    meter = Meter(device, warmup=0, repeats=args.repeats)
     gemv.MAX_ROWS = max(rows_list)
     torch.manual_seed(0)
     text = preset.config().get_text_config()
@@ -121,7 +114,7 @@ def main(argv=None) -> list[dict]:
         widths = {weights[0].shape[1] for weights, _ in layers[0].values()}
         inputs = {width: torch.randn(rows, width, device=device, dtype=dtype) for width in widths}
         for name, fn in VARIANTS.items():
-            ms = time_step_ms(fn, layers, head, inputs, args.repeats)
+            ms = time_step_ms(meter, partial(run_step, fn, layers, head, inputs))
             results.append(dict(rows=rows, variant=name, ms=ms, tb_s=weight_bytes / ms / 1e9,
                                 max_rel_err=largest_error(fn, layers[0], inputs)))
             print(json.dumps(results[-1]), flush=True)

@@ -151,26 +151,32 @@ def grouped_linear(x: torch.Tensor, weights: list[torch.Tensor], biases: list[to
     rows_p = padded_rows(x.numel() // x.shape[-1])
     if not _kernel_fits(x, weights) or (rows_p, x.device.index) in _UNFIT:
         return [F.linear(x, w, b) for w, b in zip(weights, biases)]
-    flat = x.reshape(-1, x.shape[-1]).contiguous()
-    rows, k = flat.shape
-    outputs = [torch.empty(rows, w.shape[0], dtype=x.dtype, device=x.device) for w in weights]
-    slots = [(w, b, y, w.shape[0]) for w, b, y in zip(weights, biases, outputs)]
-    slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
-    arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
-    total = sum(w.shape[0] for w in weights)
-    grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
     try:
-        _tuned_kernel(rows_p)[grid](
-            flat, *arguments, total, k, rows, ROWS_P=rows_p, GROUPS=len(weights),
-            BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
-            BIAS2=len(biases) > 2 and biases[2] is not None,
-        )
+        outputs = launch(_tuned_kernel(rows_p), x.reshape(-1, x.shape[-1]).contiguous(), weights, biases)
     except triton.runtime.errors.OutOfResources as error:  # every configuration asked more than the card has
         _UNFIT.add((rows_p, x.device.index))
         warnings.warn(f"kvprune: no configuration of the decode linear kernel fits this card's shared memory at {rows_p} "
                       f"rows; cuBLAS takes them ({error})", RuntimeWarning, stacklevel=2)
         return [F.linear(x, w, b) for w, b in zip(weights, biases)]
     return [y.view(*x.shape[:-1], y.shape[-1]) for y in outputs]
+
+
+def launch(kernel, flat: torch.Tensor, weights: list[torch.Tensor], biases: list[torch.Tensor | None],
+           **blocks) -> list[torch.Tensor]:
+    """``kernel`` (``_grouped_kernel``, autotuned or given its ``BLOCK_N`` and ``BLOCK_K`` in ``blocks``) on the
+    ``(rows, K)`` input ``flat``: one ``(rows, N_i)`` output per weight."""
+    rows, k = flat.shape
+    outputs = [torch.empty(rows, w.shape[0], dtype=flat.dtype, device=flat.device) for w in weights]
+    slots = [(w, b, y, w.shape[0]) for w, b, y in zip(weights, biases, outputs)]
+    slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
+    arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
+    grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
+    kernel[grid](
+        flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=padded_rows(rows), GROUPS=len(weights),
+        BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
+        BIAS2=len(biases) > 2 and biases[2] is not None, **blocks,
+    )
+    return outputs
 
 
 @grouped_linear.register_fake

@@ -124,21 +124,16 @@ def test_a_row_block_no_configuration_fits_falls_back_to_linear(monkeypatch):
 
 
 _INTERPRETED = textwrap.dedent("""
-    import torch, torch.nn.functional as F, triton
+    import torch, torch.nn.functional as F
     from kvprune.generation import gemv
     torch.manual_seed(0)
     K = 96  # two blocks of 64: the second half masked
     for rows in (1, 3, 17):  # the matrix-vector kernel; the tile kernel padded to 16 and to 32
-        block = gemv.padded_rows(rows)
         x = torch.randn(rows, K, dtype=torch.float16)
         weights = [torch.randn(n, K, dtype=torch.float16) for n in (40, 24, 8)]  # 40: a partial block of outputs
         biases = [torch.randn(40, dtype=torch.float16), None, torch.randn(8, dtype=torch.float16)]
-        outputs = [torch.empty(rows, w.shape[0], dtype=x.dtype) for w in weights]
-        arguments = [v if v is not None else w for w, b, y in zip(weights, biases, outputs) for v in (w, b, y, w.shape[0])]
-        block_n = 4 if block == 1 else 16
-        grid = (sum(triton.cdiv(w.shape[0], block_n) for w in weights),)
-        gemv._grouped_kernel[grid](x, *arguments, sum(w.shape[0] for w in weights), K, rows, ROWS_P=block, GROUPS=3,
-                                   BIAS0=True, BIAS1=False, BIAS2=True, BLOCK_N=block_n, BLOCK_K=64)
+        block_n = 4 if rows == 1 else 16
+        outputs = gemv.launch(gemv._grouped_kernel, x, weights, biases, BLOCK_N=block_n, BLOCK_K=64)
         for y, w, b in zip(outputs, weights, biases):
             expected = F.linear(x.float(), w.float(), None if b is None else b.float())
             error = float((y.float() - expected).abs().max() / expected.abs().max())
