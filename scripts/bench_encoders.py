@@ -14,7 +14,8 @@ the largest |stock - fast| and the largest relative difference (over the largest
 the outputs are bit-identical, the FLOPs, each path's achieved TFLOP/s, and the fast path's time over
 its floor (its FLOPs at the measured GEMM rate); a time below its floor is flagged (a measurement
 bug). Each fast path that compiles is timed as kvprune runs it, uncompiled, and with SDPA's cuDNN
-kernel first (``--variants``; torch ranks it last), all encoders of one variant together.
+kernel first (``--variants``; torch ranks it last); one that replays CUDA graphs also without them
+(``ungraphed``); all encoders of one variant together.
 
 Every measurement is its own try: a failure becomes an error row and the run goes on; rows are
 written as they come (encoders.csv, encoders.md), and a measurement is not started after
@@ -39,6 +40,7 @@ import transformers
 
 from kvprune import fast_audio_encoder
 from kvprune.encoders import compiled as compiled_pieces
+from kvprune.encoders import graphs as encoder_graphs
 from kvprune.harness.bench.measure import Meter
 from kvprune.harness.bench.presets import PRESETS
 from kvprune.harness.bench.roofline import achieved_tflops, counted_flops, floor_ms, gemm_tflops
@@ -49,13 +51,15 @@ from kvprune.harness.markdown import markdown_table
 @dataclass(frozen=True)
 class Encoder:
     """One preset's audio encoder: its class, the config attribute holding its config, how the preset's
-    model inputs become its own arguments, and whether its fast path compiles (has variants)."""
+    model inputs become its own arguments, whether its fast path compiles (has variants) and whether it replays
+    CUDA graphs (``encoders.graphs``: timed without them too)."""
 
     preset: str
     class_name: str
     arguments: Callable[[dict], dict]
     sub_config: str = "audio_config"
     compiles: bool = True
+    graphs: bool = False
 
     @property
     def encoder_class(self) -> type[nn.Module]:
@@ -76,7 +80,8 @@ def _omni(features: dict) -> dict:  # what the thinker's get_audio_features pass
 ENCODERS = (
     Encoder("qwen2.5-omni-7b", "Qwen2_5OmniAudioEncoder", _omni, compiles=False),
     Encoder("qwen2.5-omni-3b", "Qwen2_5OmniAudioEncoder", _omni, compiles=False),
-    Encoder("phi4-mm", "Phi4MultimodalAudioModel", lambda f: dict(hidden_states=f["audio_input_features"], mask=None)),
+    Encoder("phi4-mm", "Phi4MultimodalAudioModel", lambda f: dict(hidden_states=f["audio_input_features"], mask=None),
+            graphs=True),
     Encoder("voxtral-mini-3b", "VoxtralEncoder", lambda f: dict(input_features=f["input_features"])),
     # whole 30 s chunks at the lengths timed here, so no padding mask, as the model passes then
     Encoder("aero-1-audio-1.5b", "Qwen2AudioEncoder", lambda f: dict(input_features=f["audio_values"])),
@@ -87,17 +92,20 @@ ENCODERS = (
 )
 @dataclass(frozen=True)
 class Variant:
-    """How the fast path runs: ``compile`` as ``fast_audio_encoder`` takes it (None: on CUDA), and SDPA's kernel
-    order for a compiled piece (None: kvprune's, ``compiled.ATTENTION_PRIORITY``, itself None: torch's)."""
+    """How the fast path runs: ``compile`` as ``fast_audio_encoder`` takes it (None: on CUDA), SDPA's kernel
+    order for a compiled piece (None: kvprune's, ``compiled.ATTENTION_PRIORITY``, itself None: torch's), and
+    whether a fast path that replays CUDA graphs does."""
 
     compile: bool | None = None
     priority: tuple[str, ...] | None = None
+    graphs: bool = True
 
 
 VARIANTS = {  # in the order they run (the last is the first left out of a short budget)
     "fast": Variant(),  # what fast_audio_encoder does by default
     "eager": Variant(compile=False),  # the same functions uncompiled: what the compilation adds
     "cudnn": Variant(priority=("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")),
+    "ungraphed": Variant(graphs=False),  # compiled, its kernels launched one by one: what the CUDA graphs add
 }
 SHOWN = ["encoder", "seconds", "variant", "stock_ms", "fast_ms", "speedup", "max_rel_diff", "bit_identical", "tflop",
          "stock_tflops", "fast_tflops", "gemm_tflops", "fast_vs_floor", "below_floor", "uncompiled", "error"]
@@ -277,13 +285,16 @@ def main(argv: list[str] | None = None) -> None:
             torch._dynamo.reset()  # compile each variant's pieces afresh (the kernel order is chosen when compiling)
         for piece in _pieces():
             piece.reset()  # and try again where a piece failed to compile in another variant
-        for encoder in (e for e in ENCODERS if e.preset in chosen and (variant == "fast" or e.compiles)):
+        runs = {"fast": lambda e: True, "ungraphed": lambda e: e.graphs}.get(variant, lambda e: e.compiles)
+        for encoder in (e for e in ENCODERS if e.preset in chosen and runs(e)):
             for length in seconds:
                 row = dict(encoder=encoder.preset, seconds=length, variant=variant)
                 if time.monotonic() > deadline:
                     results.add(dict(row, error=f"skipped: past --minutes {args.minutes:g}", **setting))
                     continue
                 default, compiled_pieces.ATTENTION_PRIORITY = compiled_pieces.ATTENTION_PRIORITY, priority
+                capacity = encoder_graphs.CAPACITY
+                encoder_graphs.CAPACITY = capacity if VARIANTS[variant].graphs else 0
                 try:
                     if encoder.preset not in built:
                         built[encoder.preset] = build(encoder, args.tiny, device, dtype, args.attn_implementation)
@@ -299,6 +310,7 @@ def main(argv: list[str] | None = None) -> None:
                     row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:300]
                 finally:
                     compiled_pieces.ATTENTION_PRIORITY = default
+                    encoder_graphs.CAPACITY = capacity
                 results.add(dict(row, **setting))
                 if device.type == "cuda":
                     torch.cuda.empty_cache()

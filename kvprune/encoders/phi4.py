@@ -19,7 +19,9 @@ operations on the encoder's device (``chunk_mask``); adds it to the bias as stoc
 rows already padded (so no layer copies it), for one chunk broadcast over the others where no clip
 is padded (every chunk's mask is then the same); and runs each block as one function of its weights,
 compiled on a GPU (``compiled.Piece``: the elementwise work fused around the matrix products and
-convolutions, 1x1 convolutions as matrix products). Uncompiled (on a CPU by default) the output is
+convolutions, 1x1 convolutions as matrix products); and, compiled, replays the whole forward from a
+CUDA graph per input shape (``graphs.GraphedForward``), since its kernels are too small to keep the
+GPU busy while the host launches them one by one. Uncompiled (on a CPU by default) the output is
 bit-identical to stock; compiled, within bf16 rounding. Around the encoder, the audio embedding reads
 each clip's token count to the host before the encoder runs instead of after (``host_embed_sizes``).
 Training (which draws random chunk starts), invalid chunk settings, another attention implementation
@@ -35,13 +37,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .compiled import ACTIVATIONS, Norm, Piece, aligned_bias, layer_norm, linear, norm, normed_linears
+from .graphs import GraphedForward
 from .overrides import acquire
 
 CHANGE = (
     "streaming mask built on the device (stock: on the host in O(T^2), then copied); the attention bias built once "
     "into aligned rows (stock: copied into padded rows by every layer's attention), one chunk's broadcast where no clip is "
     "padded; each conformer block one compiled function on a GPU (elementwise work fused, 1x1 convolutions as matrix "
-    "products)"
+    "products), the whole forward replayed from a CUDA graph per input shape"
 )
 CHUNK = 500  # the stock forward's chunk of frames after subsampling (its max_seq_len)
 
@@ -162,12 +165,12 @@ def takes_fast_path(encoder: nn.Module, kwargs: dict) -> bool:
 
 def fast_forward(encoder: nn.Module, compile: bool | None):
     """The forward of one ``Phi4MultimodalAudioModel``: the stock one's steps, with the bias built once
-    and each block a ``BLOCK`` call (compiled if ``compile``; None: on CUDA)."""
+    and each block a ``BLOCK`` call (compiled if ``compile``; None: on CUDA); on CUDA, unless ``compile`` is
+    False, replayed from a CUDA graph per input shape (``graphs``: the conformer's small kernels leave the
+    GPU waiting for the host's launches)."""
     stock = encoder.forward
 
-    def forward(hidden_states: torch.Tensor, mask: torch.Tensor | None, **kwargs):
-        if not takes_fast_path(encoder, kwargs):
-            return stock(hidden_states, mask, **kwargs)
+    def forward(hidden_states: torch.Tensor, mask: torch.Tensor | None):
         config = encoder.config
         hidden_states, hs_mask, mask = encoder.forward_embeddings(encoder.encoder_embedding(hidden_states), mask)
         batch, frames, _ = hidden_states.shape
@@ -192,7 +195,14 @@ def fast_forward(encoder: nn.Module, compile: bool | None):
             hidden_states = hidden_states.reshape(batch, -1, hidden_states.shape[-1])[:, :frames]
         return hidden_states
 
-    return forward
+    graphed = GraphedForward(forward, encoder, "conformer") if compile is not False else None
+
+    def entry(hidden_states: torch.Tensor, mask: torch.Tensor | None, **kwargs):
+        if not takes_fast_path(encoder, kwargs):
+            return stock(hidden_states, mask, **kwargs)
+        return (graphed or forward)(hidden_states, mask)
+
+    return entry
 
 
 SIZES_CHANGE = "each clip's token count read to the host before the encoder (stock: after it, one read per clip)"

@@ -209,6 +209,46 @@ def test_phi4_training_mode_keeps_the_stock_mask(monkeypatch):
     assert built == [10]
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+def test_phi4_encoder_replays_cuda_graphs_with_the_results_of_its_compiled_forward(monkeypatch):
+    """The second call of a shape captures the forward, later ones replay it (also under a later installation
+    of the fast path): each call's output equals the compiled forward's without graphs on the same input, a
+    weight that moved is captured again, and no more than ``CAPACITY`` graphs are kept."""
+    from kvprune.encoders import graphs
+
+    captures = []
+    capture = graphs._Graph.__init__
+    monkeypatch.setattr(graphs._Graph, "__init__", lambda self, *a: captures.append(a[0]) or capture(self, *a))
+    encoder = encoder_of(FAMILIES["phi4_multimodal"].build("sdpa"), "Phi4MultimodalAudioModel").to("cuda", torch.bfloat16)
+    torch.manual_seed(5)
+    calls = [torch.randn(1, 4800, N_MELS, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+    mask = torch.ones(2, 600, dtype=torch.bool, device="cuda")
+    mask[-1, 300:] = False
+    padded = [(torch.randn(2, 600, N_MELS, device="cuda", dtype=torch.bfloat16), mask) for _ in range(3)]
+    later = [(calls[3], None), *padded, (calls[0], None)]
+
+    def run(capacity: int) -> tuple[list[torch.Tensor], int]:
+        monkeypatch.setattr(graphs, "CAPACITY", capacity)
+        with torch.no_grad():
+            with fast_audio_encoder(encoder):
+                outputs = [encoder(x, None) for x in calls[:2]]
+            with fast_audio_encoder(encoder):  # installed again: the graph of the first one replays
+                outputs.append(encoder(calls[2], None))
+                before_move = len(captures)
+                weight = encoder.encoders[0].self_attn.q_proj.weight
+                weight.data = weight.data.clone()  # the same values at another address: captured again
+                return outputs + [encoder(x, m) for x, m in later], before_move
+
+    without, _ = run(0)
+    assert captures == []
+    graphed, before_move = run(1)
+    assert before_move == 1
+    assert len(captures) == 4  # the long clip, again after the weight moved, the padded batch, the long clip again
+    for index, (plain, replayed) in enumerate(zip(without, graphed)):
+        assert torch.equal(plain, replayed), index
+    assert not torch.equal(graphed[1], graphed[2])  # a replay reads its call's input
+
+
 class DeviceSizes(torch.Tensor):
     """Clip sizes that record being read to the host (``.cpu()``), as they would be from a GPU."""
 
