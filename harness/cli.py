@@ -232,12 +232,18 @@ def _estimate(args) -> int:
         return _estimate_timing_its_end(args.argv, Path(config.out), command)
     from .estimate.estimate import run_estimate, settings_key  # torch: once the configuration is checked
     from .estimate.floor import BelowFloorError
-    from .estimate.report import earlier_rows, write_estimate
+    from .estimate.report import TIMED_FILE, append_timed, earlier_rows, write_estimate
 
     earlier = earlier_rows(Path(config.out), settings_key(config))
+    if earlier is None:  # a new estimate: the timed calls of another one are not its own
+        (Path(config.out) / TIMED_FILE).unlink(missing_ok=True)
+
+    def after_task(partial, calls, units) -> None:
+        write_estimate(partial, config.out, command)
+        append_timed(Path(config.out), calls, units)
+
     try:
-        table = run_estimate(config, progress=not args.quiet, earlier=earlier,
-                             after_task=lambda partial: write_estimate(partial, config.out, command))
+        table = run_estimate(config, progress=not args.quiet, earlier=earlier, after_task=after_task)
     except BelowFloorError as error:
         print(f"kvprune estimate: error: {error}", file=sys.stderr)
         return 1

@@ -23,9 +23,10 @@ load drifts (a shared CPU) each side then sees the same drift. Measured per task
 the sweep recorded for it in runs.jsonl (its scoring pass and timing subset, compilations met there
 included); ``fixed``: the rest of the sweep command's wall time (starting, loading, planning, writing
 the outputs); ``total``: the command's wall time. Estimated: the estimate's ``sweep`` rows (median,
-with the fastest-slowest repeats). Writes five files to ``--out``: check.md (the table, the commands,
+with the fastest-slowest repeats). Writes six files to ``--out``: check.md (the table, the commands,
 the machine, the date, and each round's seconds per task beside the others'), check.csv, rounds.csv,
-estimate.md and sweep_report.md (the last round's); the two commands' folders go to
+estimate.md, estimate_timed.csv (every call and batch the estimate timed) and sweep_report.md (the last
+round's); the two commands' folders go to
 ``--work`` (default: a folder under ``--out``'s parent that is left in place).
 """
 
@@ -123,7 +124,7 @@ def main() -> int:
     words = sys.argv[1:]
     shared = words[words.index("--") + 1 :] if "--" in words else []
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="where the four files go")
+    parser.add_argument("--out", type=Path, required=True, help="where the six files go")
     parser.add_argument("--work", type=Path, help="where the estimate's and the sweep's folders go")
     parser.add_argument("--estimate", default="", help="the estimate's own options, quoted")
     parser.add_argument("--rounds", type=int, default=1, help="estimate and sweep this many times, alternately")
@@ -212,6 +213,8 @@ def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[
              f"kvprune sweep {shlex.join(commands[SWEEP][4:])}  ({sweep_wall:.0f} s{walls_text})"]
     (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit()) + rounds_markdown(rounds))
     shutil.copy(work / ESTIMATE / "estimate.md", args.out / "estimate.md")
+    if (work / ESTIMATE / "timed.csv").exists():  # the last round's calls and batches, as the estimate timed them
+        shutil.copy(work / ESTIMATE / "timed.csv", args.out / "estimate_timed.csv")
     shutil.copy(work / SWEEP / "report.md", args.out / "sweep_report.md")
     print((args.out / "check.md").read_text())
 

@@ -56,7 +56,8 @@ from .timing import TimedBatches, TimedExecutor
 def run_estimate(config: EstimateConfig, *, progress: bool = True, after_task=None, earlier: pd.DataFrame | None = None,
                  outputs: bool = True, loaded=None, timing_subset: bool = True) -> pd.DataFrame:
     """Time and price every task of ``config``; one row per task and mode, the fixed costs, the totals.
-    ``after_task(table)``, if given, receives the table so far after each task (to keep partial results);
+    ``after_task(table, calls, units)``, if given, receives the table so far after each task (to keep partial
+    results) and what that task timed (``timing.Call`` and ``timing.Unit`` records);
     ``earlier``: the rows of an interrupted estimate of the same settings, whose tasks are not timed again;
     ``outputs``: price writing the sweep's outputs (the same at any batch size: ``auto_batch`` leaves it out);
     ``loaded``: the model, loaded already (``auto_batch``: one load for every size it prices);
@@ -119,7 +120,7 @@ def run_estimate(config: EstimateConfig, *, progress: bool = True, after_task=No
             answers = [min(task_source.answer_tokens(p), config.max_new_tokens or task.max_new_tokens) for p in planned]
             rows += [dict(row, compile_record=record, **stamp) for row in task_rows(task, planned, answers, runs, costs, config)]
             if after_task is not None:
-                after_task(totals_table(rows))
+                after_task(totals_table(rows), calls, [u for t in timers.values() for u in t.units])
             bar.update()
         bar.close()
         written.close()

@@ -19,6 +19,9 @@ MODE_WORDS = {
     "audiomarathon": "AudioMarathon's way (stock encoder, stock generate on its dynamic cache, one sample per call)",
 }
 LONG_ANSWERS = "librispeech"  # the task whose transcripts make most of the one-at-a-time decoding
+TIMED_FILE = "timed.csv"
+TIMED_COLUMNS = ["kind", "task", "mode", "unit", "repeat", "run", "rows", "seconds", "prefill_s", "decode_s", "compiled",
+                 "captured", "first", "longest_prompt", "generated", "audio_seconds"]
 
 
 def totals(table: pd.DataFrame, leave_out: str | None = None) -> dict[str, float]:
@@ -108,6 +111,20 @@ def _where_time_goes(table: pd.DataFrame, modes: list[str]) -> str:
             cells.append(cell)
         rows.append([task, *cells])
     return markdown_table(["task", *(f"{mode}: prefill + decode h" for mode in modes)], rows)
+
+
+def append_timed(out: Path, calls: list, units: list) -> Path:
+    """Every generation call and batch the estimate timed for one task (``timing.Call``, ``timing.Unit``), one
+    row each (``kind``: call or batch), appended to ``timed.csv``: what each figure rests on, repeat by repeat,
+    so that an estimate that misses its sweep can be taken apart (which call, which repeat, compiled or not)."""
+    rows = [dict(kind="call", **c.context, run=c.run, rows=c.rows, seconds=c.seconds, prefill_s=c.prefill_s,
+                 decode_s=c.decode_s, compiled=c.compiled, captured=c.captured, first=c.first,
+                 longest_prompt=max(c.prompt_tokens), generated=c.generated) for c in calls]
+    rows += [dict(kind="batch", **u.context, rows=u.size, seconds=u.seconds, audio_seconds=u.audio_seconds) for u in units]
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / TIMED_FILE
+    pd.DataFrame(rows, columns=TIMED_COLUMNS).to_csv(path, mode="a", header=not path.exists(), index=False)
+    return path
 
 
 def earlier_rows(out: Path, settings: str) -> pd.DataFrame | None:

@@ -52,6 +52,8 @@ def test_no_option_prices_the_demo_sweep_kvprune_sweep_runs(monkeypatch, tmp_pat
 @pytest.mark.parametrize("model", ["demo", str(DEMO_MODEL_DIR)])
 def test_the_demo_model_by_name_or_folder_is_priced_on_its_suite(model, tmp_path):
     out = tmp_path / "estimate"
+    out.mkdir()
+    (out / "timed.csv").write_text("kind,task\ncall,another estimate's\n")  # no estimate.csv: not resumed
     argv = ["estimate", "--model", model, "--tasks", "demo_pitch", "--data-root", str(demo_suite()), "--limit", "2",
             "--out", str(out), *QUICK]
     assert main(argv) == 0
@@ -60,6 +62,15 @@ def test_the_demo_model_by_name_or_folder_is_priced_on_its_suite(model, tmp_path
     assert row["samples"] == 2 and row["samples_source"] == "its data" and row["seconds"] > 0
     assert row["answer_tokens"] == 2, "a letter and the end token, counted by the demo's tokenizer"
     assert (table["task"] == FIXED).any()
+    # what the figures rest on: every call and batch timed, the calls of a batch inside its wall time
+    timed = pd.read_csv(out / "timed.csv")
+    calls, batches = timed[timed["kind"] == "call"], timed[timed["kind"] == "batch"]
+    assert set(timed["task"]) == {"demo_pitch"}
+    assert set(calls["mode"]) == set(table.loc[table["task"] == "demo_pitch", "mode"]) | {"batch1"}  # + timing subset
+    assert (calls["seconds"] > 0).all() and (calls["generated"] >= 1).all() and len(batches) >= 2
+    inside = calls.groupby(["mode", "unit", "repeat"])["seconds"].sum()
+    walls = batches.set_index(["mode", "unit", "repeat"])["seconds"]
+    assert set(inside.index) == set(walls.index) and (inside <= walls.loc[inside.index]).all()
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni", "qwen2_audio", "audioflamingo3", "phi4_multimodal",
