@@ -1,15 +1,15 @@
 """An encoder forward replayed from CUDA graphs, one per input shape.
 
 Where an encoder's layers are small for the card (Phi-4's conformer: 4,000 frames of width 1,024 for
-300 s of audio), the host launching its kernels one by one is the bound, not the GPU: on an H100 the
-GPU sat idle 70% of Phi-4's prefill span. A CUDA graph launches the whole forward at once.
+300 s of audio), the host launching its kernels one by one holds the GPU back. A CUDA graph launches
+the whole forward at once: Phi-4's compiled encoder on 300 s takes 25.1 ms instead of 29.1 on an H100.
 
 The forward is captured the second time it is called with the same inputs' shapes (the first call
 compiles and warms it up), after one more warm-up on a stream of its own, as torch asks; it is
 replayed from then on: the inputs are copied into the graph's own tensors and its output is returned
 as a copy, so a caller never holds memory the next replay overwrites. The graphs belong to the encoder
 module, not to one installation of the fast path, so a loop that installs the fast path per request
-(the bench does) still replays them; they go with the module, or with ``drop(module)``. A graph is
+(the bench does) still replays them, and their memory is released with the module. A graph is
 captured again when any of the encoder's weights or buffers has moved (``model.to``, weights assigned
 anew: a replay reads the addresses it was captured with) or SDPA's kernel order for compiled pieces
 changed. At most ``CAPACITY`` graphs are kept per encoder (each holds its forward's activations), the
@@ -49,11 +49,6 @@ class _Graphs:
 _BY_MODULE: "weakref.WeakKeyDictionary[nn.Module, _Graphs]" = weakref.WeakKeyDictionary()
 
 
-def drop(module: nn.Module) -> None:
-    """Release the graphs of ``module`` (and the memory they hold)."""
-    _BY_MODULE.pop(module, None)
-
-
 class GraphedForward:
     """``forward(hidden_states, mask)`` of ``module``, replayed from a CUDA graph per input signature."""
 
@@ -63,8 +58,10 @@ class GraphedForward:
         self.what = what
 
     def __call__(self, hidden_states: torch.Tensor, mask: torch.Tensor | None):
+        if not _graphable(hidden_states, mask):
+            return self.forward(hidden_states, mask)
         graphs = _BY_MODULE.setdefault(self.module, _Graphs())
-        if not _graphable(graphs, hidden_states, mask):
+        if graphs.failed is not None:
             return self.forward(hidden_states, mask)
         key = (_signature(hidden_states), _signature(mask), torch.is_inference_mode_enabled(), compiled.ATTENTION_PRIORITY)
         weights = tuple(t.data_ptr() for t in itertools.chain(self.module.parameters(), self.module.buffers()))
@@ -90,9 +87,9 @@ class GraphedForward:
         return graph.replay(hidden_states, mask)
 
 
-def _graphable(graphs: _Graphs, hidden_states: torch.Tensor, mask: torch.Tensor | None) -> bool:
+def _graphable(hidden_states: torch.Tensor, mask: torch.Tensor | None) -> bool:
     return (
-        CAPACITY > 0 and graphs.failed is None and hidden_states.is_cuda and (mask is None or mask.is_cuda)
+        CAPACITY > 0 and hidden_states.is_cuda and (mask is None or mask.is_cuda)
         and not torch.is_grad_enabled() and not torch.cuda.is_current_stream_capturing()
     )
 
