@@ -59,7 +59,7 @@ class RequestTiming:
     kv_bytes: int  # keys + values held after the prefill (a static cache's room for new tokens left out)
     kv_alloc_bytes: int  # the cache's tensors after the prefill (a static cache's room included)
     cache: str  # "dynamic" or "static"
-    compiled: bool  # torch.compile made new graphs during the request: its timing is compilation's
+    compiled: bool  # it compiled or captured a CUDA graph inside its timed spans: its timing includes that
     reused_bytes: float = 0.0  # memory it used that an earlier request left allocated (the engine's kept decode
     # state): its cost, though not in peak - base
     decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for these layers failed to compile
@@ -293,7 +293,7 @@ class Meter:
             kv_bytes=timing.kv_held_bytes,
             kv_alloc_bytes=timing.kv_cache_bytes,
             cache=ENGINE_CACHE,  # the request's cache, even where the engine fell back to stock generate
-            compiled=timing.compiled,
+            compiled=out.compiled_in_timing,
             reused_bytes=0.0 if out.new_state else float(timing.kv_cache_bytes),
             decoded_uncompiled=bool(generator.compile) and out.step_compiled is False,
         )

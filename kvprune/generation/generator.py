@@ -160,9 +160,11 @@ class Generator:
         start = clock.mark()
         prefilled = self._prefill(request, clock)
         prefill_end = clock.mark()
-        loop_start, compiled, state = prefill_end, None, prefilled.state
+        at_prefill_end = self._made_so_far()
+        loop_start, compiled, state, untimed = prefill_end, None, prefilled.state, (0, 0)
         if state is not None:
-            new, loop_start, compiled = self._decode(state, request, prefilled.stopping, clock)
+            new, loop_start, compiled, at_loop_start = self._decode(state, request, prefilled.stopping, clock)
+            untimed = tuple(b - a for a, b in zip(at_prefill_end, at_loop_start))  # a new state's capture, untimed
         else:
             new = torch.cat(prefilled.firsts)[:, None]
         end = clock.mark()
@@ -178,6 +180,7 @@ class Generator:
             timing=timing, outcome=_one_or_all(prefilled.outcomes), first_prefill_s=clock.seconds(start, prefilled.first_end),
             capture_s=clock.seconds(prefill_end, loop_start), graphs_captured=graphs, compilations=compilations,
             new_state=self._made > made_before, step_compiled=compiled,
+            compiled_in_timing=graphs > untimed[0] or compilations > untimed[1],
         )
 
     def _prefill(self, request: GenerateRequest, clock: Clock) -> _Prefilled:
@@ -248,20 +251,22 @@ class Generator:
         grown.copy_rows_from(state, offset)
         return grown
 
-    def _decode(self, state: DecodeState, request: GenerateRequest, stopping: Stopping, clock: Clock) -> tuple[torch.Tensor, object, bool]:
-        """The new tokens, the clock's mark where the token loop began (after a graph capture, if any), and
-        whether the step ran compiled."""
+    def _decode(self, state: DecodeState, request: GenerateRequest, stopping: Stopping,
+                clock: Clock) -> tuple[torch.Tensor, object, bool, tuple[int, int]]:
+        """The new tokens, the clock's mark where the token loop began (after a graph capture, if any),
+        whether the step ran compiled, and ``_made_so_far()`` at that mark."""
         request.observer.decoding_started()
         try:
             runner = self._runner(request.sampling, stopping, state.shape.batch)
             with torch.no_grad(), decoding_attention(self.config):
                 runner.prepare(state)
+                at_loop_start = self._made_so_far()
                 loop_start = clock.mark()
                 for step in range(1, request.max_new_tokens):
                     runner.run(state)
                     if self.reads_stops_after(step) and bool(state.done.all()):
                         break
-            return state.out[:request.rows, :request.max_new_tokens].clone(), loop_start, runner.compiled_for(state)
+            return state.out[:request.rows, :request.max_new_tokens].clone(), loop_start, runner.compiled_for(state), at_loop_start
         finally:
             request.observer.decoding_ended()
 
@@ -296,6 +301,10 @@ class Generator:
 
     def _captures(self) -> int:
         return sum(runner.captures for runner in self._runners.values())
+
+    def _made_so_far(self) -> tuple[int, int]:
+        """(CUDA graphs captured, torch.compile graphs made) so far."""
+        return self._captures(), compile_counters()[0]
 
     # -- tokens ---------------------------------------------------------------------------------------
     def _special_tokens(self, eos_token_id, pad_token_id) -> tuple[list[int], int]:
@@ -336,6 +345,7 @@ class Generator:
             _joined([b["input_ids"] for b in request.batches], new, request.pad), new, Timing.of_calls(timings),
             _one_or_all(outcomes),
             engine=FALLBACK, note=self.unsupported, first_prefill_s=timings[0].prefill_s,
+            compiled_in_timing=any(t.compiled for t in timings),
         )
 
 

@@ -38,6 +38,8 @@ class GenerationOutput:
     compilations: int = 0  # torch.compile graphs this call made
     new_state: bool = False  # this call allocated its decode state (False: it refilled one kept from an earlier call)
     step_compiled: bool | None = None  # its decoding ran a compiled step (None: no decoding step; see ``fallbacks``)
+    compiled_in_timing: bool = False  # it compiled or captured inside ``timing``'s spans (the prefill, the token
+    # loop), so those times include it; a new state's capture before the loop (``capture_s``) does not count
 
 
 def model_of(model) -> nn.Module:

@@ -110,3 +110,33 @@ def test_a_compiler_failure_is_one_line_in_fallbacks_and_nothing_in_the_terminal
     with caplog.at_level(logging.DEBUG):  # outside the runner's compilation, torch's records reach their handlers
         logging.getLogger("torch._guards").error("after")
     assert [record.getMessage() for record in caplog.records] == ["after"]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_what_compiles_inside_the_timed_spans_is_said_and_what_compiles_before_the_token_loop_is_not(monkeypatch):
+    """``compiled_in_timing``: on the CPU the step compiles in the token loop's first step, inside the decoding
+    time; on a GPU a new state's step compiles (and is captured) in ``StepRunner.prepare``, before the loop's
+    clock starts, so the call's times do not include it (``timing.compiled`` still says the call compiled)."""
+    import torch._dynamo
+
+    from kvprune.generation import graphs
+
+    compile_ = torch.compile
+    monkeypatch.setattr(graphs.torch, "compile", lambda step, mode=None: compile_(step, backend="eager"))
+    m, inputs = model("qwen2_audio", "sdpa"), FAMILIES["qwen2_audio"].inputs([[("text", 3), ("audio", 8), ("text", 2)]])
+    torch._dynamo.reset()
+    generator = Generator(m, compile=True)
+    first, again = (generator.generate(inputs, max_new_tokens=4, **NO_STOP) for _ in range(2))
+    assert first.compilations > 0 and first.timing.compiled and first.compiled_in_timing
+    assert again.compilations == 0 and not again.compiled_in_timing
+
+    def warming_prepare(self, state):  # what prepare does on a GPU before its capture: one step, undone
+        saved = state.snapshot()
+        self.function(state)
+        state.restore(saved)
+
+    monkeypatch.setattr(graphs.StepRunner, "prepare", warming_prepare)
+    torch._dynamo.reset()
+    prepared = Generator(m, compile=True).generate(inputs, max_new_tokens=4, **NO_STOP)
+    assert prepared.compilations > 0 and prepared.timing.compiled and not prepared.compiled_in_timing
+    assert torch.equal(prepared.new_tokens, first.new_tokens)
