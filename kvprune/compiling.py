@@ -1,6 +1,7 @@
 """What every use of ``torch.compile`` in kvprune shares: room for its recompilations, telling the
 compiler's own failures (which a caller survives by running uncompiled) from the computation's, and
-keeping the compiler's report of such a failure out of the logs (the caller reports it in one line)."""
+keeping the compiler's report of such a failure out of the logs (the caller reports it in one line);
+and the warm-up on a side stream that every CUDA graph capture of compiled code follows."""
 
 from __future__ import annotations
 
@@ -12,6 +13,16 @@ import torch
 
 RECOMPILE_LIMIT = 64  # compilations per compiled function (torch's default, 8, falls back to eager without a word)
 COMPILER_LOGGERS = ("torch._guards", "torch._dynamo", "torch._inductor", "torch.fx")
+
+
+def warm_up_on_side_stream(run) -> None:
+    """``run()`` once on a stream of its own, ordered after and before the current stream's work: what torch
+    asks before a CUDA graph capture (compilation, autotuning and lazy set-up then happen outside it)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        run()
+    torch.cuda.current_stream().wait_stream(side)
 
 
 def out_of_memory(error: BaseException | None) -> bool:

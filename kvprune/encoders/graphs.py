@@ -29,6 +29,7 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
+from ..compiling import warm_up_on_side_stream
 from . import compiled
 
 #: graphs one encoder keeps (input shapes); each holds its forward's intermediate tensors (0: none, never captured)
@@ -107,11 +108,7 @@ class _Graph:
         self.weights = weights
         self.hidden_states = hidden_states.clone()
         self.mask = None if mask is None else mask.clone()
-        side = torch.cuda.Stream()  # a warm-up on a stream of its own first, as torch asks before a capture
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            forward(self.hidden_states, self.mask)
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up_on_side_stream(lambda: forward(self.hidden_states, self.mask))
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.output = forward(self.hidden_states, self.mask)

@@ -15,7 +15,8 @@ from typing import Callable
 
 import torch
 
-from ..compiling import compiler_failures_unlogged, from_compiler, out_of_memory, reason, recompile_room
+from ..compiling import (compiler_failures_unlogged, from_compiler, out_of_memory, reason, recompile_room,
+                         warm_up_on_side_stream)
 from .decode_state import DecodeState
 
 
@@ -91,12 +92,8 @@ class StepRunner:
         if not self.cuda_graphs or state.graph is not None or state.graph is False:
             return
         saved = state.snapshot()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
         try:
-            with torch.cuda.stream(stream):
-                self.function(state)
-            torch.cuda.current_stream().wait_stream(stream)
+            warm_up_on_side_stream(lambda: self.function(state))
             state.restore(saved)
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
