@@ -1,7 +1,8 @@
 """``fast_audio_encoder(model)``: find a model's audio encoder and install its fast path.
 
 Encoders are recognised by class, so the same call serves a whole model of any supported family
-(however a transformers version nests its encoder) and a bare encoder module.
+(however a transformers version nests its encoder) and a bare encoder module. So are the model classes
+whose merge of the encoder's output waits for the encoder on the host (``merge``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Callable
 import torch.nn as nn
 
 from ..models import resolve_family
-from . import granite, omni, phi4, whisper
+from . import granite, merge, omni, phi4, whisper
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class EncoderKind:
 
     install: Callable[[nn.Module, bool | None], list[Callable[[], None]]] | None
     description: str
+    fits: Callable[[nn.Module], bool] = lambda module: True  # False: this module's version differs; left stock
 
 
 ENCODER_KINDS: dict[str, EncoderKind] = {
@@ -32,6 +34,7 @@ ENCODER_KINDS: dict[str, EncoderKind] = {
     "GraniteSpeechCTCEncoder": EncoderKind(granite.install, granite.CHANGE),
     # one Whisper-style forward, each class's differences declared in whisper.STYLES
     **{name: EncoderKind(whisper.installer(style), whisper.CHANGE) for name, style in whisper.STYLES.items()},
+    **{name: EncoderKind(merge.install, merge.CHANGE, merge.fits) for name in merge.MODEL_CLASSES},
 }
 
 
@@ -84,6 +87,8 @@ def fast_audio_encoder(model: nn.Module, compile: bool | None = None) -> FastAud
         label = f"{path} ({type(module).__name__})" if path else type(module).__name__
         if kind.install is None:
             unchanged.append(f"{label}: {kind.description}")
+        elif not kind.fits(module):
+            unchanged.append(f"{label}: left stock: not the form kvprune replaces (another transformers version)")
         else:
             releases += kind.install(module, compile)
             changes.append(f"{label}: {kind.description}")

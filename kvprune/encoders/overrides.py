@@ -3,7 +3,8 @@
 The fast encoder paths replace a method on module *instances* (never on the class, never in a
 modeling file), so other models of the same class stay stock. Several handles may ask for the
 same replacement (nested ``with`` blocks, a library user and the harness): the first one installs
-it, every one counts, and the last one to release restores what was there before.
+it, every one counts, and the last one to release restores what was there before (closing the replacement
+first where it holds something, such as a hook: its ``close()``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ _OVERRIDES: "weakref.WeakKeyDictionary[nn.Module, dict[str, _Override]]" = weakr
 class _Override:
     def __init__(self, module: nn.Module, name: str, replacement: Callable):
         self.previous = module.__dict__.get(name, _MISSING)  # an instance attribute someone set before us
+        self.replacement = replacement
         self.users = 0
         object.__setattr__(module, name, replacement)
 
@@ -42,6 +44,7 @@ def acquire(module: nn.Module, name: str, make: Callable[[nn.Module], Callable])
         override.users -= 1
         if override.users == 0:
             del overrides[name]
+            getattr(override.replacement, "close", lambda: None)()
             if override.previous is _MISSING:
                 del module.__dict__[name]
             else:
