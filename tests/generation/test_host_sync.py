@@ -131,9 +131,9 @@ def test_the_recorder_sees_a_host_read():
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="host synchronisations exist on a GPU only")
 
 
-def _on_cuda(rows, press_name, start_at) -> None:
-    m = FAMILIES["qwen2_5_omni"].build("sdpa").cuda()
-    inputs = {k: v.cuda() for k, v in FAMILIES["qwen2_5_omni"].inputs(rows).items()}
+def _on_cuda(rows, press_name, start_at, family: str = "qwen2_5_omni") -> None:
+    m = FAMILIES[family].build("sdpa").cuda()
+    inputs = {k: v.cuda() for k, v in FAMILIES[family].inputs(rows).items()}
     try:
         with fast_audio_encoder(m):
             _generate(m, inputs, TOKEN_PRESSES.get(press_name), lambda: torch.cuda.set_sync_debug_mode("error"),
@@ -155,6 +155,16 @@ def test_prefill_never_synchronises_after_the_audio_encoder_on_cuda(press_name):
     """One prompt without padding, with the fast encoder: once the audio encoder is queued, the host never
     waits for the GPU again before decoding, so it stays ahead of it through every decoder layer."""
     _on_cuda(ROWS[:1], press_name, encoder_end)
+
+
+@needs_cuda
+@pytest.mark.parametrize("family", ["voxtral", "aero", "phi4_multimodal"])
+@pytest.mark.parametrize("press_name", ["none", "fastv"])
+def test_the_other_named_families_never_synchronise_after_the_audio_encoder_on_cuda(press_name, family):
+    """The same for the three other families the project names (Voxtral's merge waited for the encoder until
+    ``encoders.merge``). Audio Flamingo 3 and Granite Speech still synchronise there on CUDA (not on the CPU's
+    check): not covered."""
+    _on_cuda(ROWS[:1], press_name, encoder_end, family)
 
 
 @pytest.mark.parametrize("press_name", ["fastv", "dart"])
