@@ -16,6 +16,10 @@ Inside the prefill, ``Probes`` marks the audio encoder's span (from its first mo
 projector's end), the start of decoder layer K, and the engine's own work (a token press's choice
 and gather at layer K, a cache press's eviction after each layer it compresses). Every mark is a
 CUDA event on a GPU (the wall clock on a CPU); the device is synchronised only at the boundaries.
+Each mark also keeps the host's clock when it was queued: how far the device reached it after the host
+did is the host's *lead* there (the device idle at the start, as a request starts after a sync). A lead
+near zero at the encoder's end means the host is not ahead when the decoder layers start, so their
+launches, not their kernels, set the LLM part's time (a host-bound prefill).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -63,6 +68,8 @@ class RequestTiming:
     reused_bytes: float = 0.0  # memory it used that an earlier request left allocated (the engine's kept decode
     # state): its cost, though not in peak - base
     decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for these layers failed to compile
+    host_lead_encoder_ms: float = math.nan  # how long after the host queued the encoder's end the device reached it
+    host_lead_k_ms: float = math.nan  # the same at decoder layer K's start
 
     @property
     def llm_ms(self) -> float:
@@ -80,7 +87,8 @@ class Probes(GenerationObserver):
         encoder_start, encoder_end = family.audio_encoder(model)
         layers = family.layers(model)
         self.clock = clock
-        self.marks: list[tuple[str, object]] = []
+        self.marks: list[tuple[str, object, float]] = []  # (name, device mark, host clock when it was queued)
+        self._host_start = math.nan
         self._handles = [
             encoder_start.register_forward_pre_hook(self._mark("encoder_start")),
             encoder_end.register_forward_hook(self._mark("encoder_end")),
@@ -103,9 +111,16 @@ class Probes(GenerationObserver):
                 for j in range(part.layer, len(layers)):
                     self._around(layers[j], "register_forward_hook")
 
+    def start(self):
+        """The request's start mark (the device idle: the caller synchronised), the origin of every span."""
+        mark = self.clock.mark()
+        self._host_start = _host_seconds(mark)
+        return mark
+
     def _mark(self, name: str) -> Callable:
         def hook(*_):
-            self.marks.append((name, self.clock.mark()))
+            mark = self.clock.mark()
+            self.marks.append((name, mark, _host_seconds(mark)))
 
         return hook
 
@@ -119,18 +134,30 @@ class Probes(GenerationObserver):
         self._handles.clear()
 
     def spans(self, start) -> dict[str, float]:
-        """Milliseconds of the encoder, from ``start`` to layer K, and of the engine's work (read after a sync)."""
+        """Milliseconds of the encoder, from ``start`` (``Probes.start``) to layer K, and of the engine's work,
+        and the host's lead at the encoder's end and at layer K (read after a sync)."""
 
         def ms(a, b) -> float:
             return 1000.0 * self.clock.seconds(a, b)
 
+        def lead(entry) -> float:
+            _, mark, host = entry
+            return ms(start, mark) - 1000.0 * (host - self._host_start)
+
         named = {}
-        for name, mark in self.marks:
-            named.setdefault(name, []).append(mark)
-        encoder = ms(named["encoder_start"][0], named["encoder_end"][-1]) if "encoder_end" in named else math.nan
-        head = ms(start, named["layer"][0]) if "layer" in named else math.nan
-        work = [ms(a, b) for a, b in zip(named.get("work_start", []), named.get("work_end", []))]
-        return dict(encoder_ms=encoder, head_ms=head, score_ms=sum(work) if work else math.nan)
+        for entry in self.marks:
+            named.setdefault(entry[0], []).append(entry)
+        encoder = ms(named["encoder_start"][0][1], named["encoder_end"][-1][1]) if "encoder_end" in named else math.nan
+        head = ms(start, named["layer"][0][1]) if "layer" in named else math.nan
+        work = [ms(a[1], b[1]) for a, b in zip(named.get("work_start", []), named.get("work_end", []))]
+        return dict(encoder_ms=encoder, head_ms=head, score_ms=sum(work) if work else math.nan,
+                    host_lead_encoder_ms=lead(named["encoder_end"][-1]) if "encoder_end" in named else math.nan,
+                    host_lead_k_ms=lead(named["layer"][0]) if "layer" in named else math.nan)
+
+
+def _host_seconds(mark) -> float:
+    """The host's clock when ``mark`` was made: the mark itself where it is the host's clock (on a CPU)."""
+    return mark if isinstance(mark, float) else time.perf_counter()
 
 
 class Meter:
@@ -238,7 +265,7 @@ class Meter:
 
         graphs = compile_counters()[0]
         base = self._start()
-        start = self.clock.mark()
+        start = probes.start()
         output = prefill()
         prefilled = self.clock.mark()
         _check_finite(output.logits)
@@ -274,7 +301,7 @@ class Meter:
         model = generator.model
         new_tokens = len(prompt.decode_ids)
         base = self._start()
-        start = self.clock.mark()
+        start = probes.start()
         out = generator.generate([prompt.inputs] * rows, max_new_tokens=new_tokens, press=press, eos_token_id=[],
                                  suppress_tokens=[resolve_family(model).audio_token_id(model)], pad_token_id=0,
                                  observer=probes)
@@ -313,7 +340,7 @@ class Meter:
             if self.compile_config is not None:
                 kwargs["compile_config"] = self.compile_config
         base = self._start()
-        start = self.clock.mark()
+        start = probes.start()
         _, timing = stock_generate(model, prompt.inputs, **kwargs)
         steps = timing.new_tokens - 1  # the first token comes from the prefill
         return RequestTiming(

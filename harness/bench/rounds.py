@@ -137,6 +137,8 @@ def summary(outcome: Outcome, dropped: list[bool]) -> dict:
         llm_noise_ms=spread(llm),
         head_ms=median("head_ms"),
         score_ms=median("score_ms"),
+        host_lead_encoder_ms=median("host_lead_encoder_ms"),
+        host_lead_k_ms=median("host_lead_k_ms"),
         decode_ms_per_token=median("decode_ms_per_token"),
         request_ms=median("request_ms"),
         peak_gib=max(s.peak_bytes for s in kept) / GIB,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -26,6 +27,7 @@ from kvprune.harness.cli import main
 from kvprune.harness.bench.shapes import shapes_of
 from kvprune.models import list_families
 from kvprune.keep_rules import keep_count
+from tests.support.helpers import model as tiny_model
 
 PRESETS = [shapes_of(family).tiny_preset for family in list_families() if family.available]
 SECONDS = [1.0, 2.5]
@@ -259,6 +261,40 @@ def test_a_round_with_an_outlying_encoder_time_is_left_out():
     assert disturbed(half)[Request("none", 0.0, "none")] == [False] * 4, "never more than half of a request's rounds"
 
 
+class _DeviceTimeline:
+    """A clock whose marks are the times at which a device reaches them (set by the test), as CUDA events are."""
+
+    cuda = True
+
+    def __init__(self):
+        self.reached: list[float] = []
+
+    def mark(self):
+        return SimpleNamespace(at=self.reached.pop(0))
+
+    def seconds(self, start, end) -> float:
+        return end.at - start.at
+
+
+def test_the_host_s_lead_is_how_long_after_the_host_queued_a_mark_the_device_reached_it(monkeypatch):
+    """The device idle at the start: the encoder's end queued 10 ms in and reached at 50 ms (a lead of 40 ms);
+    layer K queued at 60 ms and reached at 61 ms (1 ms: the device waits for the host's launches from there)."""
+    from kvprune.harness.bench import measure
+
+    clock, host = _DeviceTimeline(), iter([100.000, 100.010, 100.060])
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(host))
+    probes = measure.Probes(clock, tiny_model("voxtral", "sdpa"), layer=K)
+    probes.close()
+    clock.reached = [0.000, 0.050, 0.061]  # start, encoder end, layer K on the device's timeline (seconds)
+    start = probes.start()
+    probes.marks.append(("encoder_start", SimpleNamespace(at=0.001), 100.001))  # (the span's own start, not part of a lead)
+    probes._mark("encoder_end")()
+    probes._mark("layer")()
+    spans = probes.spans(start)
+    assert spans["host_lead_encoder_ms"] == pytest.approx(40.0) and spans["host_lead_k_ms"] == pytest.approx(1.0)
+    assert spans["encoder_ms"] == pytest.approx(49.0) and spans["head_ms"] == pytest.approx(61.0)
+
+
 def test_markdown_and_figure_are_written(bench):
     _, out = bench
     text = (out / "bench.md").read_text()
@@ -326,6 +362,9 @@ def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
     assert "| stock HF, dynamic cache |" in text and "| kvprune fastv 0.9, fast encoder, engine cache |" in text
     assert "| prefill at fastv 0.9 ≥ 4× faster than stock HF unpruned |" in text and "floor (encoder + layers < K)" in text
     assert "| encoder TFLOP/s | encoder × floor |" in text and "TFLOP counted; floor" in text
+    # on a CPU the host's clock is the device's: no lead anywhere, exactly
+    assert frame.iloc[2:]["host_lead_encoder_ms"].eq(0.0).all() and frame.iloc[2:]["host_lead_k_ms"].eq(0.0).all()
+    assert "| host lead ms (encoder end / layer K) |" in text and "| 0.0 / 0.0 |" in text
 
 
 def test_compare_mode_stock_rows_run_the_stock_encoder(tmp_path, monkeypatch):
