@@ -30,6 +30,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -77,6 +78,12 @@ class RequestTiming:
         return self.prefill_ms - self.encoder_ms
 
 
+class _Mark(NamedTuple):
+    name: str
+    device: object  # a CUDA event, or the host's clock on a CPU
+    host: float  # the host's clock when the mark was queued
+
+
 class Probes(GenerationObserver):
     """Marks inside one prefill (see the module's docstring), from hooks that remove themselves at
     the end of the model's first forward call, so that decoding steps (compiled or not) see none. As
@@ -87,7 +94,7 @@ class Probes(GenerationObserver):
         encoder_start, encoder_end = family.audio_encoder(model)
         layers = family.layers(model)
         self.clock = clock
-        self.marks: list[tuple[str, object, float]] = []  # (name, device mark, host clock when it was queued)
+        self.marks: list[_Mark] = []
         self._host_start = math.nan
         self._handles = [
             encoder_start.register_forward_pre_hook(self._mark("encoder_start")),
@@ -120,7 +127,7 @@ class Probes(GenerationObserver):
     def _mark(self, name: str) -> Callable:
         def hook(*_):
             mark = self.clock.mark()
-            self.marks.append((name, mark, _host_seconds(mark)))
+            self.marks.append(_Mark(name, mark, _host_seconds(mark)))
 
         return hook
 
@@ -140,16 +147,15 @@ class Probes(GenerationObserver):
         def ms(a, b) -> float:
             return 1000.0 * self.clock.seconds(a, b)
 
-        def lead(entry) -> float:
-            _, mark, host = entry
-            return ms(start, mark) - 1000.0 * (host - self._host_start)
+        def lead(mark: _Mark) -> float:
+            return ms(start, mark.device) - 1000.0 * (mark.host - self._host_start)
 
-        named = {}
-        for entry in self.marks:
-            named.setdefault(entry[0], []).append(entry)
-        encoder = ms(named["encoder_start"][0][1], named["encoder_end"][-1][1]) if "encoder_end" in named else math.nan
-        head = ms(start, named["layer"][0][1]) if "layer" in named else math.nan
-        work = [ms(a[1], b[1]) for a, b in zip(named.get("work_start", []), named.get("work_end", []))]
+        named: dict[str, list[_Mark]] = {}
+        for mark in self.marks:
+            named.setdefault(mark.name, []).append(mark)
+        encoder = ms(named["encoder_start"][0].device, named["encoder_end"][-1].device) if "encoder_end" in named else math.nan
+        head = ms(start, named["layer"][0].device) if "layer" in named else math.nan
+        work = [ms(a.device, b.device) for a, b in zip(named.get("work_start", []), named.get("work_end", []))]
         return dict(encoder_ms=encoder, head_ms=head, score_ms=sum(work) if work else math.nan,
                     host_lead_encoder_ms=lead(named["encoder_end"][-1]) if "encoder_end" in named else math.nan,
                     host_lead_k_ms=lead(named["layer"][0]) if "layer" in named else math.nan)

@@ -36,8 +36,9 @@ def fits(model: nn.Module) -> bool:
 
 
 class HostCheckedMask:
-    """``get_placeholder_mask`` with the count checked on the host; ``count`` is set by the forward's pre-hook
-    for the call under way (None: no audio in it, or no ``input_ids``)."""
+    """``get_placeholder_mask`` with the count checked on the host. ``count`` is set by the forward's pre-hook
+    when a call brings audio features and ``input_ids``, and taken by the mask of that call (None otherwise:
+    decoding steps, which bring no features, leave it untouched and never read the device)."""
 
     def __init__(self, model: nn.Module):
         self.stock = model.get_placeholder_mask
@@ -48,13 +49,15 @@ class HostCheckedMask:
     def _count(self, module, args, kwargs) -> None:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         features = kwargs.get("input_features", args[1] if len(args) > 1 else None)
-        self.count = None if input_ids is None or features is None else int((input_ids == self.token).sum())
+        if input_ids is not None and features is not None:
+            self.count = int((input_ids == self.token).sum())
 
     def __call__(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, audio_features: torch.Tensor):
-        if input_ids is None or self.count is None:
+        count, self.count = self.count, None
+        if input_ids is None or count is None:
             return self.stock(input_ids, inputs_embeds, audio_features)
-        if self.count * inputs_embeds.shape[-1] != audio_features.numel():
-            raise ValueError(f"Audio features and audio tokens do not match, tokens: {self.count}, "
+        if count * inputs_embeds.shape[-1] != audio_features.numel():
+            raise ValueError(f"Audio features and audio tokens do not match, tokens: {count}, "
                              f"features: {audio_features.shape[0]}")
         mask = input_ids == self.token
         return mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)

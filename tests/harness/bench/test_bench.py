@@ -281,13 +281,13 @@ def test_the_host_s_lead_is_how_long_after_the_host_queued_a_mark_the_device_rea
     layer K queued at 60 ms and reached at 61 ms (1 ms: the device waits for the host's launches from there)."""
     from kvprune.harness.bench import measure
 
-    clock, host = _DeviceTimeline(), iter([100.000, 100.010, 100.060])
+    clock, host = _DeviceTimeline(), iter([100.000, 100.001, 100.010, 100.060])
     monkeypatch.setattr(measure.time, "perf_counter", lambda: next(host))
     probes = measure.Probes(clock, tiny_model("voxtral", "sdpa"), layer=K)
     probes.close()
-    clock.reached = [0.000, 0.050, 0.061]  # start, encoder end, layer K on the device's timeline (seconds)
+    clock.reached = [0.000, 0.001, 0.050, 0.061]  # start, encoder start and end, layer K on the device's timeline (s)
     start = probes.start()
-    probes.marks.append(("encoder_start", SimpleNamespace(at=0.001), 100.001))  # (the span's own start, not part of a lead)
+    probes._mark("encoder_start")()  # (the encoder span's own start, not part of a lead)
     probes._mark("encoder_end")()
     probes._mark("layer")()
     spans = probes.spans(start)
