@@ -34,7 +34,7 @@ ENCODER_KINDS: dict[str, EncoderKind] = {
     "GraniteSpeechCTCEncoder": EncoderKind(granite.install, granite.CHANGE),
     # one Whisper-style forward, each class's differences declared in whisper.STYLES
     **{name: EncoderKind(whisper.installer(style), whisper.CHANGE) for name, style in whisper.STYLES.items()},
-    **{name: EncoderKind(merge.install, merge.CHANGE, merge.fits) for name in merge.MODEL_CLASSES},
+    **{name: EncoderKind(merge.install, merge.change(name), merge.fits) for name in merge.MODEL_CLASSES},
 }
 
 

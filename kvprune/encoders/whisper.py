@@ -24,7 +24,8 @@ nothing of the encoder's; a boolean mask is turned once per call into the additi
 it in every layer, in aligned rows (which SDPA's memory-efficient kernel would copy it into, again in
 every layer). Without padding no mask is passed, so SDPA takes a fused kernel (flash, cuDNN).
 The output lengths the model reads on the host after the encoder (Aero-1 cuts each chunk to its
-length, Qwen2-Audio moves them) come from the host, as for Qwen2.5-Omni (``lengths.py``).
+length, Qwen2-Audio moves them) come from the host, as for Qwen2.5-Omni (``lengths.py``); Audio Flamingo 3's
+model cuts its frames by lengths it reads before the encoder (``merge.py``).
 Uncompiled (on a CPU by default) the output is bit-identical to stock; compiled, fused kernels round
 in another order (within bf16 rounding).
 Training, another attention implementation than sdpa, an activation ``compiled.ACTIVATIONS`` lacks,
@@ -51,7 +52,7 @@ CHANGE = (
     "(LayerNorm, scaling, bias, GELU and residual fused around the matrix products; the number of windows dynamic) "
     "on a GPU, as are the convolution stem and the final norm; a padding mask (only where something is padded) made "
     "additive once per call in aligned rows, Audio Flamingo 3's built before the encoder is queued; the output lengths "
-    "the model reads after the encoder handed over from the host"
+    "the model reads after the encoder handed over from the host (Qwen2-Audio's, Aero-1's)"
 )
 
 
@@ -62,13 +63,15 @@ class WhisperStyle:
     padding: str  # the forward's argument that carries padding: a 4D attention mask, or a 2D mask over mel frames
     pools: bool  # an average pool over pairs of frames before the final LayerNorm
     output: type  # the ModelOutput class its forward returns
+    host_lengths: bool = False  # its model reads the output lengths on the host after the encoder (``lengths.py``)
 
 
 STYLES = {
     # the model builds the 4D mask itself (None without padding)
-    "Qwen2AudioEncoder": WhisperStyle("attention_mask", pools=True, output=BaseModelOutput),
+    "Qwen2AudioEncoder": WhisperStyle("attention_mask", pools=True, output=BaseModelOutput, host_lengths=True),
     # the model never passes padding: its chunks are padded with silence and attended whole
     "VoxtralEncoder": WhisperStyle("attention_mask", pools=False, output=BaseModelOutputWithPooling),
+    # its model's cut of the frames reads the lengths before the encoder (``merge.CutFrames``)
     "AudioFlamingo3Encoder": WhisperStyle("input_features_mask", pools=True, output=BaseModelOutputWithPooling),
 }
 
@@ -199,11 +202,13 @@ def fast_forward(encoder: nn.Module, style: WhisperStyle, compile: bool | None):
 
 
 def installer(style: WhisperStyle):
-    """The install function of one Whisper-style class: its forward replaced, its output lengths handed over from
-    the host (``lengths.py``); returns the releases."""
+    """The install function of one Whisper-style class: its forward replaced, and where its model reads them, its
+    output lengths handed over from the host (``lengths.py``); returns the releases."""
 
     def install(encoder: nn.Module, compile: bool | None) -> list:
-        return [acquire(encoder, "forward", lambda module: fast_forward(module, style, compile)),
-                acquire(encoder, "_get_feat_extract_output_lengths", host_output_lengths)]
+        releases = [acquire(encoder, "forward", lambda module: fast_forward(module, style, compile))]
+        if style.host_lengths:
+            releases.append(acquire(encoder, "_get_feat_extract_output_lengths", host_output_lengths))
+        return releases
 
     return install

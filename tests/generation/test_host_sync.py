@@ -158,12 +158,11 @@ def test_prefill_never_synchronises_after_the_audio_encoder_on_cuda(press_name):
 
 
 @needs_cuda
-@pytest.mark.parametrize("family", ["voxtral", "aero", "phi4_multimodal"])
+@pytest.mark.parametrize("family", ["voxtral", "aero", "phi4_multimodal", "audioflamingo3", "granite_speech"])
 @pytest.mark.parametrize("press_name", ["none", "fastv"])
-def test_the_other_named_families_never_synchronise_after_the_audio_encoder_on_cuda(press_name, family):
-    """The same for the three other families the project names (Voxtral's merge waited for the encoder until
-    ``encoders.merge``). Audio Flamingo 3 and Granite Speech still synchronise there on CUDA (not on the CPU's
-    check): not covered."""
+def test_the_other_families_never_synchronise_after_the_audio_encoder_on_cuda(press_name, family):
+    """The same for the three other families the project names and two more (their merges waited for the encoder
+    until ``encoders.merge``; the CPU's view of theirs: ``tests/models/test_audio_merge.py``)."""
     _on_cuda(ROWS[:1], press_name, encoder_end, family)
 
 

@@ -160,7 +160,7 @@ def test_whisper_style_input_of_the_wrong_length_is_refused():
         encoder(torch.zeros(1, encoder.config.num_mel_bins, 100))
 
 
-@pytest.mark.parametrize("family", ["aero", "qwen2_audio", "audioflamingo3"])
+@pytest.mark.parametrize("family", ["aero", "qwen2_audio"])
 def test_whisper_style_output_lengths_come_from_the_host_with_the_stock_values(family):
     """The lengths the model reads after the encoder (Aero-1's cut per chunk, Qwen2-Audio's placeholder
     check) wait for nothing there: on a GPU they were on the host before the encoder was queued."""
@@ -172,6 +172,13 @@ def test_whisper_style_output_lengths_come_from_the_host_with_the_stock_values(f
         fast = encoder._get_feat_extract_output_lengths(frames)
     assert fast[1].device.type == "cpu" and all(torch.equal(a, b) for a, b in zip(stock, fast))
     assert "_get_feat_extract_output_lengths" not in encoder.__dict__
+
+
+def test_audio_flamingo_3_keeps_its_encoders_stock_output_lengths():
+    """Its model reads them before the encoder (``merge.CutFrames``): handed over, the stock cut would read them after."""
+    encoder = encoder_of(tiny("audioflamingo3"), "audioflamingo3")
+    with fast_audio_encoder(encoder):
+        assert "_get_feat_extract_output_lengths" not in encoder.__dict__
 
 
 def test_every_listed_class_is_an_encoder_kind():
