@@ -265,7 +265,7 @@ def traced(run, device: torch.device, trace_path: Path | None) -> tuple[TraceSum
     return summarize_trace(events, request["ts"], end), path
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default=None, help="default: qwen2.5-omni-7b on a GPU, tiny-omni on a CPU")
     parser.add_argument("--seconds", type=float, default=None, help="audio length (default: 300 on a GPU, 2 on a CPU)")
@@ -276,8 +276,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--traces", action="store_true", help="keep both Chrome traces (gzipped) in --out")
-    args = parser.parse_args()
-    print("\n".join(profile(args)))
+    parser.add_argument("--compiled", action="store_true",
+                        help="the engine as kvprune bench runs it (compiled decoding step, CUDA graphs) instead of uncompiled")
+    parser.add_argument("--decode-tokens", type=int, default=2, help="new tokens per engine call (default 2: one step)")
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    print("\n".join(profile(parse_args())))
 
 
 def profile(args) -> list[str]:
@@ -293,9 +299,10 @@ def profile(args) -> list[str]:
     preset = PRESETS.get(args.preset or ("qwen2.5-omni-7b" if cuda else "tiny-omni"))
     seconds = args.seconds if args.seconds is not None else (300.0 if cuda else 2.0)
     model = preset.build(device, torch.bfloat16 if cuda else torch.float32, "sdpa")
-    prompt = preset.prompt(model, seconds, decode_tokens=2)
+    prompt = preset.prompt(model, seconds, decode_tokens=args.decode_tokens)
     meter = Meter(device, warmup=args.warmup, repeats=args.repeats)
-    generator = Generator(model, compile=False, cuda_graphs=False)  # one decoding step: the prefill is what counts
+    # by default one uncompiled decoding step: the prefill is what counts
+    generator = Generator(model) if args.compiled else Generator(model, compile=False, cuda_graphs=False)
     press = parse_method(args.method).build(args.ratio, args.layer)
     keep = prompt.seq_len - prompt.audio_tokens + keep_count(prompt.audio_tokens, args.ratio)
     out = args.out

@@ -3,8 +3,6 @@ preset on the CPU (the GPU run is the same code with kernels in its traces)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from tests.support.paths import load_script
@@ -58,8 +56,7 @@ def test_short_gaps_are_launch_latency(script):
 
 
 def test_the_script_runs_on_a_tiny_preset(script, tmp_path):
-    args = SimpleNamespace(preset=None, seconds=None, method="fastv", ratio=0.9, layer=2, warmup=0, repeats=1,
-                           out=tmp_path, traces=True)
+    args = script.parse_args(["--warmup", "0", "--repeats", "1", "--out", str(tmp_path), "--traces"])
     lines = script.profile(args)
     text = (tmp_path / "profile.md").read_text()
     assert text.splitlines() == lines
