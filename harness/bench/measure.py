@@ -19,7 +19,9 @@ CUDA event on a GPU (the wall clock on a CPU); the device is synchronised only a
 Each mark also keeps the host's clock when it was queued: how far the device reached it after the host
 did is the host's *lead* there (the device idle at the start, as a request starts after a sync). A lead
 near zero at the encoder's end means the host is not ahead when the decoder layers start, so their
-launches, not their kernels, set the LLM part's time (a host-bound prefill).
+launches, not their kernels, set the LLM part's time (a host-bound prefill). Such a prefill follows the
+host's speed, which can change by 2x within a minute on one machine (2026-11-29, an H200's host): each
+request's start also times a fixed Python loop (``host_loop_ns``), so a report shows how fast the host was.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class RequestTiming:
     decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for these layers failed to compile
     host_lead_encoder_ms: float = math.nan  # how long after the host queued the encoder's end the device reached it
     host_lead_k_ms: float = math.nan  # the same at decoder layer K's start
+    host_loop_ns: float = math.nan  # the host's speed just before the request (``host_loop_ns()``)
 
     @property
     def llm_ms(self) -> float:
@@ -96,6 +99,7 @@ class Probes(GenerationObserver):
         self.clock = clock
         self.marks: list[_Mark] = []
         self._host_start = math.nan
+        self._host_loop_ns = math.nan
         self._handles = [
             encoder_start.register_forward_pre_hook(self._mark("encoder_start")),
             encoder_end.register_forward_hook(self._mark("encoder_end")),
@@ -119,7 +123,9 @@ class Probes(GenerationObserver):
                     self._around(layers[j], "register_forward_hook")
 
     def start(self):
-        """The request's start mark (the device idle: the caller synchronised), the origin of every span."""
+        """The request's start mark (the device idle: the caller synchronised), the origin of every span; the
+        host's speed is timed just before it."""
+        self._host_loop_ns = host_loop_ns()
         mark = self.clock.mark()
         self._host_start = _host_seconds(mark)
         return mark
@@ -158,7 +164,20 @@ class Probes(GenerationObserver):
         work = [ms(a.device, b.device) for a, b in zip(named.get("work_start", []), named.get("work_end", []))]
         return dict(encoder_ms=encoder, head_ms=head, score_ms=sum(work) if work else math.nan,
                     host_lead_encoder_ms=lead(named["encoder_end"][-1]) if "encoder_end" in named else math.nan,
-                    host_lead_k_ms=lead(named["layer"][0]) if "layer" in named else math.nan)
+                    host_lead_k_ms=lead(named["layer"][0]) if "layer" in named else math.nan,
+                    host_loop_ns=self._host_loop_ns)
+
+
+def host_loop_ns(iterations: int = 20_000, repeats: int = 3) -> float:
+    """Nanoseconds per iteration of a fixed pure-Python loop (the fastest of ``repeats``, ~1 ms each): the host's
+    speed at this moment, which launches and Python dispatch follow."""
+    best = math.inf
+    for _ in range(repeats):
+        start, total = time.perf_counter(), 0
+        for i in range(iterations):
+            total += i
+        best = min(best, time.perf_counter() - start)
+    return 1e9 * best / iterations
 
 
 def _host_seconds(mark) -> float:

@@ -29,7 +29,7 @@ MEASURED = (
     "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back path "
     "compiled_in_timing "
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
-    "host_lead_encoder_ms host_lead_k_ms "
+    "host_lead_encoder_ms host_lead_k_ms host_loop_ns "
     "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
     "step_flops step_bytes max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops "
@@ -223,6 +223,16 @@ def _scoring_line(rows: pd.DataFrame) -> str:
     )
 
 
+def _host_speed_line(rows: pd.DataFrame) -> str:
+    """How fast the host ran over the rows' rounds: host-bound rows (a pruned prefill's short layers, stock
+    decoding) move with it, so rows of runs at different host speeds do not compare."""
+    speeds = rows["host_loop_ns"].dropna() if "host_loop_ns" in rows else rows.iloc[:0, 0]
+    if speeds.empty:
+        return ""
+    return (f"Host speed: a fixed Python loop took {speeds.min():.1f}-{speeds.max():.1f} ns per iteration before the "
+            f"requests (the rows' medians; median {speeds.median():.1f}). Host-bound times follow it.")
+
+
 def _uncompiled_line(rows: pd.DataFrame) -> str:
     """The rows whose decoding was to be compiled but ran uncompiled (the engine's step failed to compile for
     their arrangement of layers): their decode times are not the compiled step's."""
@@ -329,7 +339,8 @@ def markdown(frame: pd.DataFrame) -> str:
         if note:
             lines += ["", f"*{preset}: {note}.*"]
         lines += ["", _table(rows, TABLES[mode])]
-        for extra in (bound_line(rows), _scoring_line(rows), _uncompiled_line(rows) if mode != "compare" else "",  # compare: in each label
+        for extra in (bound_line(rows), _scoring_line(rows), _host_speed_line(rows),
+                      _uncompiled_line(rows) if mode != "compare" else "",  # compare: in each label
                       _largest_batch_table(rows) if mode == "batch" else "",
                       _targets_table(rows) if mode == "compare" else ""):
             if extra:

@@ -283,6 +283,7 @@ def test_the_host_s_lead_is_how_long_after_the_host_queued_a_mark_the_device_rea
 
     clock, host = _DeviceTimeline(), iter([100.000, 100.001, 100.010, 100.060])
     monkeypatch.setattr(measure.time, "perf_counter", lambda: next(host))
+    monkeypatch.setattr(measure, "host_loop_ns", lambda: 33.0)  # (its own clock reads are not the marks')
     probes = measure.Probes(clock, tiny_model("voxtral", "sdpa"), layer=K)
     probes.close()
     clock.reached = [0.000, 0.001, 0.050, 0.061]  # start, encoder start and end, layer K on the device's timeline (s)
@@ -293,6 +294,17 @@ def test_the_host_s_lead_is_how_long_after_the_host_queued_a_mark_the_device_rea
     spans = probes.spans(start)
     assert spans["host_lead_encoder_ms"] == pytest.approx(40.0) and spans["host_lead_k_ms"] == pytest.approx(1.0)
     assert spans["encoder_ms"] == pytest.approx(49.0) and spans["head_ms"] == pytest.approx(61.0)
+    assert spans["host_loop_ns"] == 33.0  # timed at the request's start
+
+
+def test_the_host_s_speed_is_the_fastest_of_its_loops(monkeypatch):
+    """Three timed loops of 1,000 iterations took 3, 2 and 4 ms: 2,000 ns per iteration (a disturbed loop is
+    slower, never faster, than the host)."""
+    from kvprune.harness.bench import measure
+
+    reads = iter([0.0, 0.003, 1.0, 1.002, 2.0, 2.004])
+    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(reads))
+    assert measure.host_loop_ns(iterations=1000, repeats=3) == pytest.approx(2000.0)
 
 
 def test_markdown_and_figure_are_written(bench):
@@ -365,6 +377,7 @@ def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
     # on a CPU the host's clock is the device's: no lead anywhere, exactly
     assert frame.iloc[2:]["host_lead_encoder_ms"].eq(0.0).all() and frame.iloc[2:]["host_lead_k_ms"].eq(0.0).all()
     assert "| host lead ms (encoder end / layer K) |" in text and "| 0.0 / 0.0 |" in text
+    assert (frame["host_loop_ns"] > 0).all() and "Host speed: a fixed Python loop took" in text
 
 
 def test_compare_mode_stock_rows_run_the_stock_encoder(tmp_path, monkeypatch):
