@@ -342,7 +342,7 @@ def profile(args) -> list[str]:
                         run()
                 timing = run()
                 if round_ >= args.warmup:
-                    samples[name].append((timing.prefill_ms, timing.encoder_ms))
+                    samples[name].append((timing.prefill_ms, timing.encoder_ms, timing.host_loop_ns))
         pruned_name, ideal_name = list(runs)[1:3]
         syncs = host_syncs(runs[pruned_name]) if cuda else {}
         summaries = {}
@@ -366,12 +366,12 @@ def _report(args, preset, seconds, prompt, keep, samples, lead, syncs, summaries
         "",
         f"- {card}; torch {torch.__version__}; medians of {args.repeats} interleaved rounds after {args.warmup}",
         "",
-        "| prefill | ms | encoder ms | LLM ms |",
-        "|---|---|---|---|",
+        "| prefill | ms | encoder ms | LLM ms | host loop ns (its speed before the call) |",
+        "|---|---|---|---|---|",
     ]
     for name, values in samples.items():
-        prefill, encoder = (statistics.median(v[i] for v in values) for i in (0, 1))
-        lines.append(f"| {name} | {prefill:.1f} | {encoder:.1f} | {prefill - encoder:.1f} |")
+        prefill, encoder, host = (statistics.median(v[i] for v in values) for i in (0, 1, 2))
+        lines.append(f"| {name} | {prefill:.1f} | {encoder:.1f} | {prefill - encoder:.1f} | {host:.1f} |")
     if lead is not None:
         lines += ["", "## How far ahead of the GPU the host is (ms, medians; near 0: the GPU waits for launches)", "",
                   *lead.rows(), "", "(from rounds of their own, beside the timed ones)"]

@@ -62,4 +62,6 @@ def test_the_script_runs_on_a_tiny_preset(script, tmp_path):
     assert text.splitlines() == lines
     for row in ("| engine, unpruned |", "| engine, fastv 0.9 |", "| ideal 0.9 |", "| ideal 0.9 as a plain forward |", "## Trace: engine, fastv 0.9", "## Trace: ideal 0.9"):
         assert row in text
+    pruned = next(line for line in lines if line.startswith("| engine, fastv 0.9 |"))
+    assert float(pruned.strip("| ").split(" | ")[-1]) > 0  # the host's speed, timed before each call
     assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.md", "trace_engine.json.gz", "trace_ideal.json.gz"]
