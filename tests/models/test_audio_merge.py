@@ -63,7 +63,7 @@ def _boolean_index(args) -> bool:
     return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
 
 
-class Both:
+class ReadsAndSizes:
     """Values read as numbers and sizes that depend on values, recorded together."""
 
     def __init__(self):
@@ -83,7 +83,7 @@ class Both:
 
 
 def _reads_after_the_encoder(m, inputs, fast: bool) -> list[str]:
-    mode = Both()
+    mode = ReadsAndSizes()
     handle = fast_audio_encoder(m) if fast else None
     try:
         _generate(m, inputs, FastVPress(layer=2, ratio=0.5), mode.__enter__, lambda: mode.__exit__(None, None, None), encoder_end)
