@@ -36,31 +36,54 @@ FRAMES_CHANGE = ("; the encoder's valid frames selected by what the host read of
                  "(stock: a boolean index after it)")
 
 
-def _forward_arguments(args: tuple, kwargs: dict, *names: str) -> list:
-    """The model forward's arguments ``names``, given by name or by position (the three models' forwards begin
-    alike: ``input_ids, input_features``, then Granite's and Audio Flamingo 3's ``input_features_mask``)."""
-    order = ("input_ids", "input_features", "input_features_mask")
-    return [kwargs.get(name, args[order.index(name)] if len(args) > order.index(name) else None) for name in names]
+class _ReadBeforeTheEncoder:
+    """A replacement of one of the model's methods that reads what it needs from the model forward's arguments in
+    a pre-hook, before the encoder is queued (a read there waits for nothing of it). Only a call that brings audio
+    features reads (decoding steps leave the reading alone); the method's call takes the reading, once."""
+
+    #: the forward's first arguments, alike in the three models (Voxtral's third is another)
+    ARGUMENTS = ("input_ids", "input_features", "input_features_mask")
+
+    def __init__(self, model: nn.Module, method: str):
+        self.stock = getattr(model, method)
+        self.reading = None
+        self._hook = model.register_forward_pre_hook(self._before, with_kwargs=True)
+
+    def _before(self, module, args, kwargs) -> None:
+        input_ids, features, mask = (kwargs.get(name, args[i] if len(args) > i else None)
+                                     for i, name in enumerate(self.ARGUMENTS))
+        if features is not None:
+            self.reading = self.read(input_ids, mask)
+
+    def read(self, input_ids: torch.Tensor | None, mask):
+        raise NotImplementedError
+
+    def take(self):
+        reading, self.reading = self.reading, None
+        return reading
+
+    def close(self) -> None:
+        self._hook.remove()
 
 
-class HostCheckedMask:
-    """``get_placeholder_mask`` with the count checked on the host. ``count`` is set by the forward's pre-hook
-    when a call brings audio features and ``input_ids``, and taken by the mask of that call (None otherwise:
-    decoding steps, which bring no features, leave it untouched and never read the device)."""
+class HostCheckedMask(_ReadBeforeTheEncoder):
+    """``get_placeholder_mask`` with the count checked on the host: the placeholders counted before the encoder
+    (None without ``input_ids``: the stock method runs)."""
 
     def __init__(self, model: nn.Module):
-        self.stock = model.get_placeholder_mask
+        super().__init__(model, "get_placeholder_mask")
         self.token = model.config.audio_token_id
-        self.count: int | None = None
-        self._hook = model.register_forward_pre_hook(self._count, with_kwargs=True)
 
-    def _count(self, module, args, kwargs) -> None:
-        input_ids, features = _forward_arguments(args, kwargs, "input_ids", "input_features")
-        if input_ids is not None and features is not None:
-            self.count = int((input_ids == self.token).sum())
+    def read(self, input_ids, mask) -> int | None:
+        return None if input_ids is None else int((input_ids == self.token).sum())
+
+    @property
+    def count(self) -> int | None:
+        """The placeholders counted for the coming merge (None: none counted)."""
+        return self.reading
 
     def __call__(self, input_ids: torch.Tensor | None, inputs_embeds: torch.Tensor, audio_features: torch.Tensor):
-        count, self.count = self.count, None
+        count = self.take()
         if input_ids is None or count is None:
             return self.stock(input_ids, inputs_embeds, audio_features)
         if count * inputs_embeds.shape[-1] != audio_features.numel():
@@ -69,38 +92,30 @@ class HostCheckedMask:
         mask = input_ids == self.token
         return mask.unsqueeze(-1).expand_as(inputs_embeds).to(inputs_embeds.device)
 
-    def close(self) -> None:
-        self._hook.remove()
 
-
-class GatheredFrames:
-    """Granite Speech's ``get_merged_audio_embeddings`` with the feature mask's frames gathered at positions the
-    forward's pre-hook found (before the encoder is queued: the read of the mask waits for nothing of it), then
-    the stock method with no mask. A call the pre-hook did not see (another mask, none) takes the stock method."""
+class GatheredFrames(_ReadBeforeTheEncoder):
+    """Granite Speech's ``get_merged_audio_embeddings`` with the feature mask's frames gathered at positions found
+    before the encoder, then the stock method with no mask. A call with another mask, or none, takes the stock
+    method."""
 
     def __init__(self, model: nn.Module):
-        self.stock = model.get_merged_audio_embeddings
-        self.selection: tuple[torch.Tensor, torch.Tensor] | None = None  # (the mask read, its flat positions)
-        self._hook = model.register_forward_pre_hook(self._find, with_kwargs=True)
+        super().__init__(model, "get_merged_audio_embeddings")
 
-    def _find(self, module, args, kwargs) -> None:
-        features, mask = _forward_arguments(args, kwargs, "input_features", "input_features_mask")
-        self.selection = None
-        if features is not None and isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 2:
-            self.selection = (mask, mask.reshape(-1).nonzero().squeeze(1))
+    def read(self, input_ids, mask) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(the mask read, its flat positions)"""
+        if isinstance(mask, torch.Tensor) and mask.dtype == torch.bool and mask.dim() == 2:
+            return mask, mask.reshape(-1).nonzero().squeeze(1)
+        return None
 
     def __call__(self, input_ids: torch.Tensor, audio_features: torch.Tensor,
                  input_features_mask: torch.Tensor | None = None) -> torch.Tensor:
-        selection, self.selection = self.selection, None
+        selection = self.take()
         if (selection is None or selection[0] is not input_features_mask
                 or audio_features.shape[:-1] != input_features_mask.shape):
             return self.stock(input_ids, audio_features, input_features_mask)
         positions = selection[1].to(audio_features.device)
         kept = audio_features.reshape(-1, audio_features.shape[-1]).index_select(0, positions)
         return self.stock(input_ids, kept, None)
-
-    def close(self) -> None:
-        self._hook.remove()
 
 
 class CutFrames:
