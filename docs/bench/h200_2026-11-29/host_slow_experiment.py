@@ -1,4 +1,9 @@
-"""Why an eager prefill runs slower on the host once the engine's decode step was compiled in the process."""
+"""Why an eager prefill runs slower on the host once the engine's decode step was compiled in the process.
+
+    python3 host_slow_experiment.py phi4-mm            # call 4: a gc.freeze() stage
+    python3 host_slow_experiment.py phi4-mm --threads  # call 5: per-thread and child CPU logged before each
+                                                       # stage, 20 s asleep instead of the gc.freeze() stage
+"""
 import gc, os, statistics, sys, threading, time
 import torch
 from kvprune import Generator, fast_audio_encoder
@@ -9,7 +14,8 @@ from kvprune.keep_rules import keep_count
 from kvprune.specs import parse_method
 
 dev = torch.device("cuda")
-name = sys.argv[1] if len(sys.argv) > 1 else "phi4-mm"
+name = sys.argv[1] if len(sys.argv) > 1 and not sys.argv[1].startswith("--") else "phi4-mm"
+THREADS = "--threads" in sys.argv
 preset = PRESETS.get(name)
 model = preset.build(dev, torch.bfloat16, "sdpa")
 prompt = preset.prompt(model, 300.0, decode_tokens=16)
@@ -43,7 +49,37 @@ def micro():
     return host, py
 
 
+def busy():
+    """CPU seconds per wall second over 1 s of idling: this process's threads (by id), its children (summed)."""
+    import psutil
+    me = psutil.Process()
+    kids = me.children(recursive=True)
+    t0 = {t.id: t.user_time + t.system_time for t in me.threads()}
+    k0 = {k.pid: sum(k.cpu_times()[:2]) for k in kids}
+    time.sleep(1.0)
+    t1 = {t.id: t.user_time + t.system_time for t in me.threads()}
+    k1 = {}
+    for k in kids:
+        try:
+            k1[k.pid] = sum(k.cpu_times()[:2])
+        except Exception:
+            pass
+    threads = sorted(((round(t1[i] - t0.get(i, 0), 2), i) for i in t1), reverse=True)[:4]
+    native = {t.native_id: t.name for t in threading.enumerate()}
+    kid = sum(k1[p] - k0[p] for p in k1)
+    import traceback
+    frames = sys._current_frames()
+    for t in threading.enumerate():
+        if t is threading.main_thread() or t.ident not in frames:
+            continue
+        stack = traceback.extract_stack(frames[t.ident])[-3:]
+        print("     thread", t.name, t.native_id, " <- ".join(f"{f.filename.split('site-packages/')[-1]}:{f.lineno} {f.name}" for f in reversed(stack)))
+    return f"threads busy {[(b, native.get(i, i)) for b, i in threads]}  children busy {kid:.2f}"
+
+
 def measure(tag):
+    if THREADS:
+        print("   idle:", busy(), flush=True)
     rows = [ideal() for _ in range(11)][2:]
     med = lambda f: statistics.median(f(r) for r in rows)
     us, ns = micro()
@@ -68,9 +104,13 @@ with fast_audio_encoder(model):
         compiled.generate([prompt.inputs], max_new_tokens=16, press=p, eos_token_id=[], pad_token_id=0)
     measure("after the compiled engine")
     measure("again")
-    gc.collect(); gc.freeze()
-    measure("after gc.freeze")
-    gc.unfreeze()
+    if THREADS:
+        time.sleep(20)
+        measure("after 20 s asleep")
+    else:
+        gc.collect(); gc.freeze()
+        measure("after gc.freeze")
+        gc.unfreeze()
     try:
         from torch._inductor.async_compile import shutdown_compile_workers
         shutdown_compile_workers()
