@@ -146,3 +146,24 @@ def test_unpruned_positions_are_every_position_but_the_candidates_in_order():
     assert [p.dtype for p in positions] == [torch.long] * 3
     for row, got in zip(candidates, positions):
         assert torch.equal(got, (~row).nonzero().flatten())
+
+
+def test_sample_keys_hash_each_rows_ids_without_its_padding():
+    """A row's key is the 63-bit BLAKE2b hash of its unpadded ids as little-endian int64 bytes (written out here
+    byte by byte), whatever the ids' dtype and however much padding the batch gave the row."""
+    import hashlib
+    import struct
+
+    from kvprune.engine.token_evidence import sample_keys
+
+    ids = torch.tensor([[5, 70_000, 3, 9], [0, 0, 5, 70_000], [0, 1, 2, 3]])
+    valid = torch.tensor([[True, True, True, True], [False, False, True, True], [False, True, True, True]])
+
+    def reference(row: list[int]) -> int:
+        digest = hashlib.blake2b(b"".join(struct.pack("<q", i) for i in row), digest_size=8).digest()
+        return int.from_bytes(digest, "little") >> 1
+
+    expected = (reference([5, 70_000, 3, 9]), reference([5, 70_000]), reference([1, 2, 3]))
+    assert sample_keys(ids, valid) == expected
+    assert sample_keys(ids.int(), valid) == expected
+    assert sample_keys(ids[1:2, 2:], valid[1:2, 2:]) == expected[1:2]  # the same row alone, unpadded
