@@ -202,10 +202,14 @@ class DecodeState:
         layer_group, widths, _ = layer_groups(prefill)
         if layer_group != self.shape.layer_group:
             raise ValueError("these prompts were pruned into other groups of layers than the decode state's; decode them apart.")
+        destinations, sources = [], []
         for layer, entries in zip(self.cache.layers, prefill.layers):
             held = entries.keys.shape[-2]
-            layer.keys[rows, :, :held].copy_(entries.keys)
-            layer.values[rows, :, :held].copy_(entries.values)
+            destinations += [layer.keys[rows, :, :held], layer.values[rows, :, :held]]
+            sources += [entries.keys, entries.values]
+        # one call for every layer's copies: the GPU has run dry by the end of a host-bound prefill, so that each
+        # of them, made from Python, would keep it waiting
+        torch._foreach_copy_(destinations, sources)
         for g, width in enumerate(widths):  # a group's layers share their slots, so their validity: one write each
             self.masks[g][rows, :, 0, :width] = prefill.layers[layer_group.index(g)].valid
             self.columns[g][rows] = width  # a fill: copying a host list in would wait for the device
