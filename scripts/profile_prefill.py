@@ -22,6 +22,7 @@ code on a tiny preset (no kernels: timings and host frames only).
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import json
 import shutil
@@ -177,6 +178,7 @@ class HostLead:
         ]
         self.names = [name for name, _, _ in self.points] + [DECODING]
         self.samples: dict[str, dict[str, list[float]]] = {}
+        self.host_ms: dict[str, dict[str, list[float]]] = {}  # when the host reached each point, from the start
 
     @contextmanager
     def watching(self, run_name: str):
@@ -205,20 +207,54 @@ class HostLead:
             for handle in handles:
                 handle.remove()
         torch.cuda.synchronize()
-        leads = self.samples.setdefault(run_name, {})
+        leads, hosts = self.samples.setdefault(run_name, {}), self.host_ms.setdefault(run_name, {})
         for name, (host_time, event) in marks.items():
             leads.setdefault(name, []).append(start.elapsed_time(event) - 1000 * (host_time - host_start))
+            hosts.setdefault(name, []).append(1000 * (host_time - host_start))
 
     def rows(self) -> list[str]:
+        """The lead at each point (one row per run)."""
+        return self._table(self.samples)
+
+    def host_rows(self) -> list[str]:
+        """When the host reached each point, from the call's start (one row per run): where a run that is
+        host-bound spends its host's time, point to point, against another's."""
+        return self._table(self.host_ms)
+
+    def _table(self, samples: dict[str, dict[str, list[float]]]) -> list[str]:
         lines = ["| run | " + " | ".join(f"at the {name}" for name in self.names) + " |",
                  "|---|" + "---|" * len(self.names)]
-        for run_name, leads in self.samples.items():
-            cells = [f"{statistics.median(leads[n]):.1f}" if n in leads else "—" for n in self.names]
+        for run_name, values in samples.items():
+            cells = [f"{statistics.median(values[n]):.1f}" if n in values else "—" for n in self.names]
             lines.append(f"| {run_name} | " + " | ".join(cells) + " |")
         return lines
 
 
 DECODING = "decoding's start (the engine)"
+
+
+class GcPauses:
+    """The garbage collector's pauses inside a block (``gc.callbacks``): a host-bound call loses each one whole,
+    and a collection of the oldest generation walks every object the process holds (after compilations, many)."""
+
+    def __init__(self):
+        self.ms = 0.0
+        self.oldest = 0  # collections of generation 2
+        self._started = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.ms += 1000 * (time.perf_counter() - self._started)
+            self.oldest += info.get("generation") == 2
+
+    def __enter__(self) -> "GcPauses":
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def host_syncs(run) -> dict[str, int]:
@@ -279,6 +315,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compiled", action="store_true",
                         help="the engine as kvprune bench runs it (compiled decoding step, CUDA graphs) instead of uncompiled")
     parser.add_argument("--decode-tokens", type=int, default=2, help="new tokens per engine call (default 2: one step)")
+    parser.add_argument("--gc-freeze", action="store_true",
+                        help="gc.freeze() after the warm-up rounds (the garbage collector never walks what they made)")
     return parser.parse_args(argv)
 
 
@@ -340,9 +378,12 @@ def profile(args) -> list[str]:
                 if round_ >= args.warmup and lead is not None and name != "engine, unpruned":
                     with lead.watching(name):
                         run()
-                timing = run()
+                with GcPauses() as pauses:
+                    timing = run()
                 if round_ >= args.warmup:
-                    samples[name].append((timing.prefill_ms, timing.encoder_ms, timing.host_loop_ns))
+                    samples[name].append((timing.prefill_ms, timing.encoder_ms, timing.host_loop_ns, pauses.ms, pauses.oldest))
+            if round_ + 1 == args.warmup and args.gc_freeze:
+                gc.freeze()  # what the warm-up made (compiled code, graphs) is never walked again
         pruned_name, ideal_name = list(runs)[1:3]
         syncs = host_syncs(runs[pruned_name]) if cuda else {}
         summaries = {}
@@ -364,17 +405,22 @@ def _report(args, preset, seconds, prompt, keep, samples, lead, syncs, summaries
         f"# The engine's prefill against its ideal: {preset}, {seconds:g} s of audio ({prompt.seq_len} prompt tokens, "
         f"{keep} kept at {args.ratio:g}), {args.method}, K = {args.layer}",
         "",
-        f"- {card}; torch {torch.__version__}; medians of {args.repeats} interleaved rounds after {args.warmup}",
+        f"- {card}; torch {torch.__version__}; medians of {args.repeats} interleaved rounds after {args.warmup}"
+        + ("; gc.freeze() after the warm-up" if args.gc_freeze else ""),
         "",
-        "| prefill | ms | encoder ms | LLM ms | host loop ns (its speed before the call) |",
-        "|---|---|---|---|---|",
+        "| prefill | ms | encoder ms | LLM ms | host loop ns (its speed before the call) | GC pauses ms per call "
+        "(median; most) | collections of the oldest generation |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, values in samples.items():
-        prefill, encoder, host = (statistics.median(v[i] for v in values) for i in (0, 1, 2))
-        lines.append(f"| {name} | {prefill:.1f} | {encoder:.1f} | {prefill - encoder:.1f} | {host:.1f} |")
+        prefill, encoder, host, pauses = (statistics.median(v[i] for v in values) for i in (0, 1, 2, 3))
+        lines.append(f"| {name} | {prefill:.1f} | {encoder:.1f} | {prefill - encoder:.1f} | {host:.1f} | "
+                     f"{pauses:.2f}; {max(v[3] for v in values):.2f} | {sum(v[4] for v in values)} in {len(values)} calls |")
     if lead is not None:
         lines += ["", "## How far ahead of the GPU the host is (ms, medians; near 0: the GPU waits for launches)", "",
-                  *lead.rows(), "", "(from rounds of their own, beside the timed ones)"]
+                  *lead.rows(), "", "(from rounds of their own, beside the timed ones)", "",
+                  "## When the host reached each point (ms from the call's start, medians of the same rounds)", "",
+                  *lead.host_rows()]
     lines += ["", "## Host synchronisations in one pruned engine call (before its decoding, and in it)", ""]
     if device.type != "cuda":
         lines.append("(not looked for on a CPU)")

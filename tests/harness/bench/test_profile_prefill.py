@@ -3,6 +3,9 @@ preset on the CPU (the GPU run is the same code with kernels in its traces)."""
 
 from __future__ import annotations
 
+import gc
+import re
+
 import pytest
 
 from tests.support.paths import load_script
@@ -62,6 +65,17 @@ def test_the_script_runs_on_a_tiny_preset(script, tmp_path):
     assert text.splitlines() == lines
     for row in ("| engine, unpruned |", "| engine, fastv 0.9 |", "| ideal 0.9 |", "| ideal 0.9 as a plain forward |", "## Trace: engine, fastv 0.9", "## Trace: ideal 0.9"):
         assert row in text
-    pruned = next(line for line in lines if line.startswith("| engine, fastv 0.9 |"))
-    assert float(pruned.strip("| ").split(" | ")[-1]) > 0  # the host's speed, timed before each call
+    pruned = next(line for line in lines if line.startswith("| engine, fastv 0.9 |")).strip("| ").split(" | ")
+    assert float(pruned[4]) > 0  # the host's speed, timed before each call
+    assert re.fullmatch(r"\d+\.\d\d; \d+\.\d\d", pruned[5]) and re.fullmatch(r"\d+ in 1 calls", pruned[6])  # GC pauses
     assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.md", "trace_engine.json.gz", "trace_ideal.json.gz"]
+
+
+def test_gc_pauses_counts_the_collections_inside_its_block_only(script):
+    gc.collect()
+    with script.GcPauses() as pauses:
+        gc.collect(2)
+        gc.collect(0)
+    gc.collect(2)  # after the block: not counted
+    assert pauses.oldest == 1 and pauses.ms > 0
+    assert not any(getattr(callback, "__self__", None) is pauses for callback in gc.callbacks)  # removed on exit
