@@ -254,11 +254,9 @@ def test_two_sweeps_started_together_one_refuses_and_no_row_is_doubled(data_root
 
 
 # -- failures that speak -------------------------------------------------------------------------------
-def test_ctrl_c_says_how_to_resume_and_the_rerun_completes(data_root, tmp_path):
-    out = tmp_path / "out"
-    arguments = args(data_root, out, methods="fastv,frame,dart", ratios="0.3,0.6", limit=4)
+def _interrupted_sweep(arguments: list[str], results: Path) -> tuple[int, str]:
+    """Run the sweep in a child process and press Ctrl-C once it has written three rows; (exit status, stderr)."""
     process = subprocess.Popen(command(arguments), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    results = out / "results.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
         if results.exists() and results.read_text().count("\n") >= 3:
@@ -266,7 +264,17 @@ def test_ctrl_c_says_how_to_resume_and_the_rerun_completes(data_root, tmp_path):
             break
         time.sleep(0.01)
     _, error = process.communicate(timeout=120)
-    assert process.returncode == 130, error
+    return process.returncode, error
+
+
+def test_ctrl_c_says_how_to_resume_and_the_rerun_completes(data_root, tmp_path):
+    for attempt in range(3):  # on a busy machine the sweep can end before this process sees its rows: again, afresh
+        out = tmp_path / f"out{attempt}"
+        arguments = args(data_root, out, methods="fastv,frame,dart", ratios="0.3,0.6", limit=4)
+        status, error = _interrupted_sweep(arguments, out / "results.jsonl")
+        if status != 0:
+            break
+    assert status == 130, error
     written = len(result_lines(out))
     assert f"interrupted after {written} new result rows" in error and "run the same command to resume" in error
     assert "Traceback" not in error
