@@ -20,5 +20,4 @@ class FramePress(TokenDropPress):
     def select(self, clip, evidence) -> torch.Tensor:
         if len(clip.spans) == 1 and self.keep_rule == "round":  # one run: no host work at all
             return torch.arange(clip.n_keep, device=evidence.device) * clip.length // clip.n_keep + clip.start
-        offsets = torch.tensor(frame_offsets(clip.length, clip.n_keep, self.keep_rule))  # host: no stall
-        return to_device(clip.positions()[offsets], evidence.device)
+        return to_device(clip.take(frame_offsets(clip.length, clip.n_keep, self.keep_rule)), evidence.device)  # host: no stall

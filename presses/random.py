@@ -24,5 +24,5 @@ class RandomPress(TokenDropPress):
         sample = evidence.sample_keys[clip.row] if evidence.sample_keys else 0
         digest = hashlib.blake2b(f"{self.seed}:{sample}:{clip.index}:{clip.length}".encode(), digest_size=8).digest()
         generator = torch.Generator().manual_seed(int.from_bytes(digest, "little"))
-        chosen = clip.positions()[torch.randperm(clip.length, generator=generator)[: clip.n_keep]]  # on the host: same on any device
+        chosen = clip.take(torch.randperm(clip.length, generator=generator)[: clip.n_keep])  # on the host: same on any device
         return to_device(chosen, evidence.device)

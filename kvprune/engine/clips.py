@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 #: placeholder kinds, as codes in a (B, S) kinds tensor (0: text, special tokens, markers)
@@ -60,6 +61,13 @@ class Clip:
     def positions(self, device=None) -> torch.Tensor:
         """The clip's prompt indices, in order (a press selects among these)."""
         return torch.cat([torch.arange(start, end, device=device) for start, end in self.spans])
+
+    def take(self, indices) -> torch.Tensor:
+        """The clip's prompt indices at ``indices`` (into ``positions()``: host ints or a host tensor), on the host.
+        Taken by NumPy: torch's index kernel on a GPU machine's host took 5-12 ms now and then instead of 0.05,
+        right after a compilation (Inductor's worker processes starting on the cores; an H200's 16, 2026-11-29),
+        in the middle of the prefill that asked; none of torch's other small host ops did."""
+        return torch.from_numpy(self.positions().numpy()[np.asarray(indices)])
 
 
 def scope_modalities(scope: str) -> tuple[str, ...]:

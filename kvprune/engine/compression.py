@@ -90,8 +90,9 @@ class PrefillCompression:
         clip_of = torch.full(host_valid.shape, -1, dtype=torch.long)
         for row in clips:
             for clip in row:
-                if clip.modality in modalities:
-                    clip_of[clip.row, clip.positions()] = clip.index
+                if clip.modality in modalities:  # by slices: torch's index kernel stalls now and then on a GPU host (Clip.take)
+                    for start, end in clip.spans:
+                        clip_of[clip.row, start:end] = clip.index
         pads = (~host_valid).sum(dim=1).tolist()
         self.lengths = host_valid.sum(dim=1).tolist()
         self.clip_lengths = [[clip.length for clip in row] for row in clips]

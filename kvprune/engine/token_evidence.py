@@ -83,9 +83,8 @@ def sample_keys(host_ids: torch.Tensor, host_valid: torch.Tensor) -> tuple[int, 
     """Per row, a stable 63-bit hash of its token ids, padding left out (the same in any process,
     alone or in a batch): what presses that draw at random seed each sample with.
 
-    The rows are cut in NumPy, not by torch's boolean indexing: on an H200's host (16 cores, 2026-11-29) that
-    one took 5-12 ms now and then instead of 0.05, right after a compilation (Inductor's worker processes
-    starting on those cores), in the middle of a prefill; none of torch's other small host ops did."""
+    The rows are cut in NumPy, not by torch's indexing, which stalls now and then on a GPU machine's host
+    (``Clip.take`` says when)."""
     return tuple(_hash(ids[mask]) for ids, mask in zip(host_ids.numpy(), host_valid.numpy()))
 
 

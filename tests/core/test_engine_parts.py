@@ -167,3 +167,14 @@ def test_sample_keys_hash_each_rows_ids_without_its_padding():
     assert sample_keys(ids, valid) == expected
     assert sample_keys(ids.int(), valid) == expected
     assert sample_keys(ids[1:2, 2:], valid[1:2, 2:]) == expected[1:2]  # the same row alone, unpadded
+
+
+def test_a_clips_take_is_its_positions_at_those_indices():
+    from kvprune.engine.clips import Clip
+
+    clip = Clip(row=0, index=1, spans=((3, 6), (9, 11), (20, 22)), n_keep=4)
+    positions = [3, 4, 5, 9, 10, 20, 21]
+    for indices in ([0, 3, 6], [6, 0, 4, 4], torch.tensor([5, 1])):
+        taken = clip.take(indices)
+        assert taken.dtype == torch.long and taken.device.type == "cpu"
+        assert taken.tolist() == [positions[i] for i in list(indices)]
