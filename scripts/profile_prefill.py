@@ -163,8 +163,9 @@ class HostLead:
     against the GPU's (a CUDA event recorded there), both counted from a common start after a
     synchronisation. A lead near zero is a GPU waiting for the host's launches: the lead left where the
     short layers after a press begin is what keeps them from waiting. Cheap enough to run in every round.
-    ``kvprune bench`` reports the first two points in every row (``host_lead_encoder_ms``, ``host_lead_k_ms``,
-    from its own marks); this adds the last layer's end and decoding's start, in rounds of their own."""
+    ``kvprune bench`` reports the first three points in every row (``host_lead_encoder_ms``, ``host_lead_k_ms``,
+    ``host_lead_end_ms``, from its own marks); this adds decoding's start and when the host reached each point, in
+    rounds of their own."""
 
     def __init__(self, model, layer: int):
         from kvprune.models import resolve_family

@@ -13,15 +13,17 @@ Two ways to run a request:
   at the end of its prefill: what a user of stock Hugging Face gets.
 
 Inside the prefill, ``Probes`` marks the audio encoder's span (from its first module's start to its
-projector's end), the start of decoder layer K, and the engine's own work (a token press's choice
-and gather at layer K, a cache press's eviction after each layer it compresses). Every mark is a
-CUDA event on a GPU (the wall clock on a CPU); the device is synchronised only at the boundaries.
-Each mark also keeps the host's clock when it was queued: how far the device reached it after the host
-did is the host's *lead* there (the device idle at the start, as a request starts after a sync). A lead
-near zero at the encoder's end means the host is not ahead when the decoder layers start, so their
-launches, not their kernels, set the LLM part's time (a host-bound prefill). Such a prefill follows the
-host's speed, which can change by 2x within a minute on one machine (2026-11-29, an H200's host): each
-request's start also times a fixed Python loop (``host_loop_ns``), so a report shows how fast the host was.
+projector's end), the start of decoder layer K, the last decoder layer's end, and the engine's own work
+(a token press's choice and gather at layer K, a cache press's eviction after each layer it compresses).
+Every mark is a CUDA event on a GPU (the wall clock on a CPU); the device is synchronised only at the
+boundaries. Each mark also keeps the host's clock when it was queued: how far the device reached it after
+the host did is the host's *lead* there (the device idle at the start, as a request starts after a sync).
+A lead near zero at the encoder's end means the host is not ahead when the decoder layers start, so their
+launches, not their kernels, set the LLM part's time (a host-bound prefill); near zero at the last
+layer's end, the layers caught up with the host somewhere (a pruned prefill's short layers after K,
+typically). Such a prefill follows the host's speed, which can change by 2x within a minute on one
+machine (2026-11-29, an H200's host): each request's start also times a fixed Python loop
+(``host_loop_ns``), so a report shows how fast the host was.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class RequestTiming:
     decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for these layers failed to compile
     host_lead_encoder_ms: float = math.nan  # how long after the host queued the encoder's end the device reached it
     host_lead_k_ms: float = math.nan  # the same at decoder layer K's start
+    host_lead_end_ms: float = math.nan  # the same at the last decoder layer's end (the prefill's): near 0, host-bound
     host_loop_ns: float = math.nan  # the host's speed just before the request (``host_loop_ns()``)
 
     @property
@@ -106,6 +109,7 @@ class Probes(GenerationObserver):
         ]
         if layer is not None:
             self._handles.append(layers[layer].register_forward_pre_hook(self._mark("layer")))
+        self._handles.append(layers[-1].register_forward_hook(self._mark("last_layer")))
         self._layers = layers
         if press is not None:
             self.press_installed(press)
@@ -148,7 +152,7 @@ class Probes(GenerationObserver):
 
     def spans(self, start) -> dict[str, float]:
         """Milliseconds of the encoder, from ``start`` (``Probes.start``) to layer K, and of the engine's work,
-        and the host's lead at the encoder's end and at layer K (read after a sync)."""
+        and the host's lead at the encoder's end, at layer K and at the last layer's end (read after a sync)."""
 
         def ms(a, b) -> float:
             return 1000.0 * self.clock.seconds(a, b)
@@ -165,6 +169,7 @@ class Probes(GenerationObserver):
         return dict(encoder_ms=encoder, head_ms=head, score_ms=sum(work) if work else math.nan,
                     host_lead_encoder_ms=lead(named["encoder_end"][-1]) if "encoder_end" in named else math.nan,
                     host_lead_k_ms=lead(named["layer"][0]) if "layer" in named else math.nan,
+                    host_lead_end_ms=lead(named["last_layer"][0]) if "last_layer" in named else math.nan,
                     host_loop_ns=self._host_loop_ns)
 
 

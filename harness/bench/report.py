@@ -29,7 +29,7 @@ MEASURED = (
     "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back path "
     "compiled_in_timing "
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
-    "host_lead_encoder_ms host_lead_k_ms host_loop_ns "
+    "host_lead_encoder_ms host_lead_k_ms host_lead_end_ms host_loop_ns "
     "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
     "step_flops step_bytes max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops "
@@ -145,7 +145,7 @@ def _vs_ideal(row) -> str:
 
 
 def _host_leads(row) -> str:
-    return f"{_cell(row['host_lead_encoder_ms'], '{:.1f}')} / {_cell(row['host_lead_k_ms'], '{:.1f}')}"
+    return " / ".join(_cell(row[name], "{:.1f}") for name in ("host_lead_encoder_ms", "host_lead_k_ms", "host_lead_end_ms"))
 
 
 def _score(row) -> str:
@@ -193,7 +193,7 @@ TABLES: dict[str, dict[str, Callable]] = {
         "encoder × floor": _column("encoder_vs_floor", "{:.2f}×"),
         "prefill ms": _column("prefill_ms", "{:.1f}"),
         "LLM ms": _column("llm_ms", "{:.1f}"),
-        "host lead ms (encoder end / layer K)": _host_leads,
+        "host lead ms (encoder end / layer K / last layer)": _host_leads,
         "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
         "request ms": _column("request_ms", "{:.1f}"),
         "peak GiB": _column("peak_gib", "{:.2f}"),

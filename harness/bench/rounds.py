@@ -139,6 +139,7 @@ def summary(outcome: Outcome, dropped: list[bool]) -> dict:
         score_ms=median("score_ms"),
         host_lead_encoder_ms=median("host_lead_encoder_ms"),
         host_lead_k_ms=median("host_lead_k_ms"),
+        host_lead_end_ms=median("host_lead_end_ms"),
         host_loop_ns=median("host_loop_ns"),
         decode_ms_per_token=median("decode_ms_per_token"),
         request_ms=median("request_ms"),

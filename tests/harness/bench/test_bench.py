@@ -278,21 +278,24 @@ class _DeviceTimeline:
 
 def test_the_host_s_lead_is_how_long_after_the_host_queued_a_mark_the_device_reached_it(monkeypatch):
     """The device idle at the start: the encoder's end queued 10 ms in and reached at 50 ms (a lead of 40 ms);
-    layer K queued at 60 ms and reached at 61 ms (1 ms: the device waits for the host's launches from there)."""
+    layer K queued at 60 ms and reached at 61 ms (1 ms: the device waits for the host's launches from there),
+    the last layer's end queued at 90 ms and reached at 90.2 ms."""
     from kvprune.harness.bench import measure
 
-    clock, host = _DeviceTimeline(), iter([100.000, 100.001, 100.010, 100.060])
+    clock, host = _DeviceTimeline(), iter([100.000, 100.001, 100.010, 100.060, 100.090])
     monkeypatch.setattr(measure.time, "perf_counter", lambda: next(host))
     monkeypatch.setattr(measure, "host_loop_ns", lambda: 33.0)  # (its own clock reads are not the marks')
     probes = measure.Probes(clock, tiny_model("voxtral", "sdpa"), layer=K)
     probes.close()
-    clock.reached = [0.000, 0.001, 0.050, 0.061]  # start, encoder start and end, layer K on the device's timeline (s)
+    clock.reached = [0.000, 0.001, 0.050, 0.061, 0.0902]  # start, encoder start and end, layer K, the last layer's end
     start = probes.start()
     probes._mark("encoder_start")()  # (the encoder span's own start, not part of a lead)
     probes._mark("encoder_end")()
     probes._mark("layer")()
+    probes._mark("last_layer")()
     spans = probes.spans(start)
     assert spans["host_lead_encoder_ms"] == pytest.approx(40.0) and spans["host_lead_k_ms"] == pytest.approx(1.0)
+    assert spans["host_lead_end_ms"] == pytest.approx(0.2)  # queued at 90 ms, reached at 90.2: host-bound by then
     assert spans["encoder_ms"] == pytest.approx(49.0) and spans["head_ms"] == pytest.approx(61.0)
     assert spans["host_loop_ns"] == 33.0  # timed at the request's start
 
@@ -375,8 +378,9 @@ def test_compare_mode_puts_stock_hugging_face_beside_kvprune(tmp_path):
     assert "| prefill at fastv 0.9 ≥ 4× faster than stock HF unpruned |" in text and "floor (encoder + layers < K)" in text
     assert "| encoder TFLOP/s | encoder × floor |" in text and "TFLOP counted; floor" in text
     # on a CPU the host's clock is the device's: no lead anywhere, exactly
-    assert frame.iloc[2:]["host_lead_encoder_ms"].eq(0.0).all() and frame.iloc[2:]["host_lead_k_ms"].eq(0.0).all()
-    assert "| host lead ms (encoder end / layer K) |" in text and "| 0.0 / 0.0 |" in text
+    leads = frame.iloc[2:][["host_lead_encoder_ms", "host_lead_k_ms", "host_lead_end_ms"]]
+    assert leads.eq(0.0).all().all()
+    assert "| host lead ms (encoder end / layer K / last layer) |" in text and "| 0.0 / 0.0 / 0.0 |" in text
     assert (frame["host_loop_ns"] > 0).all() and "Host speed: a fixed Python loop took" in text
 
 
@@ -435,6 +439,18 @@ def test_each_family_has_its_own_encoder_and_prefill_targets():
     assert {t["target"]: t for t in targets(faster)}[static.format(2)]["met"] == "met"
     assert {t["target"]: t for t in targets(faster.assign(family="qwen2_5_omni"))}[static.format(2.5)]["met"] == "missed"
     assert {t["target"]: t for t in targets(_compare_rows("phi4_multimodal"))}[static.format(2)]["met"] == "missed"
+
+
+def test_the_within_ideal_target_shows_what_the_host_allowed_on_a_gpu_only():
+    within = "prefill at fastv 0.9 within 10% of its ideal"
+    on_cpu = {t["target"]: t for t in targets(_compare_rows("phi4_multimodal"))}[within]
+    assert on_cpu["bound"] == "—"  # no device column: a CPU's, where the host's clock is the device's
+    rows = _compare_rows("phi4_multimodal").assign(device="cuda:0", host_loop_ns=49.2, host_lead_end_ms=[0.0, 0.0, 3.0, 0.04, 2.7])
+    bound = {t["target"]: t for t in targets(rows)}[within]["bound"]
+    assert bound == "host lead at the last layer 0.0 ms (the ideal's 2.7), host loop 49 ns; host-bound: follows the host's speed"
+    rows.loc[rows["method"] == "fastv", "host_lead_end_ms"] = 1.5
+    assert {t["target"]: t for t in targets(rows)}[within]["bound"] == "host lead at the last layer 1.5 ms (the ideal's 2.7), host loop 49 ns"
+    assert {t["target"]: t for t in targets(rows.assign(device="cpu"))}[within]["bound"] == "—"
 
 
 def test_an_ideal_that_bounds_nothing_measures_no_target():
