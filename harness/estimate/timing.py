@@ -7,10 +7,14 @@ whether it compiled or captured a graph). ``TimedBatches.time_batch`` runs one b
 does (its inputs prepared, then every run, the audio encoder output and layers < K shared between
 them as the pass says) and records the batch's wall time: what the calls leave of it is the batch's
 own work (reading audio, building inputs, grading, writing rows: to a scratch folder, as the sweep writes them).
+Part of that work comes with every run (grading its answers, writing its rows, setting up the next), and a
+timed batch runs only the timed runs: the gap between one call's end and the next call's start is one run's
+share, which the pricing adds for each run the sweep makes beyond them.
 """
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -41,6 +45,8 @@ class Call:
     audio_tokens: list[int]
     kept_tokens: list[int | None]  # audio placeholders each row kept (None: its press pruned no audio)
     generated: int  # tokens generated per row (the longest row's)
+    started: float  # time.perf_counter() at its start and end (the device synchronised)
+    ended: float
 
 
 def synchronise(device: torch.device) -> None:
@@ -72,6 +78,7 @@ class TimedExecutor(Executor):
             generation.timing.decode_s, generation.compilations > 0, generation.graphs_captured, first,
             [int(batch["input_ids"].shape[1]) for batch in inputs], [self.loaded.audio_tokens(b["input_ids"]) for b in inputs],
             [(sample.kept or {}).get("audio") for sample in generation.samples], int(generation.timing.new_tokens),
+            start, start + seconds,
         ))
         return generation
 
@@ -84,6 +91,8 @@ class Unit:
     seconds: float  # wall time of the whole batch: preparation, every run, grading
     audio_seconds: float  # the mean audio length of its samples
     size: int
+    runs: int  # the runs it ran (the timed ones)
+    between_runs: float  # median seconds from one call's end to the next one's start: one run's own work
 
 
 @dataclass
@@ -99,11 +108,14 @@ class TimedBatches:
         """``batch`` as the sweep's scoring or timing pass gives it (``schedule``)."""
         self.executor.context = context
         synchronise(self.loaded.device)
-        start = time.perf_counter()
+        start, before = time.perf_counter(), len(self.executor.calls)
         self.runner.run_batch(self.loaded, task, batch, settings_id="estimate", runs=runs, warmup=False, bar=_NoBar(), how=how)
         synchronise(self.loaded.device)
         seconds = [planned.seconds or 0.0 for planned, _ in batch]
-        self.units.append(Unit(dict(context), time.perf_counter() - start, sum(seconds) / len(seconds), len(batch)))
+        calls = self.executor.calls[before:]
+        gaps = [later.started - earlier.ended for earlier, later in zip(calls, calls[1:])]
+        self.units.append(Unit(dict(context), time.perf_counter() - start, sum(seconds) / len(seconds), len(batch),
+                               len(runs), statistics.median(gaps) if gaps else 0.0))
 
 
 class _NoBar:

@@ -13,7 +13,8 @@ from kvprune.harness.estimate import estimate as estimate_module
 from kvprune.harness.estimate import floor as floor_module
 from kvprune.harness.estimate.config import MODES, EstimateConfig
 from kvprune.harness.estimate.estimate import chosen_batches, run_estimate, settings_key, timed_runs
-from kvprune.harness.estimate.pricing import _run_figures, payers
+from kvprune.harness.estimate.pricing import _run_figures, frames, mode_cost, payers
+from kvprune.harness.estimate.timing import Call, Unit
 from kvprune.harness.estimate.published import published
 from kvprune.harness.estimate.report import earlier_rows, write_estimate
 from kvprune.harness.estimate.report_rows import FIXED
@@ -98,6 +99,31 @@ def test_an_untimed_ratio_costs_what_a_line_through_its_method_s_timed_ratios_sa
     middle = runs_of(config(tmp_path, ratios=[0.1, 0.3, 0.5, 0.9]))
     assert _run_figures({1: measured[fastv[0]], 3: measured[fastv[1]], 4: measured[fastv[2]]}, middle, 2, {1}) == (
         pytest.approx([2.25, 1.75, 2.75, 0.65]))
+
+
+def test_a_batch_pays_one_run_s_own_work_for_every_run_the_timing_left_out(tmp_path):
+    """A timed batch makes only the timed runs (5 of 7 here); the sweep's batch makes all 7, and each run adds
+    its own work between two calls (grading, writing its rows): the batch's own work is what its wall time
+    leaves of its calls plus that gap for each of the 2 runs it did not make."""
+    runs = runs_of(config(tmp_path))
+    timed = [runs.index(run) for run in timed_runs(runs, 2)]
+    prep, gap, call_s = 0.05, 0.01, 0.1
+    calls, units = [], []
+    for repeat in range(2):
+        context = dict(task="t", mode="sweep", unit=0, repeat=repeat)
+        clock = 100.0 * repeat + prep
+        for run in timed:
+            calls.append(Call(context, run, 1, call_s, call_s / 2, call_s / 2, False, 0, False, [10], [5], [None], 2,
+                              clock, clock + call_s))
+            clock += call_s + gap
+        wall = prep + len(timed) * call_s + (len(timed) - 1) * gap
+        units.append(Unit(context, wall, 15.0, 1, len(timed), gap))
+    call_frame, unit_frame = frames(calls, units, "t", "sweep")
+    cost = mode_cost(call_frame, unit_frame, runs, [(15.0, 1)])
+    own = prep + (len(timed) - 1) * gap + (len(runs) - len(timed)) * gap
+    assert len(runs) - len(timed) == 2
+    assert cost.overhead == pytest.approx(own)
+    assert cost.total == pytest.approx(len(runs) * call_s + own), "every run's call at 0.1 s, the untimed ones on lines"
 
 
 def test_timed_batches_are_the_first_and_last_full_ones_spread_between_and_a_smaller_last():

@@ -71,6 +71,11 @@ def test_the_demo_model_by_name_or_folder_is_priced_on_its_suite(model, tmp_path
     inside = calls.groupby(["mode", "unit", "repeat"])["seconds"].sum()
     walls = batches.set_index(["mode", "unit", "repeat"])["seconds"]
     assert set(inside.index) == set(walls.index) and (inside <= walls.loc[inside.index]).all()
+    # each batch made the runs it called, and one run's own work (a gap between calls) fits in what they leave
+    made = calls.groupby(["mode", "unit", "repeat"])["run"].nunique()
+    assert (batches.set_index(["mode", "unit", "repeat"])["runs"].loc[made.index] == made).all()
+    between = batches.set_index(["mode", "unit", "repeat"])["between_runs"].loc[inside.index]
+    assert (between > 0).all() and (between * (made - 1) <= walls.loc[inside.index] - inside).all()
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni", "qwen2_audio", "audioflamingo3", "phi4_multimodal",
