@@ -25,7 +25,7 @@ from .presets import PRESETS, Preset, check_weights
 from .report import bench_frame, write_report
 from .requests import describe, describe_request, failed, plan, run_request
 from .roofline import copy_tb_s, gemm_tflops
-from .rounds import SKIPPED, Request, disturbed, run_rounds, summary
+from .rounds import SKIPPED, Request, disturbed, round_rows, run_rounds, summary
 from .state import BenchState
 
 
@@ -48,7 +48,7 @@ def run_bench(config: BenchConfig) -> pd.DataFrame:
             for name in config.presets:
                 _bench_preset(state, PRESETS.get(name))
                 if config.out is not None:
-                    write_report(bench_frame(state.rows, meta), config.out)
+                    write_report(bench_frame(state.rows, meta), config.out, pd.DataFrame(state.rounds))
     finally:
         state.bar.close()
     return bench_frame(state.rows, meta)
@@ -114,6 +114,7 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
     outcomes = run_rounds(requests, rounds, state.meter.warmup, run_one=run_one, expired=state.expired, describe=failed,
                           on_round=on_round)
     dropped = disturbed(outcomes)
+    state.rounds += [dict(base, **row) for row in round_rows(requests, outcomes, dropped, state.meter.warmup)]
     rows = [dict(base, **describe_request(request, state, fast_path), **summary(outcomes[request], dropped[request]))
             for request in requests]
     if config.mode == "ratios" and config.k is not None and "error" not in rows[0]:

@@ -112,13 +112,18 @@ def _with_derived(frame: pd.DataFrame) -> pd.DataFrame:
     return merged.drop(columns=[c for c in merged.columns if c.startswith("_")])
 
 
-def write_report(frame: pd.DataFrame, out: Path) -> list[Path]:
+def write_report(frame: pd.DataFrame, out: Path, rounds: pd.DataFrame | None = None) -> list[Path]:
+    """bench.csv, bench.md and the mode's figure; with ``rounds`` (``rounds.round_rows``), rounds.csv: every timed
+    round behind the medians."""
     out.mkdir(parents=True, exist_ok=True)
     figure = "throughput_vs_batch.png" if frame["mode"].iloc[0] == "batch" else "prefill_vs_ratio.png"
     paths = [out / "bench.csv", out / "bench.md", out / figure]
     frame.to_csv(paths[0], index=False)
     paths[1].write_text(markdown(frame))
     (plot_throughput if figure.startswith("throughput") else plot_prefill)(frame, paths[2])
+    if rounds is not None and not rounds.empty:
+        paths.append(out / "rounds.csv")
+        rounds.to_csv(paths[-1], index=False)
     return paths
 
 

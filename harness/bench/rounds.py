@@ -155,6 +155,26 @@ def summary(outcome: Outcome, dropped: list[bool]) -> dict:
     )
 
 
+#: what ``round_rows`` keeps of each timed round
+ROUND_FIELDS = ("prefill_ms", "encoder_ms", "llm_ms", "host_lead_encoder_ms", "host_lead_k_ms", "host_lead_end_ms",
+                "host_loop_ns", "decode_ms_per_token")
+
+
+def round_rows(requests: list[Request], outcomes: dict[Request, Outcome], dropped: dict[Request, list[bool]],
+               warmup: int) -> list[dict]:
+    """One row per request and timed round, in the order they ran, with its place in that round (the order
+    turns one place a round): what a median hides, e.g. one request slow in every round, or every request in
+    one round."""
+    rows = []
+    for index, request in enumerate(requests):
+        for timed, (sample, out) in enumerate(zip(outcomes[request].samples, dropped[request])):
+            round_ = warmup + timed  # a request runs in every round until it fails or time runs out
+            rows.append(dict(method=request.method, ratio=request.ratio, batch=request.batch, round=timed + 1,
+                             place=(index - round_) % len(requests) + 1, dropped=out,
+                             **{name: getattr(sample, name) for name in ROUND_FIELDS}))
+    return sorted(rows, key=lambda row: (row["round"], row["place"]))
+
+
 def spread(values: list[float]) -> float:
     """Round-to-round noise of a median: the median absolute deviation, scaled to a standard deviation."""
     if len(values) < 2:

@@ -1,5 +1,5 @@
 """What one ``kvprune bench`` run carries from preset to preset: its device and dtype, the meter that
-times its requests, its deadline, its progress bar and the rows so far."""
+times its requests, its deadline, its progress bar, the rows so far and every timed round behind them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .measure import Meter
 
 
 class BenchState:
-    """State of one bench run: device, meter, deadline, progress bar and the rows so far."""
+    """State of one bench run: device, meter, deadline, progress bar, the rows so far and their rounds."""
 
     def __init__(self, config: BenchConfig):
         self.config = config
@@ -30,6 +30,7 @@ class BenchState:
         # shown once work has started (a run refused up front draws nothing); one count per audio length
         self.bar = tqdm(total=0, disable=not config.progress, unit="request", dynamic_ncols=True, delay=1)
         self.rows: list[dict] = []
+        self.rounds: list[dict] = []  # one per request and timed round (``rounds.round_rows``)
         self._engines: dict[int, Generator] = {}
 
     def engine(self, model) -> Generator:

@@ -546,6 +546,24 @@ def test_a_preset_that_fails_is_recorded_and_the_bench_goes_on(tmp_path, broken_
     assert "does not fit" in (tmp_path / "bench.md").read_text()
 
 
+def test_rounds_csv_holds_every_timed_round_behind_the_medians_in_the_order_they_ran(tmp_path):
+    fast = dict(FAST, repeats=3, warmup=1)
+    config = BenchConfig(presets=["tiny-omni"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5], out=tmp_path, **fast)
+    frame = run_bench(config)
+    rounds = pd.read_csv(tmp_path / "rounds.csv")
+    requests = len(frame)  # unpruned, the ideal, frame
+    assert len(rounds) == 3 * requests and sorted(rounds["round"].unique()) == [1, 2, 3]
+    for _, one in rounds.groupby("round"):
+        assert sorted(one["place"]) == list(range(1, requests + 1))
+    for (method, ratio), group in rounds.groupby(["method", "ratio"]):
+        places = group.sort_values("round")["place"].tolist()
+        assert [(p - 1) % requests for p in places[:-1]] == [p % requests for p in places[1:]], "one place earlier a round"
+        row = frame[(frame["method"] == method) & (frame["ratio"] == ratio)].iloc[0]
+        kept = group[~group["dropped"]]
+        assert row["prefill_ms"] == pytest.approx(kept["prefill_ms"].median())
+        assert row["host_lead_end_ms"] == pytest.approx(kept["host_lead_end_ms"].median())
+
+
 def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
     config = BenchConfig(
         presets=["tiny-omni"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5], out=None, max_minutes=1e-9, **FAST
