@@ -93,16 +93,19 @@ def _met(value: float, goal: float, higher: bool = True) -> str:
 
 
 def _host_bound(press, ideal) -> str:
-    """What the host let the pruned prefill reach: the host's lead at its last layer's end (the ideal's beside it)
-    and the host's speed; a prefill that ended waiting for launches follows the host, which varies from host to
-    host and within minutes on one (a GPU's marks only: on a CPU the host's clock is the device's)."""
+    """What the host let the pruned prefill reach: the host's lead at its last layer's end and the host's speed
+    before its requests, the ideal's beside each (a press that met a slower host than its ideal did is compared
+    across hosts); a prefill that ended waiting for launches follows the host, which varies from host to host and
+    within minutes on one (a GPU's marks only: on a CPU the host's clock is the device's)."""
     lead = press.get("host_lead_end_ms", math.nan)
     if str(press.get("device", "cpu")).startswith("cpu") or math.isnan(lead):
         return "—"
-    ideal_lead = ideal.get("host_lead_end_ms", math.nan) if ideal is not None else math.nan
+    ideal_lead, ideal_loop = ((ideal.get(name, math.nan) for name in ("host_lead_end_ms", "host_loop_ns"))
+                              if ideal is not None else (math.nan, math.nan))
     loop = press.get("host_loop_ns", math.nan)
     text = f"host lead at the last layer {lead:.1f} ms (the ideal's {ideal_lead:.1f})"
-    text += f", host loop {loop:.0f} ns" if not math.isnan(loop) else ""
+    if not math.isnan(loop):
+        text += f", host loop {loop:.0f} ns" + (f" (the ideal's {ideal_loop:.0f})" if not math.isnan(ideal_loop) else "")
     return text + ("; host-bound: follows the host's speed" if lead < HOST_BOUND_MS else "")
 
 

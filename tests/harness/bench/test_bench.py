@@ -446,10 +446,13 @@ def test_the_within_ideal_target_shows_what_the_host_allowed_on_a_gpu_only():
     on_cpu = {t["target"]: t for t in targets(_compare_rows("phi4_multimodal"))}[within]
     assert on_cpu["bound"] == "—"  # no device column: a CPU's, where the host's clock is the device's
     rows = _compare_rows("phi4_multimodal").assign(device="cuda:0", host_loop_ns=49.2, host_lead_end_ms=[0.0, 0.0, 3.0, 0.04, 2.7])
+    rows.loc[rows["method"] == "ideal", "host_loop_ns"] = 31.4  # the ideal's rounds met a faster host
     bound = {t["target"]: t for t in targets(rows)}[within]["bound"]
-    assert bound == "host lead at the last layer 0.0 ms (the ideal's 2.7), host loop 49 ns; host-bound: follows the host's speed"
+    assert bound == ("host lead at the last layer 0.0 ms (the ideal's 2.7), host loop 49 ns (the ideal's 31); "
+                     "host-bound: follows the host's speed")
     rows.loc[rows["method"] == "fastv", "host_lead_end_ms"] = 1.5
-    assert {t["target"]: t for t in targets(rows)}[within]["bound"] == "host lead at the last layer 1.5 ms (the ideal's 2.7), host loop 49 ns"
+    assert {t["target"]: t for t in targets(rows)}[within]["bound"] == (
+        "host lead at the last layer 1.5 ms (the ideal's 2.7), host loop 49 ns (the ideal's 31)")
     assert {t["target"]: t for t in targets(rows.assign(device="cpu"))}[within]["bound"] == "—"
 
 
