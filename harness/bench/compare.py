@@ -27,6 +27,8 @@ BELOW_IDEAL = " (below its ideal beyond the rounds' spread: this run's ideal is 
 NOISY_IDEAL = " (the ideal's rounds spread by {:.1f} ms, beyond the {:.0%} the target allows; more --repeats)"
 #: a host lead below this at the last layer's end: the pruned prefill ended waiting for the host's launches
 HOST_BOUND_MS = 1.0
+#: a host-bound press whose host loop was this much slower than its ideal's was timed at another host speed
+SLOWER_HOST = 1.2
 #: a request (prefill + the decoded tokens) at ``TARGET_RATIO`` against stock HF with its dynamic cache, and with its
 #: static-cache compile (every family; Qwen2.5-Omni sets its own, higher, static one)
 REQUEST_SPEEDUP_DYNAMIC, REQUEST_SPEEDUP_STATIC = 3.0, 2.0
@@ -106,7 +108,12 @@ def _host_bound(press, ideal) -> str:
     text = f"host lead at the last layer {lead:.1f} ms (the ideal's {ideal_lead:.1f})"
     if not math.isnan(loop):
         text += f", host loop {loop:.0f} ns" + (f" (the ideal's {ideal_loop:.0f})" if not math.isnan(ideal_loop) else "")
-    return text + ("; host-bound: follows the host's speed" if lead < HOST_BOUND_MS else "")
+    if lead >= HOST_BOUND_MS:
+        return text
+    text += "; host-bound: follows the host's speed"
+    if loop > SLOWER_HOST * ideal_loop:  # False when either is unknown
+        text += ", slower before this press's requests than before the ideal's (rounds.csv: each round's)"
+    return text
 
 
 def targets(rows: pd.DataFrame, ratio: float = TARGET_RATIO) -> list[dict]:

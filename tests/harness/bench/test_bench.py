@@ -449,7 +449,13 @@ def test_the_within_ideal_target_shows_what_the_host_allowed_on_a_gpu_only():
     rows.loc[rows["method"] == "ideal", "host_loop_ns"] = 31.4  # the ideal's rounds met a faster host
     bound = {t["target"]: t for t in targets(rows)}[within]["bound"]
     assert bound == ("host lead at the last layer 0.0 ms (the ideal's 2.7), host loop 49 ns (the ideal's 31); "
-                     "host-bound: follows the host's speed")
+                     "host-bound: follows the host's speed, slower before this press's requests than before the ideal's "
+                     "(rounds.csv: each round's)")
+    rows.loc[rows["method"] == "ideal", "host_loop_ns"] = 45.0  # within 1.2x: the same host speed
+    assert {t["target"]: t for t in targets(rows)}[within]["bound"] == (
+        "host lead at the last layer 0.0 ms (the ideal's 2.7), host loop 49 ns (the ideal's 45); host-bound: follows "
+        "the host's speed")
+    rows.loc[rows["method"] == "ideal", "host_loop_ns"] = 31.4
     rows.loc[rows["method"] == "fastv", "host_lead_end_ms"] = 1.5
     assert {t["target"]: t for t in targets(rows)}[within]["bound"] == (
         "host lead at the last layer 1.5 ms (the ideal's 2.7), host loop 49 ns (the ideal's 31)")
