@@ -97,7 +97,7 @@ def _met(value: float, goal: float, higher: bool = True) -> str:
 def _host_bound(press, ideal) -> str:
     """What the host let the pruned prefill reach: the host's lead at its last layer's end and the host's speed
     before its requests, the ideal's beside each (a press that met a slower host than its ideal did is compared
-    across hosts); a prefill that ended waiting for launches follows the host, which varies from host to host and
+    across host speeds); a prefill that ended waiting for launches follows the host, which varies from host to host and
     within minutes on one (a GPU's marks only: on a CPU the host's clock is the device's)."""
     lead = press.get("host_lead_end_ms", math.nan)
     if str(press.get("device", "cpu")).startswith("cpu") or math.isnan(lead):
