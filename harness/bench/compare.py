@@ -102,8 +102,8 @@ def _host_bound(press, ideal) -> str:
     lead = press.get("host_lead_end_ms", math.nan)
     if str(press.get("device", "cpu")).startswith("cpu") or math.isnan(lead):
         return "—"
-    ideal_lead, ideal_loop = ((ideal.get(name, math.nan) for name in ("host_lead_end_ms", "host_loop_ns"))
-                              if ideal is not None else (math.nan, math.nan))
+    ideal = ideal if ideal is not None else {}
+    ideal_lead, ideal_loop = ideal.get("host_lead_end_ms", math.nan), ideal.get("host_loop_ns", math.nan)
     loop = press.get("host_loop_ns", math.nan)
     text = f"host lead at the last layer {lead:.1f} ms (the ideal's {ideal_lead:.1f})"
     if not math.isnan(loop):
