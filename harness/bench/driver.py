@@ -25,7 +25,7 @@ from .presets import PRESETS, Preset, check_weights
 from .report import bench_frame, write_report
 from .requests import describe, describe_request, failed, plan, run_request
 from .roofline import copy_tb_s, gemm_tflops
-from .rounds import SKIPPED, Request, disturbed, round_rows, run_rounds, summary
+from .rounds import SKIPPED, Request, disturbed, over_ideal_by_round, round_rows, run_rounds, summary
 from .state import BenchState
 
 
@@ -115,7 +115,9 @@ def _bench_length(state: BenchState, model, preset: Preset, base: dict, fast_pat
                           on_round=on_round)
     dropped = disturbed(outcomes)
     state.rounds += [dict(base, **row) for row in round_rows(requests, outcomes, dropped, state.meter.warmup)]
-    rows = [dict(base, **describe_request(request, state, fast_path), **summary(outcomes[request], dropped[request]))
+    paired = over_ideal_by_round(requests, outcomes, dropped)
+    rows = [dict(base, **describe_request(request, state, fast_path), **summary(outcomes[request], dropped[request]),
+                 **paired.get(request, {}))
             for request in requests]
     if config.mode == "ratios" and config.k is not None and "error" not in rows[0]:
         rows[0].update(scoring_costs(state, model, prompt))

@@ -11,16 +11,13 @@ from pathlib import Path
 import pandas as pd
 
 from ..markdown import markdown_table
-from .compare import compiled_words, targets, variant
+from .compare import BELOW_IDEAL_FLOOR, compiled_words, targets, variant
 from .figures import IDEAL, STOCK, UNPRUNED, plot_prefill, plot_throughput
 from .presets import PRESETS
 from .roofline import below_floor_lines, bound_line, with_decode_bound, with_encoder_bound
 
 GROUP = ["preset", "audio_seconds"]
 MIB = 2.0**20
-#: a press row is flagged when its LLM time is below its ideal's by more than twice their combined
-#: round-to-round spread and more than this fraction of the ideal
-BELOW_IDEAL_FLOOR = 0.01
 CACHE_PRESS_IDEAL = "n/a: a cache press leaves the prefill's work as it is (it evicts after each layer)"
 
 #: measured per row (``encoder``: the audio encoder path that ran, "fast" where kvprune.fast_audio_encoder
@@ -30,7 +27,8 @@ MEASURED = (
     "compiled_in_timing "
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "host_lead_encoder_ms host_lead_k_ms host_lead_end_ms host_loop_ns "
-    "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds eager_score_ms "
+    "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds prefill_vs_ideal_paired "
+    "prefill_vs_ideal_paired_noise paired_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
     "step_flops step_bytes max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops "
     "max_batch_step_bytes error"

@@ -155,6 +155,26 @@ def summary(outcome: Outcome, dropped: list[bool]) -> dict:
     )
 
 
+def over_ideal_by_round(requests: list[Request], outcomes: dict[Request, Outcome],
+                        dropped: dict[Request, list[bool]]) -> dict[Request, dict]:
+    """Per press that drops tokens before layer K, its prefill over its ideal's within each timed round that kept
+    both, summarised as row fields: their median, spread and count. The two ran seconds apart, so a host that slows
+    for a minute slows both and the ratio cancels it, where a ratio of two medians can set a press's slow round
+    against its ideal's fast one (a GPU host's launch speed moves by 1.5x from minute to minute)."""
+    ideals = {(r.batch, r.drop_ratio): r for r in requests if r.kind == "ideal"}
+    fields = {}
+    for request in requests:
+        ideal = ideals.get((request.batch, request.drop_ratio)) if request.kind in ("token", "composed") else None
+        if ideal is None or outcomes[request].error is not None or outcomes[ideal].error is not None:
+            continue
+        pairs = zip(outcomes[request].samples, dropped[request], outcomes[ideal].samples, dropped[ideal])  # by round
+        ratios = [press.prefill_ms / bound.prefill_ms for press, out, bound, out_too in pairs if not (out or out_too)]
+        if ratios:
+            fields[request] = dict(prefill_vs_ideal_paired=statistics.median(ratios),
+                                   prefill_vs_ideal_paired_noise=spread(ratios), paired_rounds=len(ratios))
+    return fields
+
+
 #: what ``round_rows`` keeps of each timed round
 ROUND_FIELDS = ("prefill_ms", "encoder_ms", "llm_ms", "host_lead_encoder_ms", "host_lead_k_ms", "host_lead_end_ms",
                 "host_loop_ns", "decode_ms_per_token")

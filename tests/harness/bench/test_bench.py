@@ -22,7 +22,9 @@ from kvprune.harness.bench.config import BenchConfig
 from kvprune.harness.bench.driver import run_bench
 from kvprune.harness.bench.measure import RequestTiming
 from kvprune.harness.bench.report import COLUMNS, bench_frame, markdown
-from kvprune.harness.bench.rounds import SKIPPED, WARMED_ONLY, Outcome, Request, disturbed, run_rounds, summary
+from kvprune.harness.bench.rounds import (
+    SKIPPED, WARMED_ONLY, Outcome, Request, disturbed, over_ideal_by_round, run_rounds, summary,
+)
 from kvprune.harness.cli import main
 from kvprune.harness.bench.shapes import shapes_of
 from kvprune.models import list_families
@@ -261,6 +263,38 @@ def test_a_round_with_an_outlying_encoder_time_is_left_out():
     assert disturbed(half)[Request("none", 0.0, "none")] == [False] * 4, "never more than half of a request's rounds"
 
 
+def test_a_press_is_set_against_its_ideal_round_by_round():
+    """A host that slows in round 2 slows the press and its ideal alike: their ratio in each round cancels it. Only
+    rounds both kept pair up (a dropped round, or one the deadline cut short, does not); each press pairs with the
+    ideal at its own drop ratio and batch; a cache press has no ideal."""
+    ideal, other_ideal = Request("ideal", 0.5, "ideal", drop_ratio=0.5), Request("ideal", 0.9, "ideal", drop_ratio=0.9)
+    frame = Request("frame", 0.5, "token", drop_ratio=0.5)
+    composed = Request("frame+knorm", 0.5, "composed", drop_ratio=0.5)
+    batched = Request("fastv", 0.5, "token", drop_ratio=0.5, batch=4)
+    cache = Request("knorm", 0.5, "cache")
+    ideal_ms, frame_ms = [40.0, 80.0, 41.0, 40.0], [42.0, 84.0, 50.0, 41.0]
+    outcomes = {
+        ideal: Outcome([_timing(m, 10.0) for m in ideal_ms]),
+        other_ideal: Outcome([_timing(20.0, 10.0)] * 4),
+        frame: Outcome([_timing(m, 10.0) for m in frame_ms]),
+        composed: Outcome([_timing(m, 10.0) for m in frame_ms[:2]]),  # the deadline came after two rounds
+        batched: Outcome([_timing(m, 10.0) for m in frame_ms]),
+        cache: Outcome([_timing(m, 10.0) for m in frame_ms]),
+    }
+    dropped = {request: [False] * len(outcome.samples) for request, outcome in outcomes.items()}
+    dropped[ideal] = [False, False, True, False]  # round 3 left out as an outlier
+    fields = over_ideal_by_round(list(outcomes), outcomes, dropped)
+    assert set(fields) == {frame, composed}
+    ratios = [42 / 40, 84 / 80, 41 / 40]  # rounds 1, 2 and 4
+    assert fields[frame]["paired_rounds"] == 3
+    assert fields[frame]["prefill_vs_ideal_paired"] == pytest.approx(sorted(ratios)[1])
+    assert fields[frame]["prefill_vs_ideal_paired_noise"] == pytest.approx(
+        1.4826 * sorted(abs(r - sorted(ratios)[1]) for r in ratios)[1])
+    assert fields[composed]["paired_rounds"] == 2 and fields[composed]["prefill_vs_ideal_paired"] == pytest.approx(1.05)
+    assert not over_ideal_by_round([frame, ideal], {frame: outcomes[frame], ideal: Outcome([], error="boom")},
+                                   {frame: [False] * 4, ideal: []})
+
+
 class _DeviceTimeline:
     """A clock whose marks are the times at which a device reaches them (set by the test), as CUDA events are."""
 
@@ -481,6 +515,24 @@ def test_an_ideal_that_bounds_nothing_measures_no_target():
     assert {t["target"]: t for t in targets(noisy)}[within]["met"] == "met"
 
 
+def test_the_within_ideal_target_is_judged_round_by_round_where_rounds_pair_up():
+    """The medians put the press 70 / 66 = 1.061x its ideal; its rounds against the ideal's (host drift cancelled)
+    at 1.12x: judged on the rounds. Two paired rounds are too few to judge by; ratios that spread wider than the
+    10% allowed, or a press below its ideal beyond their spread, judge nothing."""
+    within = "prefill at fastv 0.9 within 10% of its ideal"
+    rows = _compare_rows("voxtral").assign(prefill_vs_ideal_paired=1.12, prefill_vs_ideal_paired_noise=0.01, paired_rounds=5)
+    found = {t["target"]: t for t in targets(rows)}[within]
+    assert found["measured"] == "1.120× the ideal, round by round (1.061× of the medians)" and found["met"] == "missed"
+    assert {t["target"]: t for t in targets(rows.assign(prefill_vs_ideal_paired=1.04))}[within]["met"] == "met"
+    few = {t["target"]: t for t in targets(rows.assign(paired_rounds=2))}[within]
+    assert (few["measured"], few["met"]) == ("1.061× the ideal", "met")
+    noisy = {t["target"]: t for t in targets(rows.assign(prefill_vs_ideal_paired_noise=0.15))}[within]
+    assert noisy["met"] == "not measured" and "round-by-round ratios spread by 15.0%, beyond the 10%" in noisy["measured"]
+    below = {t["target"]: t for t in targets(rows.assign(prefill_vs_ideal_paired=0.95))}[within]
+    assert below["met"] == "not measured" and "below its ideal beyond the rounds' spread" in below["measured"]
+    assert {t["target"]: t for t in targets(rows.assign(prefill_vs_ideal_paired=0.995))}[within]["met"] == "met"
+
+
 def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
     config = BenchConfig(presets=["tiny-aero"], audio_seconds=[1.0], methods="frame", ratios=[0.5], batch_sizes=[1, 3],
                          out=tmp_path, **FAST)
@@ -571,6 +623,11 @@ def test_rounds_csv_holds_every_timed_round_behind_the_medians_in_the_order_they
         kept = group[~group["dropped"]]
         assert row["prefill_ms"] == pytest.approx(kept["prefill_ms"].median())
         assert row["host_lead_end_ms"] == pytest.approx(kept["host_lead_end_ms"].median())
+    press, ideal = (rounds[rounds["method"] == m].set_index("round") for m in ("frame", "ideal"))
+    both = ~(press["dropped"] | ideal["dropped"])
+    paired = (press["prefill_ms"] / ideal["prefill_ms"])[both]
+    row = frame[frame["method"] == "frame"].iloc[0]
+    assert row["paired_rounds"] == len(paired) and row["prefill_vs_ideal_paired"] == pytest.approx(paired.median())
 
 
 def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
