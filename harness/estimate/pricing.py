@@ -4,8 +4,9 @@ Each timed call was repeated (``--repeats``); its figure is the median of its wa
 that neither compiled nor captured a graph, nor were the first of their run in the process) and its
 spread their lowest and highest. What a cold repeat took beyond the warm median is a cost paid once:
 a compilation or a run's first call (its lazy set-up: once per sweep, in the task where the sweep
-meets it, as the estimate met it there), or a graph capture (once per decode state, and the sweep
-meets about as many states per task as the lengths of its batches span buckets).
+meets it, as the estimate met it there), or a graph capture (once per decode state: the sweep meets about as
+many states per task as the lengths of its batches span buckets, times the cache layouts its runs make, where
+the estimate timed only some runs: ``layouts``).
 
 A run the estimate did not time (a ratio between its method's timed ones) costs what a line through
 its method's timed ratios says (where layers < K are shared, through those that replayed them, not the
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from kvprune.generation.layer_reuse import shared_layers
 
 from .timing import Call, Unit
 
@@ -94,7 +97,7 @@ def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: 
         lengths = [s for s, _ in near]
         per_row = [np.append(per_unit[u], own[u]) / timed_units.loc[u, "size"] for _, u in near]
         totals += size * np.array([np.interp(seconds, lengths, [p[i] for p in per_row]) for i in range(len(FIGURES) + 1)])
-    once = float(cold.loc[cold["once"], "extra"].sum()) + _captures(cold, units, every_unit)
+    once = float(cold.loc[cold["once"], "extra"].sum()) + _captures(cold, units, every_unit, runs, calls["run"].dropna().unique())
     lazy = float(cold.loc[cold["lazy"], "extra"].sum())
     median, low, high, prefill, overhead = totals
     return ModeCost(total=median + overhead + once, low=low + overhead + once, high=high + overhead + once,
@@ -105,8 +108,6 @@ def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: 
 def payers(runs: list) -> set[int]:
     """The runs that compute a sample's layers < K for the later token presses at the same K: the first
     at each K, in the sweep's order (``kvprune.generation.layer_reuse``)."""
-    from kvprune.generation.layer_reuse import shared_layers
-
     first: dict[int, int] = {}
     for index, run in enumerate(runs):
         k = shared_layers(run.press)
@@ -138,10 +139,25 @@ def _line(x: float, xs: list[float], ys: list[float]) -> float:
     return ys[a] + (x - xs[a]) * (ys[b] - ys[a]) / (xs[b] - xs[a])
 
 
-def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]]) -> float:
-    """Graph captures the timed units met, scaled to the length buckets every unit spans."""
+def layout(run) -> tuple:
+    """What a run's decode states are shaped by, apart from lengths: runs alike share states and their graphs.
+    A token press at ratio r keeps the same entries in layers >= K whatever chooses them (FastV, frame, random and
+    DART at one K share); the unpruned run and ratio 0 keep everything; any other press lays its cache out its own
+    way (a cache press's budgets per layer)."""
+    if run.press is None or run.ratio == 0:
+        return ("unpruned",)
+    k = shared_layers(run.press)
+    return ("kept", k, run.ratio) if k is not None else ("own", run.method_id, run.ratio)
+
+
+def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]], runs: list,
+              timed_runs) -> float:
+    """Graph captures the timed units met, scaled to the length buckets every unit spans and to the layouts
+    every run makes (the timing left ratios out: each untimed ratio of a token press is a layout of its own)."""
     captured = float(cold.loc[~cold["once"], "extra"].sum())
     if not captured:
         return 0.0
     spanned = lambda lengths: len({math.floor(BUCKETS_PER_OCTAVE * math.log2(max(s, 1e-3))) for s in lengths})  # noqa: E731
-    return captured * spanned([s for s, _ in every_unit]) / max(1, spanned(units["audio_seconds"].unique()))
+    buckets = spanned([s for s, _ in every_unit]) / max(1, spanned(units["audio_seconds"].unique()))
+    timed = {layout(runs[int(i)]) for i in timed_runs}
+    return captured * buckets * len({layout(run) for run in runs}) / max(1, len(timed))
