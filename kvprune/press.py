@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import torch
+
+#: K of a token press that names none: the layer before which it drops tokens (FastV's)
+TOKEN_LAYER = 2
 import torch.nn as nn
 
 from .engine.cache_budgets import top_per_group
@@ -93,7 +96,7 @@ class TokenDropPress(Press):
     """
 
     ratio: float = 0.0
-    layer: int = 2
+    layer: int = TOKEN_LAYER
     keep_rule: str = "round"
     scope: str = "audio"
 

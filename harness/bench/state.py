@@ -9,7 +9,7 @@ import time
 import torch
 from tqdm.auto import tqdm
 
-from kvprune.generation import Generator
+from kvprune.generation import Generator, unpruned_split
 
 from ..setup.device import default_device, release_memory, resolve_cache
 from .config import BenchConfig
@@ -38,7 +38,8 @@ class BenchState:
         decode states serve every request of every round)."""
         if id(model) not in self._engines:
             self._engines.clear()  # another model: the last one is gone
-            self._engines[id(model)] = Generator(model, compile=self.meter.compile)
+            split = unpruned_split(self.config.presses.values())  # the unpruned rows decode on the presses' step
+            self._engines[id(model)] = Generator(model, compile=self.meter.compile, split_unpruned_at=split)
         return self._engines[id(model)]
 
     def forget_engines(self) -> None:

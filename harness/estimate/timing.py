@@ -23,7 +23,7 @@ import torch
 from kvprune.models.loading import LoadedModel
 
 from ..sweep.execute import BatchGeneration, Executor
-from ..sweep.plan import PlannedRun
+from ..sweep.plan import PlannedRun, checked_presses
 from ..sweep.samples import SampleRunner
 from ..sweep.schedule import Pass, Work
 
@@ -58,7 +58,7 @@ class TimedExecutor(Executor):
     """The sweep's executor, each call clocked and recorded in ``calls`` under ``context``."""
 
     def __init__(self, loaded: LoadedModel, cache: str, runs: list[PlannedRun]):
-        super().__init__(loaded, cache)
+        super().__init__(loaded, cache, checked_presses(runs).values())  # the sweep's engine
         self.calls: list[Call] = []
         self.context: dict = {}
         self._runs = {id(run.press): index for index, run in enumerate(runs)}

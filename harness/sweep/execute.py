@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvprune.generation import ENGINE, Generator, Timing, stock_generate
+from kvprune.generation import ENGINE, Generator, Timing, stock_generate, unpruned_split
 from kvprune.models.loading import LoadedModel
 from kvprune.press import Press
 
@@ -50,9 +50,12 @@ class BatchGeneration:
 class Executor:
     """Generates a batch under a press on one loaded model (see the module docstring)."""
 
-    def __init__(self, loaded: LoadedModel, cache: str):
+    def __init__(self, loaded: LoadedModel, cache: str, presses=()):
+        """``presses``: what it will run (each method's press), so that the unpruned runs decode on the compiled
+        step of the token presses' layout (``kvprune.generation.unpruned_split``)."""
         self.loaded, self.cache = loaded, cache
-        self.engine = Generator(loaded.model) if cache == ENGINE_CACHE else None  # None: stock generate
+        engine = Generator(loaded.model, split_unpruned_at=unpruned_split(presses)) if cache == ENGINE_CACHE else None
+        self.engine = engine  # None: stock generate
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = getattr(loaded.generating_module.generation_config, "eos_token_id", None)

@@ -169,7 +169,7 @@ class SweepRunner:
         loaded = self._load(model_name)
         check_presses(loaded.model, model_name, self.presses, static=self.cache == "static", prunes=True)
         self._folder.record(self.plan, self._digests)
-        executor = Executor(loaded, self.cache)
+        executor = Executor(loaded, self.cache, self.presses.values())
         samples = SampleRunner(self.config, self.store, executor, self.judge, self.source)
         with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"

@@ -3,10 +3,10 @@ with a compiled step replayed as a CUDA graph (see ``generator``); stock ``gener
 (``stock``), in one timing vocabulary (``timing``)."""
 
 from .decode_state import bucket_length
-from .generator import Generator, generate
+from .generator import Generator, generate, unpruned_split
 from .request import ENGINE, FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput
 from .stock import stock_generate
 from .timing import Clock, Timing
 
 __all__ = ["ENGINE", "FALLBACK", "Clock", "GenerateRequest", "GenerationObserver", "GenerationOutput", "Generator",
-           "Timing", "bucket_length", "generate", "stock_generate"]
+           "Timing", "bucket_length", "generate", "stock_generate", "unpruned_split"]

@@ -89,6 +89,7 @@ class StateShape:
     mask_heads: tuple[int, ...]  # per group: 1, or attention heads for head-wise compression
     layer_group: tuple[int, ...]  # per decoder layer, its group
     new_tokens: int  # room of the output buffer
+    split_at: int | None = None  # a prefill laid out as one group is split at this layer (``layer_groups``)
 
     @property
     def grouping(self) -> tuple:
@@ -103,9 +104,14 @@ class StateShape:
         )
 
 
-def layer_groups(prefill: Prefill) -> tuple[tuple[int, ...], list[int], list[int]]:
+def layer_groups(prefill: Prefill, split_at: int | None = None) -> tuple[tuple[int, ...], list[int], list[int]]:
     """Per layer its group (layers whose slots were laid out by the same decision share a mask), and
-    per group its width (entries per row) and mask heads."""
+    per group its width (entries per row) and mask heads.
+
+    A prefill whose layers all hold the same entries (unpruned, or nothing pruned) is one group, or with
+    ``split_at`` (K) two alike, layers < K and the rest: laid out as a token press at K lays out its own, it
+    decodes on that press's compiled step, where a grouping of its own would be a compilation of its own
+    (about a minute on a GPU for a model of 28-36 layers)."""
     groups: dict[int, int] = {}
     layer_group, widths, heads = [], [], []
     for entries in prefill.layers:
@@ -115,15 +121,19 @@ def layer_groups(prefill: Prefill) -> tuple[tuple[int, ...], list[int], list[int
             widths.append(entries.valid.shape[-1])
             heads.append(entries.valid.shape[1])
         layer_group.append(groups[key])
+    if len(widths) == 1 and split_at is not None and 0 < split_at < len(layer_group):
+        return (0,) * split_at + (1,) * (len(layer_group) - split_at), widths * 2, heads * 2
     return tuple(layer_group), widths, heads
 
 
-def state_shape(prefill: Prefill, batch: int, new_tokens: int, per_octave: int, stretch: float = 1.0) -> StateShape:
+def state_shape(prefill: Prefill, batch: int, new_tokens: int, per_octave: int, stretch: float = 1.0,
+                split_at: int | None = None) -> StateShape:
     """The bucketed shape that decodes ``batch`` rows laid out like ``prefill`` for ``new_tokens`` tokens;
-    ``stretch``: room for prompts that much longer than this prefill's (kept entries in proportion)."""
-    layer_group, widths, heads = layer_groups(prefill)
+    ``stretch``: room for prompts that much longer than this prefill's (kept entries in proportion);
+    ``split_at``: see ``layer_groups``."""
+    layer_group, widths, heads = layer_groups(prefill, split_at)
     capacities = tuple(bucket_length(math.ceil(w * stretch) + new_tokens, per_octave) for w in widths)
-    return StateShape(batch, capacities, tuple(heads), layer_group, bucket_length(new_tokens, per_octave, 8))
+    return StateShape(batch, capacities, tuple(heads), layer_group, bucket_length(new_tokens, per_octave, 8), split_at)
 
 
 class DecodeState:
@@ -199,7 +209,7 @@ class DecodeState:
         """Copy a prefill's rows in at rows ``offset..``; their first new token (already chosen from the
         prefill's logits) is column 0 of ``out``, and each row's next write is after its entries."""
         rows = slice(offset, offset + prefill.batch)
-        layer_group, widths, _ = layer_groups(prefill)
+        layer_group, widths, _ = layer_groups(prefill, self.shape.split_at)
         if layer_group != self.shape.layer_group:
             raise ValueError("these prompts were pruned into other groups of layers than the decode state's; decode them apart.")
         destinations, sources = [], []

@@ -15,7 +15,7 @@ Gemma-3n) and attention implementations that cannot mask per layer (flash attent
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -25,6 +25,7 @@ import torch.nn as nn
 from ..compat import cache_argument
 from ..compiling import out_of_memory
 from ..models import resolve_family
+from ..press import TOKEN_LAYER
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner
@@ -63,6 +64,10 @@ class Generator:
     * ``fused_attention``: the decode step's attention as one fused Triton kernel on CUDA
       (``decode_attention``); False: two matrix products and a softmax, as on the CPU.
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
+    * ``split_unpruned_at``: K of the token presses it will run (their default: ``TOKEN_LAYER``). An unpruned
+      prompt's cache is laid out in two groups split there, as such a press lays out its own, so that one
+      compiled step decodes both (each grouping of layers is a compilation of its own, about a minute on a GPU
+      for 28-36 layers); None: one group.
     * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go);
       "auto": on CUDA, 3/4 of the memory free when the generator is made (the model loaded), else 8 GiB.
       A call that runs out of memory while earlier calls' states are kept drops them and runs again once.
@@ -79,6 +84,7 @@ class Generator:
     fast_linear: bool | str = "auto"
     fused_attention: bool = True
     per_octave: int = 8
+    split_unpruned_at: int | None = TOKEN_LAYER
     max_state_bytes: int | str = "auto"
     check_every: int = 16
     _states: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
@@ -239,10 +245,11 @@ class Generator:
         (``stretch``: its length over this prefill's, the kept entries scaled alike), so that a call
         rarely grows through states (each a new allocation and graph capture)."""
         if state is None:
-            first = self._state(state_shape(prefill, rows, max_new_tokens, self.per_octave, stretch), prefill)
+            first = self._state(state_shape(prefill, rows, max_new_tokens, self.per_octave, stretch,
+                                            self.split_unpruned_at), prefill)
             first.reset()  # a kept state holds an earlier call's rows and step
             return first
-        needed = state_shape(prefill, rows, max_new_tokens, self.per_octave)
+        needed = state_shape(prefill, rows, max_new_tokens, self.per_octave, split_at=self.split_unpruned_at)
         if state.shape.fits(needed):
             return state
         needed = replace(needed, capacities=tuple(map(max, needed.capacities, state.shape.capacities)))  # per group
@@ -347,6 +354,13 @@ class Generator:
             engine=FALLBACK, note=self.unsupported, first_prefill_s=timings[0].prefill_s,
             compiled_in_timing=timing.compiled,  # stock generate: every compilation inside its timed spans
         )
+
+
+def unpruned_split(presses) -> int:
+    """``Generator.split_unpruned_at`` for a generator that will run ``presses``: the K at which most of their
+    token parts drop tokens (their caches' split, which the unpruned prompts then share), else the default K."""
+    layers = Counter(part.layer for press in presses if press is not None for part in press.parts() if part.kind == "token")
+    return layers.most_common(1)[0][0] if layers else TOKEN_LAYER
 
 
 def generate(model, inputs, *, max_new_tokens: int, press=None, ratio: float | None = None, **kwargs) -> GenerationOutput:

@@ -194,13 +194,13 @@ def test_one_new_token_comes_from_the_prefill():
 def test_decode_states_are_kept_across_calls_within_their_memory_budget():
     family = "qwen2_5_omni"
     m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
-    generator = Generator(m)
+    generator = Generator(m, split_unpruned_at=None)
     for _ in range(2):
         generator.generate(inputs, max_new_tokens=NEW, press=PRESSES["fastv"], **NO_STOP)
     assert generator.states == 1  # the same shape: the same buffers, refilled
-    generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)  # unpruned: another grouping of layers
+    generator.generate(inputs, max_new_tokens=NEW, **NO_STOP)  # unpruned, in one group: another grouping of layers
     assert generator.states == 2
-    tight = Generator(m, max_state_bytes=1)
+    tight = Generator(m, max_state_bytes=1, split_unpruned_at=None)
     for press in (None, PRESSES["fastv"]):
         tight.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP)
     assert tight.states == 1  # the least recently used went; the one in use always stays
@@ -222,7 +222,7 @@ def test_running_out_of_memory_drops_the_kept_states_and_runs_again_once(monkeyp
     import kvprune.generation.generator as engine
 
     m, inputs = model("qwen2_5_omni", "sdpa"), FAMILIES["qwen2_5_omni"].inputs(ROWS)
-    generator = Generator(m)
+    generator = Generator(m, split_unpruned_at=None)  # unpruned in a grouping of its own: a state of its own
     pruned = generator.generate(inputs, max_new_tokens=NEW, press=PRESSES["fastv"], **NO_STOP)  # keeps a state
     expected = Generator(m).generate(inputs, max_new_tokens=NEW, **NO_STOP).new_tokens
     made, failures = engine.DecodeState, []
@@ -344,23 +344,46 @@ def test_top_k_top_p_and_suppression_restrict_the_draws():
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="Inductor on a CPU needs a C compiler")
-def test_a_compiled_step_compiles_once_per_grouping_over_many_lengths():
+@pytest.mark.parametrize("split_unpruned_at, groupings", [(None, 2), (PRESSES["fastv"].layer, 1)])
+def test_a_compiled_step_compiles_once_per_grouping_over_many_lengths(split_unpruned_at, groupings):
     """Bounded compilation: cache lengths are dynamic from the first compilation (never once static, then
-    again dynamic), and lengths that differ between groups of layers stay apart; the tokens are eager's."""
+    again dynamic), and lengths that differ between groups of layers stay apart; the tokens are eager's. The
+    unpruned prompts laid out in one group are a grouping of their own; split at FastV's K (the default for
+    FastV's default K), they decode on FastV's compiled step."""
     from kvprune.generation.timing import compile_counters
 
     family = "qwen2_5_omni"
     m = model(family, "sdpa")
     prompts = [FAMILIES[family].inputs([[("text", 3), ("audio", n), ("text", 2)]]) for n in (8, 70, 150)]
-    compiled, eager = Generator(m, compile=True), Generator(m, compile=False)
+    compiled = Generator(m, compile=True, split_unpruned_at=split_unpruned_at)
+    eager = Generator(m, compile=False, split_unpruned_at=None)
     graphs_before, recompiles_before = compile_counters()
-    for press in (None, PRESSES["fastv"]):  # two groupings: one group of layers, then layers < K and >= K
+    for press in (None, PRESSES["fastv"]):  # one group of layers (or two alike), then layers < K and >= K
         for inputs in prompts:
             out = compiled.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP)
             assert torch.equal(out.new_tokens, eager.generate(inputs, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens)
     graphs, recompiles = compile_counters()
     assert compiled.fallbacks == {}
-    assert (graphs - graphs_before, recompiles - recompiles_before) == (2, 0)
+    assert (graphs - graphs_before, recompiles - recompiles_before) == (groupings, 0)
+
+
+def test_the_unpruned_split_is_where_most_token_presses_drop_tokens():
+    from kvprune import DARTPress
+    from kvprune.generation import unpruned_split
+    from kvprune.press import TOKEN_LAYER
+
+    assert unpruned_split([None, FastVPress(layer=3), FramePress(layer=3), DARTPress(layer=5)]) == 3
+    assert unpruned_split([ComposedPress([FramePress(layer=4), KNormPress()])]) == 4  # a composition's token part
+    assert unpruned_split([KNormPress(), None]) == unpruned_split([]) == TOKEN_LAYER == FastVPress().layer
+
+
+def test_unpruned_prompts_split_in_two_groups_decode_as_in_one():
+    """Two groups of the same entries mask every layer alike: the same tokens and the same logits' choices."""
+    family = "qwen2_5_omni"
+    m = model(family, "sdpa")
+    inputs = FAMILIES[family].inputs([[("text", 3), ("audio", 40 + row), ("text", 2)] for row in range(3)])
+    one, two = (Generator(m, split_unpruned_at=split).generate(inputs, max_new_tokens=NEW, **NO_STOP) for split in (None, 2))
+    assert torch.equal(one.new_tokens, two.new_tokens)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None and shutil.which("cc") is None, reason="Inductor on a CPU needs a C compiler")
@@ -406,7 +429,7 @@ def test_a_grouping_that_cannot_compile_decodes_uncompiled_while_others_stay_com
     monkeypatch.setattr(graphs.torch, "compile", fake_compile)
     family = "qwen2_5_omni"
     m, inputs = model(family, "sdpa"), FAMILIES[family].inputs(ROWS)
-    generator = Generator(m, compile=True)
+    generator = Generator(m, compile=True, split_unpruned_at=None)  # unpruned in one group
     calls = [(press, generator.generate(inputs, max_new_tokens=NEW, press=PRESSES[press], **NO_STOP)) for press in ("none", "fastv", "none", "fastv")]
     assert [out.step_compiled for _, out in calls] == [True, False, True, False]
     for press, out in calls:

@@ -117,6 +117,21 @@ def test_every_family_decodes_samples_prefilled_apart_as_each_alone(family):
     assert torch.equal(together, torch.cat(alone))
 
 
+def test_the_sweep_s_engine_lays_unpruned_prompts_out_as_its_token_presses_lay_out_theirs(tmp_path):
+    """The executor's engine splits unpruned caches at the K of the sweep's token presses, so that the unpruned
+    runs decode on their compiled step (one compilation fewer on a GPU)."""
+    from kvprune.harness.demo import DEMO_MODEL_DIR
+    from kvprune.harness.sweep.execute import Executor
+    from kvprune.harness.sweep.plan import checked_presses, runs_of
+    from kvprune.harness.sweep.config import SweepConfig
+    from kvprune.models.loading import load_model
+
+    loaded = load_model(DEMO_MODEL_DIR, device="cpu")
+    config = SweepConfig(models=["demo"], tasks=["demo_pitch"], data_root=tmp_path, methods=["fastv", "frame"], layer=3)
+    executor = Executor(loaded, "engine", checked_presses(runs_of(config)).values())
+    assert executor.engine.split_unpruned_at == 3
+
+
 def test_a_reused_encoder_output_is_the_very_tensor_and_runs_once_per_input():
     family = "qwen2_5_omni"
     m = model(family, "sdpa")
