@@ -64,11 +64,12 @@ class TimedExecutor(Executor):
         self._runs = {id(run.press): index for index, run in enumerate(runs)}
         self._seen: set[int] = set()
 
-    def generate(self, inputs: list[dict], press, max_new_tokens: int, answers: list[int] | None = None) -> BatchGeneration:
+    def generate(self, inputs: list[dict], press, max_new_tokens: int, answers: list[int] | None = None,
+                 batch_size: int | None = None) -> BatchGeneration:
         device = self.loaded.device
         synchronise(device)
         start = time.perf_counter()
-        generation = super().generate(inputs, press, max_new_tokens, answers)
+        generation = super().generate(inputs, press, max_new_tokens, answers, batch_size)
         synchronise(device)
         seconds = time.perf_counter() - start
         run = self._runs[id(press)]

@@ -62,16 +62,19 @@ class Executor:
         self.eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
     def generate(self, inputs: list[dict], press: Press | None, max_new_tokens: int,
-                 answers: list[int] | None = None) -> BatchGeneration:
+                 answers: list[int] | None = None, batch_size: int | None = None) -> BatchGeneration:
         """``inputs`` (one sample each) under ``press``; ``answers``: each row's answer length in tokens, its
         end included, where the model is not to end its answers itself (random weights never do): the call
-        then decodes as long as it would had each row ended there, and each row's answer is cut there."""
+        then decodes as long as it would had each row ended there, and each row's answer is cut there.
+        ``batch_size``: the pass's, which a smaller batch (a task's last) decodes at, its other rows idle, on the
+        full batches' compiled step (``Generator.generate``'s ``decode_rows``)."""
         if self.engine is None:
             return self._stock(inputs, press, max_new_tokens, answers)
         _reset_peak(self.engine.device)
         stops = {} if answers is None else dict(eos_token_id=[])
         tokens = max_new_tokens if answers is None else self.engine.tokens_generated(max(answers), max_new_tokens)
-        out = self.engine.generate(inputs, max_new_tokens=tokens, press=press, pad_token_id=self.pad, **stops)
+        out = self.engine.generate(inputs, max_new_tokens=tokens, press=press, pad_token_id=self.pad,
+                                   decode_rows=batch_size, **stops)
         outcomes = out.outcome if isinstance(out.outcome, list) else [out.outcome]  # one per sample: each is its own batch
         kept = [_kept(outcome) for outcome in outcomes]
         rows = list(out.new_tokens) if answers is None else [row[:n] for row, n in zip(out.new_tokens, answers)]

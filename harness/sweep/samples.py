@@ -96,10 +96,11 @@ class SampleRunner:
         answers = [self.source.answer_tokens(planned) for planned, _, _ in members]  # None: until the model ends them
         answers = None if None in answers else [min(n, max_new_tokens) for n in answers]
         hits, layer_hits = self.reuse.hits, self.layers.hits
+        batch = [inputs for _, _, inputs in members]
         try:
-            generation = self.executor.generate([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
+            generation = self.executor.generate(batch, run.press, max_new_tokens, answers, how.batch_size)
             if how.times_again(generation.timing.compiled):  # it compiled or captured: time it again, warm
-                generation = self.executor.generate([inputs for _, _, inputs in members], run.press, max_new_tokens, answers)
+                generation = self.executor.generate(batch, run.press, max_new_tokens, answers, how.batch_size)
         except Exception as error:
             release_memory()
             if len(members) > 1:  # find the sample that fails: each alone (``schedule``)

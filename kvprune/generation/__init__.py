@@ -2,8 +2,8 @@
 with a compiled step replayed as a CUDA graph (see ``generator``); stock ``generate`` timed alike
 (``stock``), in one timing vocabulary (``timing``)."""
 
-from .decode_state import bucket_length
-from .generator import Generator, generate, unpruned_split
+from .decode_state import bucket_length, unpruned_split
+from .generator import Generator, generate
 from .request import ENGINE, FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput
 from .stock import stock_generate
 from .timing import Clock, Timing

@@ -14,11 +14,13 @@ thousands of prompt lengths reuses a bounded number of shapes, and so of capture
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache, StaticLayer
 
+from ..press import TOKEN_LAYER
 from .prefill import Prefill
 
 
@@ -126,6 +128,13 @@ def layer_groups(prefill: Prefill, split_at: int | None = None) -> tuple[tuple[i
     return tuple(layer_group), widths, heads
 
 
+def unpruned_split(presses) -> int:
+    """``Generator.split_unpruned_at`` for a generator that will run ``presses``: the K at which most of their
+    token parts drop tokens (their caches' split, which the unpruned prompts then share), else the default K."""
+    layers = Counter(part.layer for press in presses if press is not None for part in press.parts() if part.kind == "token")
+    return layers.most_common(1)[0][0] if layers else TOKEN_LAYER
+
+
 def state_shape(prefill: Prefill, batch: int, new_tokens: int, per_octave: int, stretch: float = 1.0,
                 split_at: int | None = None) -> StateShape:
     """The bucketed shape that decodes ``batch`` rows laid out like ``prefill`` for ``new_tokens`` tokens;
@@ -227,6 +236,16 @@ class DecodeState:
         self.positions[..., rows, :] = prefill.next_positions
         self.done[rows] = done
         self.out[rows, 0] = first_tokens
+
+    def idle(self, first: int) -> None:
+        """Rows ``first..`` hold no prompt (a call with fewer rows than its state): ended from the start, each
+        seeing one slot of what the buffers hold (a row that sees none would fill its softmax with NaN)."""
+        if first >= self.shape.batch:
+            return
+        self.done[first:] = True
+        for mask, columns in zip(self.masks, self.columns):
+            mask[first:, :, 0, 0] = True
+            columns[first:] = 1  # its writes go after that slot
 
     def copy_rows_from(self, other: DecodeState, rows: int) -> None:
         """The first ``rows`` rows of a smaller state (same grouping), for a batch that outgrew it."""

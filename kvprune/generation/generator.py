@@ -15,7 +15,7 @@ Gemma-3n) and attention implementations that cannot mask per layer (flash attent
 
 from __future__ import annotations
 
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -114,18 +114,25 @@ class Generator:
         do_sample: bool = False, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
         eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
         suppress_tokens: list[int] | None = None, observer: GenerationObserver | None = None,
+        decode_rows: int | None = None,
     ) -> GenerationOutput:
         """Generate up to ``max_new_tokens`` per row under ``press`` at ``ratio`` (its own ratio if None;
         no press: unpruned; a registered press's name builds it). ``inputs`` is a batch of model inputs (as
         ``LoadedModel.build_inputs`` or a processor makes them, left-padded), or a list of such batches: each is prefilled on its own (so that one prefill's activations, not
         the whole batch's, bound the memory), then all rows decode together; a batch repeated as the
         same object (``[inputs] * 16``: sixteen answers to one prompt) is prefilled once. ``observer``: a
-        ``GenerationObserver`` told where the call's prefills and decoding begin and end (instruments)."""
+        ``GenerationObserver`` told where the call's prefills and decoding begin and end (instruments).
+        ``decode_rows``: decode in a state of at least that many rows, the rows beyond the call's idle (ended from
+        the start): a call with fewer rows than the calls around it (a sweep's last batch of a task) then decodes
+        on their compiled step, and where lengths agree their state and CUDA graph, instead of compiling its own
+        (a batch size is a compilation of its own); only where the step compiles or is captured. Greedy tokens
+        are unchanged; sampled ones draw differently."""
         eos, pad = self._special_tokens(eos_token_id, pad_token_id)
         request = GenerateRequest(
             batches=tuple(batches_of(inputs)), press=press_of(press, ratio), max_new_tokens=max_new_tokens,
             sampling=Sampling(do_sample, temperature, top_k, top_p), eos=tuple(eos), pad=pad,
             suppress_tokens=tuple(suppress_tokens or ()), observer=observer or GenerationObserver(),
+            decode_rows=decode_rows or 0,
         )
         if self.unsupported:
             return self._fallback(request)
@@ -193,7 +200,10 @@ class Generator:
         """Every batch's prefill under the request's press, each loaded into the decode state (grown as
         needed) as soon as it is done, so that one batch's cache is held at a time beside the state."""
         prefilled = _Prefilled()
-        rows, longest = request.rows, request.longest
+        # idle rows save a compilation or a capture only where the step compiles or replays (on a GPU they are
+        # nearly free: a small batch's step reads the weights whatever its rows); elsewhere they would only cost
+        rows = max(request.rows, request.decode_rows) if self.compile or self.cuda_graphs else request.rows
+        longest = request.longest
         for batch, copies in request.prefills:
             prefill = run_prefill(self.module, batch, request.press, request.observer)
             request.observer.prefill_ended()
@@ -211,6 +221,8 @@ class Generator:
                 prefilled.held_bytes += kv_cache_bytes(prefill)
                 prefilled.rows += prefill.batch
             del prefill  # its cache is in the decode state now: one batch's cache at a time
+        if prefilled.state is not None:
+            prefilled.state.idle(prefilled.rows)
         return prefilled
 
     @property
@@ -354,13 +366,6 @@ class Generator:
             engine=FALLBACK, note=self.unsupported, first_prefill_s=timings[0].prefill_s,
             compiled_in_timing=timing.compiled,  # stock generate: every compilation inside its timed spans
         )
-
-
-def unpruned_split(presses) -> int:
-    """``Generator.split_unpruned_at`` for a generator that will run ``presses``: the K at which most of their
-    token parts drop tokens (their caches' split, which the unpruned prompts then share), else the default K."""
-    layers = Counter(part.layer for press in presses if press is not None for part in press.parts() if part.kind == "token")
-    return layers.most_common(1)[0][0] if layers else TOKEN_LAYER
 
 
 def generate(model, inputs, *, max_new_tokens: int, press=None, ratio: float | None = None, **kwargs) -> GenerationOutput:

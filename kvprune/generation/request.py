@@ -111,10 +111,13 @@ class GenerateRequest:
     pad: int = 0  # the token an ended row emits
     suppress_tokens: tuple[int, ...] = ()  # tokens never chosen
     observer: GenerationObserver = field(default_factory=GenerationObserver)
+    decode_rows: int = 0  # rows of the decode state at least (``Generator.generate``)
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens={self.max_new_tokens} is invalid: generate at least 1 token.")
+        if self.decode_rows < 0:
+            raise ValueError(f"decode_rows={self.decode_rows} is invalid: give a number of rows >= 0 (or None).")
 
     @property
     def prefills(self) -> list[tuple[Mapping, int]]:

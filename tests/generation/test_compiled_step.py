@@ -140,3 +140,35 @@ def test_what_compiles_inside_the_timed_spans_is_said_and_what_compiles_before_t
     prepared = Generator(m, compile=True).generate(inputs, max_new_tokens=4, **NO_STOP)
     assert prepared.compilations > 0 and prepared.timing.compiled and not prepared.compiled_in_timing
     assert torch.equal(prepared.new_tokens, first.new_tokens)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_smaller_batch_decodes_on_the_full_batches_compiled_step_with_its_other_rows_idle(monkeypatch):
+    """A sweep's last batch of a task has fewer rows than the others: with ``decode_rows`` it decodes in a state of
+    the full batch's rows (the rest idle, ended from the start), on their compiled step (a batch size is a
+    compilation of its own), with the tokens it gets alone. Uncompiled, idle rows would only cost: none are made."""
+    import torch._dynamo
+
+    from kvprune.generation import graphs
+
+    compile_ = torch.compile
+    monkeypatch.setattr(graphs.torch, "compile", lambda step, mode=None: compile_(step, backend="eager"))
+    family = "qwen2_5_omni"
+    m = model(family, "sdpa")
+    prompts = [FAMILIES[family].inputs([[("text", 3), ("audio", 30 + 7 * row), ("text", 2)]]) for row in range(4)]
+    alone = Generator(m, compile=False)
+    torch._dynamo.reset()
+    generator = Generator(m, compile=True)
+    full = generator.generate(prompts, max_new_tokens=6, press=GROUPINGS["fastv"], decode_rows=4, **NO_STOP)
+    assert full.compilations > 0
+    last = generator.generate(prompts[:3], max_new_tokens=6, press=GROUPINGS["fastv"], decode_rows=4, **NO_STOP)
+    assert last.compilations == 0 and last.step_compiled and last.new_tokens.shape[0] == 3
+    expected = alone.generate(prompts[:3], max_new_tokens=6, press=GROUPINGS["fastv"], **NO_STOP).new_tokens
+    assert torch.equal(last.new_tokens, expected)
+    own = generator.generate(prompts[:3], max_new_tokens=6, press=GROUPINGS["fastv"], **NO_STOP)
+    assert own.compilations > 0 and torch.equal(own.new_tokens, expected), "3 rows of their own: another compilation"
+    sized = [alone.generate(prompts[:3], max_new_tokens=6, decode_rows=rows, **NO_STOP).timing.kv_cache_bytes
+             for rows in (None, 4)]
+    assert sized[0] == sized[1], "uncompiled: no idle rows"
+    with pytest.raises(ValueError, match="decode_rows=-1 is invalid"):
+        alone.generate(prompts[:1], max_new_tokens=2, decode_rows=-1, **NO_STOP)

@@ -96,6 +96,23 @@ def test_the_demo_batched_gives_the_answers_of_batch_one(tmp_path, monkeypatch):
     same_answers(one, four)
 
 
+def test_a_sweep_s_smaller_batches_decode_at_its_batch_size_and_the_timing_pass_alone(tmp_path, monkeypatch):
+    """The scoring pass's last batch of a task (5 samples at batch 4: a batch of 1) asks the engine for the pass's
+    4 rows, so that on a GPU it decodes on the full batches' compiled step; the timing pass runs one sample alone."""
+    monkeypatch.setenv("KVPRUNE_CACHE", str(tmp_path / "cache"))
+    calls = []
+    generate = Generator.generate
+
+    def recording(self, inputs, **kwargs):
+        calls.append((len(inputs), kwargs.get("decode_rows")))
+        return generate(self, inputs, **kwargs)
+
+    monkeypatch.setattr(Generator, "generate", recording)
+    assert main(sweep(tmp_path / "out", "--limit", "5", "--batch-size", "4", "--timing-samples", "1")) == 0
+    assert {call for call in calls if call[1] == 4} == {(4, 4), (1, 4)}
+    assert {call for call in calls if call[1] != 4} == {(1, 1)}, "the timing pass: one sample, alone"
+
+
 def test_a_tiny_qwen2_audio_checkpoint_batched_gives_batch_ones_answers(data_root, tmp_path):
     folder = qwen2_audio_checkpoint(tmp_path / "qwen2_audio")
     one, four = tmp_path / "one", tmp_path / "four"
@@ -198,10 +215,10 @@ def test_a_batch_whose_call_fails_is_retried_one_sample_at_a_time(tmp_path, monk
             broken.add(id(result["inputs"]))
         return result
 
-    def generate(executor, inputs, press, max_new_tokens, answers=None):
+    def generate(executor, inputs, press, max_new_tokens, answers=None, batch_size=None):
         if any(id(batch) in broken for batch in inputs):
             raise RuntimeError("this sample breaks the model")
-        return real_generate(executor, inputs, press, max_new_tokens, answers)
+        return real_generate(executor, inputs, press, max_new_tokens, answers, batch_size)
 
     monkeypatch.setattr(Checkpoints, "prepare", prepare)
     monkeypatch.setattr(samples_module.Executor, "generate", generate)
