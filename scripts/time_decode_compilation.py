@@ -25,6 +25,7 @@ import torch
 
 from kvprune import FastVPress, Generator
 from kvprune.harness.bench.presets import PRESETS
+from kvprune.harness.estimate.timing import synchronise
 from kvprune.harness.markdown import markdown_table
 
 
@@ -48,15 +49,14 @@ def _child(args) -> dict:
     eager = Generator(model, compile=False) if device.type == "cpu" else None
     calls = {}
     for name, press in (("unpruned", None), ("fastv 0.5", FastVPress(layer=args.layer, ratio=0.5))):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronise(device)
         start = time.perf_counter()
         out = generator.generate(prompt.inputs, max_new_tokens=args.new_tokens, press=press, eos_token_id=[])
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+        synchronise(device)
+        seconds = time.perf_counter() - start  # the uncompiled reference below is not timed
         same = None if eager is None else bool(torch.equal(
             out.new_tokens, eager.generate(prompt.inputs, max_new_tokens=args.new_tokens, press=press, eos_token_id=[]).new_tokens))
-        calls[name] = dict(seconds=time.perf_counter() - start, compilations=out.compilations, same_tokens=same)
+        calls[name] = dict(seconds=seconds, compilations=out.compilations, same_tokens=same)
     return calls
 
 

@@ -54,8 +54,8 @@ class Executor:
         """``presses``: what it will run (each method's press), so that the unpruned runs decode on the compiled
         step of the token presses' layout (``kvprune.generation.unpruned_split``)."""
         self.loaded, self.cache = loaded, cache
-        engine = Generator(loaded.model, split_unpruned_at=unpruned_split(presses)) if cache == ENGINE_CACHE else None
-        self.engine = engine  # None: stock generate
+        split = unpruned_split(presses)
+        self.engine = Generator(loaded.model, split_unpruned_at=split) if cache == ENGINE_CACHE else None  # None: stock
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = getattr(loaded.generating_module.generation_config, "eos_token_id", None)
