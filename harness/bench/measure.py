@@ -76,6 +76,8 @@ class RequestTiming:
     host_lead_encoder_ms: float = math.nan  # how long after the host queued the encoder's end the device reached it
     host_lead_k_ms: float = math.nan  # the same at decoder layer K's start
     host_lead_end_ms: float = math.nan  # the same at the last decoder layer's end (the prefill's): near 0, host-bound
+    layers_ms: float = math.nan  # from the start to the last decoder layer's end: the prefill without the final norm,
+    # the head and what follows the forward (the engine's first token and loading of its decode state)
     host_loop_ns: float = math.nan  # the host's speed just before the request (``host_loop_ns()``)
 
     @property
@@ -151,8 +153,9 @@ class Probes(GenerationObserver):
         self._handles.clear()
 
     def spans(self, start) -> dict[str, float]:
-        """Milliseconds of the encoder, from ``start`` (``Probes.start``) to layer K, and of the engine's work,
-        and the host's lead at the encoder's end, at layer K and at the last layer's end (read after a sync)."""
+        """Milliseconds of the encoder, from ``start`` (``Probes.start``) to layer K and to the last layer's end, and of
+        the engine's work, and the host's lead at the encoder's end, at layer K and at the last layer's end (read after
+        a sync)."""
 
         def ms(a, b) -> float:
             return 1000.0 * self.clock.seconds(a, b)
@@ -164,12 +167,14 @@ class Probes(GenerationObserver):
         for mark in self.marks:
             named.setdefault(mark.name, []).append(mark)
         encoder = ms(named["encoder_start"][0].device, named["encoder_end"][-1].device) if "encoder_end" in named else math.nan
+        last = named["last_layer"][0] if "last_layer" in named else None
         head = ms(start, named["layer"][0].device) if "layer" in named else math.nan
         work = [ms(a.device, b.device) for a, b in zip(named.get("work_start", []), named.get("work_end", []))]
         return dict(encoder_ms=encoder, head_ms=head, score_ms=sum(work) if work else math.nan,
                     host_lead_encoder_ms=lead(named["encoder_end"][-1]) if "encoder_end" in named else math.nan,
                     host_lead_k_ms=lead(named["layer"][0]) if "layer" in named else math.nan,
-                    host_lead_end_ms=lead(named["last_layer"][0]) if "last_layer" in named else math.nan,
+                    host_lead_end_ms=lead(last) if last is not None else math.nan,
+                    layers_ms=ms(start, last.device) if last is not None else math.nan,
                     host_loop_ns=self._host_loop_ns)
 
 

@@ -25,10 +25,10 @@ CACHE_PRESS_IDEAL = "n/a: a cache press leaves the prefill's work as it is (it e
 MEASURED = (
     "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back path "
     "compiled_in_timing "
-    "audio_seconds audio_tokens seq_len kept_tokens prefill_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
+    "audio_seconds audio_tokens seq_len kept_tokens prefill_ms layers_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "host_lead_encoder_ms host_lead_k_ms host_lead_end_ms host_loop_ns "
     "decode_ms_per_token request_ms peak_gib kv_bytes kv_alloc_bytes rounds dropped_rounds prefill_vs_ideal_paired "
-    "prefill_vs_ideal_paired_noise paired_rounds eager_score_ms "
+    "prefill_vs_ideal_paired_noise layers_vs_ideal_paired layers_vs_ideal_paired_noise paired_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
     "step_flops step_bytes max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops "
     "max_batch_step_bytes error"

@@ -132,6 +132,7 @@ def summary(outcome: Outcome, dropped: list[bool]) -> dict:
     last = kept[-1]
     return dict(
         prefill_ms=median("prefill_ms"),
+        layers_ms=median("layers_ms"),
         encoder_ms=median("encoder_ms"),
         llm_ms=statistics.median(llm) if llm else math.nan,
         llm_noise_ms=spread(llm),
@@ -157,10 +158,12 @@ def summary(outcome: Outcome, dropped: list[bool]) -> dict:
 
 def over_ideal_by_round(requests: list[Request], outcomes: dict[Request, Outcome],
                         dropped: dict[Request, list[bool]]) -> dict[Request, dict]:
-    """Per press that drops tokens before layer K, its prefill over its ideal's within each timed round that kept
-    both, summarised as row fields: their median, spread and count. The two ran seconds apart, so a host that slows
-    for a minute slows both and the ratio cancels it, where a ratio of two medians can set a press's slow round
-    against its ideal's fast one (a GPU host's launch speed moves by 1.5x from minute to minute)."""
+    """Per press that drops tokens before layer K, its time over its ideal's within each timed round that kept both,
+    summarised as row fields (median, spread and count): to the last decoder layer's end (``layers_vs_ideal_paired``:
+    the span both run, the ideal's prefill stopping at its forward's end where the engine's then chooses the first
+    token and loads its decode state) and the whole prefill (``prefill_vs_ideal_paired``). The two ran seconds apart,
+    so a host that slows for a minute slows both and the ratio cancels it, where a ratio of two medians can set a
+    press's slow round against its ideal's fast one (a GPU host's launch speed moves by 1.5x from minute to minute)."""
     ideals = {(r.batch, r.drop_ratio): r for r in requests if r.kind == "ideal"}
     fields = {}
     for request in requests:
@@ -168,15 +171,21 @@ def over_ideal_by_round(requests: list[Request], outcomes: dict[Request, Outcome
         if ideal is None or outcomes[request].error is not None or outcomes[ideal].error is not None:
             continue
         pairs = zip(outcomes[request].samples, dropped[request], outcomes[ideal].samples, dropped[ideal])  # by round
-        ratios = [press.prefill_ms / bound.prefill_ms for press, out, bound, out_too in pairs if not (out or out_too)]
-        if ratios:
-            fields[request] = dict(prefill_vs_ideal_paired=statistics.median(ratios),
-                                   prefill_vs_ideal_paired_noise=spread(ratios), paired_rounds=len(ratios))
+        kept = [(press, bound) for press, out, bound, out_too in pairs if not (out or out_too)]
+        if not kept:
+            continue
+        row = dict(paired_rounds=len(kept))
+        for name, span in (("prefill", "prefill_ms"), ("layers", "layers_ms")):
+            ratios = [getattr(press, span) / getattr(bound, span) for press, bound in kept]
+            ratios = [r for r in ratios if not math.isnan(r)]
+            row[f"{name}_vs_ideal_paired"] = statistics.median(ratios) if ratios else math.nan
+            row[f"{name}_vs_ideal_paired_noise"] = spread(ratios) if ratios else math.nan
+        fields[request] = row
     return fields
 
 
 #: what ``round_rows`` keeps of each timed round
-ROUND_FIELDS = ("prefill_ms", "encoder_ms", "llm_ms", "host_lead_encoder_ms", "host_lead_k_ms", "host_lead_end_ms",
+ROUND_FIELDS = ("prefill_ms", "layers_ms", "encoder_ms", "llm_ms", "host_lead_encoder_ms", "host_lead_k_ms", "host_lead_end_ms",
                 "host_loop_ns", "decode_ms_per_token")
 
 
