@@ -23,7 +23,8 @@ load drifts (a shared CPU) each side then sees the same drift. Measured per task
 the sweep recorded for it in runs.jsonl (its scoring pass and timing subset, compilations met there
 included); ``fixed``: the rest of the sweep command's wall time (starting, loading, planning, writing
 the outputs); ``total``: the command's wall time. Estimated: the estimate's ``sweep`` rows (median,
-with the fastest-slowest repeats). Writes six files to ``--out``: check.md (the table, the commands,
+with the fastest-slowest repeats). Beside them, the CUDA graphs the estimate priced per task against those the sweep
+captured there (runs.jsonl), so that a task's capture cost can be told from its host's noise. Writes six files to ``--out``: check.md (the table, the commands,
 the machine, the date, and each round's seconds per task beside the others'), check.csv, rounds.csv,
 estimate.md, estimate_timed.csv (every call and batch the estimate timed) and sweep_report.md (the last
 round's); the two commands' folders go to
@@ -79,33 +80,55 @@ def measured(sweep_out: Path, wall: float) -> dict[str, float]:
     return {**tasks, FIXED: wall - sum(tasks.values()), TOTAL: wall}
 
 
+def graphs_captured(sweep_out: Path) -> dict[str, float]:
+    """CUDA graphs the sweep captured per task (runs.jsonl), and in all; none for a log without the counts."""
+    tasks: dict[str, float] = {}
+    for record in read_log(sweep_out, kind=TASK_TIME_RECORD):
+        if record.get("task") and "cuda_graphs" in record:
+            tasks[record["task"]] = tasks.get(record["task"], 0.0) + record["cuda_graphs"]
+    return {**tasks, TOTAL: sum(tasks.values())} if tasks else {}
+
+
+def swept(sweep_out: Path, wall: float) -> pd.DataFrame:
+    """One sweep's seconds (``measured``) and CUDA graphs captured (``graphs_captured``) per task."""
+    return pd.DataFrame({"seconds": measured(sweep_out, wall), "graphs": pd.Series(graphs_captured(sweep_out), dtype=float)})
+
+
 def estimated(estimate_out: Path) -> pd.DataFrame:
-    """The estimate's sweep rows per task (seconds, fastest, slowest), its fixed costs, and the total."""
+    """The estimate's sweep rows per task (seconds, fastest, slowest, CUDA graphs priced), its fixed costs, and the
+    total."""
     table = pd.read_csv(estimate_out / "estimate.csv")
     rows = table[(table["mode"] == "sweep") & (table["task"] != TOTAL)].set_index("task")
-    rows = rows[["seconds", "seconds_low", "seconds_high"]]
-    rows.loc[TOTAL] = rows.sum()
+    rows = rows.reindex(columns=["seconds", "seconds_low", "seconds_high", "graphs"])  # graphs: NaN before they were priced
+    rows.loc[TOTAL] = rows.sum(min_count=1)
     return rows
 
 
-def table(estimate: pd.DataFrame, measure: dict[str, float]) -> pd.DataFrame:
+def table(estimate: pd.DataFrame, sweep: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for task, row in estimate.iterrows():
-        seen = measure.get(task)
+        seen = sweep["seconds"].get(task)
         rows.append(dict(task=task, estimated_s=row["seconds"], fastest_s=row["seconds_low"], slowest_s=row["seconds_high"],
-                         measured_s=seen, error=None if not seen else row["seconds"] / seen - 1))
+                         measured_s=seen, error=None if not seen else row["seconds"] / seen - 1,
+                         estimated_graphs=row["graphs"], measured_graphs=sweep["graphs"].get(task)))
     return pd.DataFrame(rows)
 
 
 def markdown(frame: pd.DataFrame, commands: list[str], device: str, note: str) -> str:
     lines = ["# kvprune estimate against the sweep it prices\n", f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC",
              f"- machine: {device}", f"- commit: {note}", *[f"- `{c}`" for c in commands], "",
-             "| task | estimated s (fastest-slowest) | measured s | error |", "|---|---|---|---|"]
+             "| task | estimated s (fastest-slowest) | measured s | error | CUDA graphs priced / captured |",
+             "|---|---|---|---|---|"]
     for r in frame.itertuples():
         error = "—" if pd.isna(r.error) else f"{100 * r.error:+.1f}%"
+        graphs = f"{_number(r.estimated_graphs, '{:.1f}')} / {_number(r.measured_graphs, '{:.0f}')}"
         lines.append(f"| {r.task} | {r.estimated_s:.1f} ({r.fastest_s:.1f}-{r.slowest_s:.1f}) | "
-                     f"{'—' if pd.isna(r.measured_s) else f'{r.measured_s:.1f}'} | {error} |")
+                     f"{_number(r.measured_s, '{:.1f}')} | {error} | {graphs} |")
     return "\n".join(lines) + "\n"
+
+
+def _number(value, form: str) -> str:
+    return "—" if pd.isna(value) else form.format(value)
 
 
 def machine() -> str:
@@ -147,13 +170,13 @@ def main() -> int:
         if missing:
             parser.error(f"no finished {' or '.join(missing)} in {work}: run --part {missing[0]} with this --work first.")
         walls = [tuple(float((work / f"{side}.wall").read_text()) for side in commands)]
-        estimates, sweeps = [estimated(work / ESTIMATE)], [pd.DataFrame({"seconds": measured(work / SWEEP, walls[0][1])})]
+        estimates, sweeps = [estimated(work / ESTIMATE)], [swept(work / SWEEP, walls[0][1])]
     else:
         estimates, sweeps, walls = [], [], []
         for _ in range(args.rounds):
             walls.append(tuple(run_part(side, command, work) for side, command in commands.items()))
             estimates.append(estimated(work / ESTIMATE))
-            sweeps.append(pd.DataFrame({"seconds": measured(work / SWEEP, walls[-1][1])}))
+            sweeps.append(swept(work / SWEEP, walls[-1][1]))
     write_outputs(args, work, commands, walls, estimates, sweeps)
     return 0
 
@@ -183,7 +206,8 @@ def commit() -> str:
 def per_round(estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> pd.DataFrame:
     """Each round's estimated and measured seconds per task: rounds that agree with each other and not with
     the median's error say bias; rounds that disagree say the host's noise."""
-    return pd.DataFrame([dict(round=index, task=task, estimated_s=row["seconds"], measured_s=sweep["seconds"].get(task))
+    return pd.DataFrame([dict(round=index, task=task, estimated_s=row["seconds"], measured_s=sweep["seconds"].get(task),
+                              estimated_graphs=row["graphs"], measured_graphs=sweep["graphs"].get(task))
                          for index, (estimate, sweep) in enumerate(zip(estimates, sweeps), 1)
                          for task, row in estimate.iterrows()])
 
@@ -204,7 +228,7 @@ def rounds_markdown(rounds: pd.DataFrame) -> str:
 def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[tuple[float, float]],
                   estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> None:
     estimate_wall, sweep_wall = (sorted(w)[len(w) // 2] for w in zip(*walls))
-    frame = table(median_of(estimates), median_of(sweeps)["seconds"].to_dict())
+    frame = table(median_of(estimates), median_of(sweeps))
     frame.to_csv(args.out / "check.csv", index=False)
     rounds = per_round(estimates, sweeps)
     rounds.to_csv(args.out / "rounds.csv", index=False)

@@ -47,13 +47,14 @@ class ModeCost:
     units: int
     timed_units: int
     lazy: float = 0.0  # of ``once``: first calls that neither compiled nor captured (lazy set-up, paid at any batch size)
+    graphs: float = 0.0  # CUDA graphs the task's captures are priced as: those met, scaled as their seconds are
 
 
 def frames(calls: list[Call], units: list[Unit], task: str, mode: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     pick = lambda c: c.context["task"] == task and c.context["mode"] == mode  # noqa: E731
     call_rows = [dict(c.context, run=c.run, seconds=c.seconds, prefill_s=c.prefill_s,
                       cold=c.compiled or c.captured > 0 or c.first, once=c.compiled or c.first,
-                      lazy=c.first and not c.compiled and not c.captured, rows=c.rows)
+                      lazy=c.first and not c.compiled and not c.captured, rows=c.rows, captured=c.captured)
                  for c in calls if pick(c)]
     unit_rows = [dict(u.context, wall=u.seconds, audio_seconds=u.audio_seconds, size=u.size, runs=u.runs,
                       between_runs=u.between_runs) for u in units if pick(u)]
@@ -97,12 +98,13 @@ def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: 
         lengths = [s for s, _ in near]
         per_row = [np.append(per_unit[u], own[u]) / timed_units.loc[u, "size"] for _, u in near]
         totals += size * np.array([np.interp(seconds, lengths, [p[i] for p in per_row]) for i in range(len(FIGURES) + 1)])
-    once = float(cold.loc[cold["once"], "extra"].sum()) + _captures(cold, units, every_unit, runs, calls["run"].dropna().unique())
+    capture_seconds, graphs = _captures(cold, units, every_unit, runs, calls["run"].dropna().unique())
+    once = float(cold.loc[cold["once"], "extra"].sum()) + capture_seconds
     lazy = float(cold.loc[cold["lazy"], "extra"].sum())
     median, low, high, prefill, overhead = totals
     return ModeCost(total=median + overhead + once, low=low + overhead + once, high=high + overhead + once,
                     prefill=prefill, decode=median - prefill, overhead=overhead, once=once, lazy=lazy, units=len(every_unit),
-                    timed_units=len(per_unit))
+                    timed_units=len(per_unit), graphs=graphs)
 
 
 def payers(runs: list) -> set[int]:
@@ -151,13 +153,15 @@ def layout(run) -> tuple:
 
 
 def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]], runs: list,
-              timed_runs) -> float:
+              timed_runs) -> tuple[float, float]:
     """Graph captures the timed units met, scaled to the length buckets every unit spans and to the layouts
-    every run makes (the timing left ratios out: each untimed ratio of a token press is a layout of its own)."""
-    captured = float(cold.loc[~cold["once"], "extra"].sum())
-    if not captured:
-        return 0.0
+    every run makes (the timing left ratios out: each untimed ratio of a token press is a layout of its own): their
+    seconds and how many graphs that prices. A run's first call that captured is priced as met, with its lazy set-up
+    (``once``), and counted as met."""
+    graphs_in_first_calls = float(cold.loc[cold["once"], "captured"].sum())
+    captures = cold.loc[~cold["once"]]
     spanned = lambda lengths: len({math.floor(BUCKETS_PER_OCTAVE * math.log2(max(s, 1e-3))) for s in lengths})  # noqa: E731
     buckets = spanned([s for s, _ in every_unit]) / max(1, spanned(units["audio_seconds"].unique()))
     timed = {layout(runs[int(i)]) for i in timed_runs}
-    return captured * buckets * len({layout(run) for run in runs}) / max(1, len(timed))
+    scale = buckets * len({layout(run) for run in runs}) / max(1, len(timed))
+    return float(captures["extra"].sum()) * scale, float(captures["captured"].sum()) * scale + graphs_in_first_calls

@@ -16,7 +16,7 @@ HOUR = 3600.0
 FIXED = "fixed"  # the task column of the row of what a sweep pays once
 TOTAL = "total"  # the task column of each way's sums
 SUMMED = ["seconds", "seconds_low", "seconds_high", "gpu_hours", "prefill_hours", "decode_hours", "timing_subset_hours",
-          "overhead_hours", "once_hours", "samples", "sample_runs"]
+          "overhead_hours", "once_hours", "graphs", "samples", "sample_runs"]
 
 
 def task_rows(task, planned: list, answers: list[int], runs: list, costs: dict[str, ModeCost],
@@ -42,6 +42,7 @@ def task_rows(task, planned: list, answers: list[int], runs: list, costs: dict[s
             prefill_hours=cost.prefill / HOUR, decode_hours=cost.decode / HOUR,
             timing_subset_hours=(extra.total if extra is not None else 0.0) / HOUR,
             overhead_hours=cost.overhead / HOUR, once_hours=cost.once / HOUR, lazy_seconds=cost.lazy,
+            graphs=cost.graphs + (extra.graphs if extra is not None else 0.0),
             timed=f"{cost.timed_units} of {cost.units} {'batches' if mode == 'sweep' else 'samples'}", note=note,
         ))
     return rows
@@ -53,14 +54,15 @@ def fixed_rows(fixed: dict[str, float], config: EstimateConfig) -> list[dict]:
     note = ", ".join(_part(name, value) for name, value in fixed.items())
     return [dict(task=FIXED, mode=mode, samples=0, sample_runs=0, seconds=seconds, seconds_low=seconds,
                  seconds_high=seconds, gpu_hours=seconds / HOUR, prefill_hours=0.0, decode_hours=0.0,
-                 timing_subset_hours=0.0, overhead_hours=seconds / HOUR, once_hours=0.0, note=note)
+                 timing_subset_hours=0.0, overhead_hours=seconds / HOUR, once_hours=0.0, graphs=0.0, note=note)
             for mode in config.modes]
 
 
 def totals_table(rows: list[dict]) -> pd.DataFrame:
     """The estimate's rows and, per mode, their sums (task ``total``)."""
     table = pd.DataFrame(rows)
-    totals = table.groupby("mode", sort=False)[SUMMED].sum().reset_index()
+    summed = [column for column in SUMMED if column in table]  # rows resumed from an older estimate.csv may lack some
+    totals = table.groupby("mode", sort=False)[summed].sum().reset_index()
     totals["task"] = TOTAL
     return pd.concat([table, totals], ignore_index=True)
 

@@ -181,14 +181,15 @@ class SweepRunner:
                 total = _runs_in(work)
                 bar = tqdm(total=total, desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress, unit="run")
                 settings_id = self.plan.settings_ids[model_name][task.name]
-                start = time.perf_counter()
+                start, compiled = time.perf_counter(), _compiled_so_far(executor)
                 for how, pending in work:
                     for batch in self.schedule.batches(how, pending):  # by length when batched
                         samples.run_batch(loaded, task, batch, settings_id=settings_id, runs=self.runs, warmup=not warm,
                                           bar=bar, how=how)
                         warm = True
                 bar.close()
-                self._record_task_time(model_name, task.name, time.perf_counter() - start, work)
+                made = {name: count - compiled[name] for name, count in _compiled_so_far(executor).items()}
+                self._record_task_time(model_name, task.name, time.perf_counter() - start, work, made)
             self._record_engine(loaded, executor)
         return sum(_runs_in(work) for _, work in plan)
 
@@ -213,11 +214,13 @@ class SweepRunner:
                                          seconds=round(time.perf_counter() - start, 3), rank=self.rank))
         return loaded
 
-    def _record_task_time(self, model_name: str, task: str, seconds: float, work: list[tuple[Pass, list[Work]]]) -> None:
-        """How long this process took over a task's runs (``runs.jsonl``): a sweep's cost, measured."""
+    def _record_task_time(self, model_name: str, task: str, seconds: float, work: list[tuple[Pass, list[Work]]],
+                          made: dict[str, int]) -> None:
+        """How long this process took over a task's runs (``runs.jsonl``): a sweep's cost, measured, with the
+        compiled graphs and CUDA graphs made during them (``made``), which ``kvprune estimate`` prices per task."""
         append_log_line(self.config.out, dict(
             time=now(), model=model_name, kind=TASK_TIME_RECORD, task=task, seconds=round(seconds, 3), rank=self.rank,
-            runs={str(how.name): _runs_in([(how, pending)]) for how, pending in work},
+            runs={str(how.name): _runs_in([(how, pending)]) for how, pending in work}, **made,
         ))
 
     def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:
@@ -259,6 +262,12 @@ class SweepRunner:
             world_size=self.world_size,
             versions=where.versions,
         ))
+
+
+def _compiled_so_far(executor: Executor) -> dict[str, int]:
+    """Graphs compiled (torch.compile) and CUDA graphs captured (the engine's decode states) in this process so far."""
+    return dict(compile_graphs=compile_counters()[0],
+                cuda_graphs=executor.engine.captures if executor.engine is not None else 0)
 
 
 def _runs_in(work: list[tuple[Pass, list[Work]]]) -> int:

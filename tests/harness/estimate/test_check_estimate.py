@@ -15,16 +15,16 @@ from tests.support.paths import load_script
 def finished_work(work, estimate_wall=40.0, sweep_wall=100.0):
     """A work folder as the two commands leave it: the estimate's rows, the sweep's task times."""
     (work / "estimate").mkdir(parents=True)
-    rows = [dict(task="a", mode="sweep", seconds=30.0, seconds_low=28.0, seconds_high=33.0),
-            dict(task="a", mode="batch1", seconds=90.0, seconds_low=90.0, seconds_high=90.0),
-            dict(task="b", mode="sweep", seconds=44.0, seconds_low=40.0, seconds_high=45.0),
+    rows = [dict(task="a", mode="sweep", seconds=30.0, seconds_low=28.0, seconds_high=33.0, graphs=5.0),
+            dict(task="a", mode="batch1", seconds=90.0, seconds_low=90.0, seconds_high=90.0, graphs=2.0),
+            dict(task="b", mode="sweep", seconds=44.0, seconds_low=40.0, seconds_high=45.0, graphs=2.5),
             dict(task="fixed", mode="sweep", seconds=20.0, seconds_low=20.0, seconds_high=20.0),
             dict(task="total", mode="sweep", seconds=94.0, seconds_low=88.0, seconds_high=98.0)]
     pd.DataFrame(rows).to_csv(work / "estimate" / "estimate.csv", index=False)
     (work / "estimate" / "estimate.md").write_text("# kvprune estimate\n")
     (work / "sweep").mkdir()
-    records = [dict(kind="time", task=None, seconds=1.0), dict(kind="time", task="a", seconds=25.0),
-               dict(kind="time", task="b", seconds=55.0), dict(model="m", started="x")]
+    records = [dict(kind="time", task=None, seconds=1.0), dict(kind="time", task="a", seconds=25.0, cuda_graphs=4),
+               dict(kind="time", task="b", seconds=55.0, cuda_graphs=1), dict(model="m", started="x")]
     (work / "sweep" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (work / "sweep" / "report.md").write_text("# kvprune sweep\n")
     (work / "estimate.wall").write_text(f"{estimate_wall}\n")
@@ -47,8 +47,13 @@ def test_the_table_of_two_commands_run_apart(tmp_path, monkeypatch):
     for task, seen in measured.items():
         assert table.loc[task, "measured_s"] == pytest.approx(seen)
         assert table.loc[task, "error"] == pytest.approx(estimated[task] / seen - 1)
+    graphs = {"a": (5.0, 4.0), "b": (2.5, 1.0), "total": (7.5, 5.0)}  # priced by the estimate / captured by the sweep
+    for task, (priced, captured) in graphs.items():
+        assert (table.loc[task, "estimated_graphs"], table.loc[task, "measured_graphs"]) == (priced, captured)
+    assert pd.isna(table.loc["fixed", "estimated_graphs"]) and pd.isna(table.loc["fixed", "measured_graphs"])
     check = (out / "check.md").read_text()
     assert "+20.0%" in check and "-20.0%" in check and "(40 s)" in check and "(100 s)" in check
+    assert "| a | 30.0 (28.0-33.0) | 25.0 | +20.0% | 5.0 / 4 |" in check and "| fixed | 20.0 (20.0-20.0) | 20.0 | +0.0% | — / — |" in check
     assert (out / "estimate.md").is_file() and (out / "sweep_report.md").is_file()
 
 
@@ -94,7 +99,7 @@ def test_each_round_is_kept_beside_the_medians(tmp_path):
     work, out = tmp_path / "work", tmp_path / "out"
     finished_work(work)
     out.mkdir()
-    first_estimate, first_sweep = script.estimated(work / "estimate"), pd.DataFrame({"seconds": script.measured(work / "sweep", 100.0)})
+    first_estimate, first_sweep = script.estimated(work / "estimate"), script.swept(work / "sweep", 100.0)
     second_estimate, second_sweep = first_estimate.copy(), first_sweep.copy()
     second_estimate.loc["a", "seconds"], second_sweep.loc["a", "seconds"] = 34.0, 15.0
     args = argparse.Namespace(out=out, rounds=2)

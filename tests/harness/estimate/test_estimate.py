@@ -126,9 +126,10 @@ def test_a_batch_pays_one_run_s_own_work_for_every_run_the_timing_left_out(tmp_p
     assert cost.total == pytest.approx(len(runs) * call_s + own), "every run's call at 0.1 s, the untimed ones on lines"
 
 
-def _captures_priced(runs, call_s: float, capture_s: float) -> float:
-    """What the sweep pays once for ``runs`` when two repeats of one batch timed them (``timed_runs(runs, 2)``), the
-    first repeat capturing a graph for every timed run but frame's (frame replays FastV's states)."""
+def _captures_priced(runs, call_s: float, capture_s: float):
+    """The cost (``ModeCost``: ``once``, ``graphs``) of ``runs`` when two repeats of one batch timed them
+    (``timed_runs(runs, 2)``), the first repeat capturing a graph for every timed run but frame's (frame replays
+    FastV's states)."""
     calls, units = [], []
     for repeat in range(2):
         context = dict(task="t", mode="sweep", unit=0, repeat=repeat)
@@ -139,19 +140,21 @@ def _captures_priced(runs, call_s: float, capture_s: float) -> float:
                               [5], [None], 2, 0.0, seconds))
         units.append(Unit(context, sum(c.seconds for c in calls if c.context is context), 15.0, 1, 5, 0.0))
     call_frame, unit_frame = frames(calls, units, "t", "sweep")
-    return mode_cost(call_frame, unit_frame, runs, [(15.0, 1)]).once
+    return mode_cost(call_frame, unit_frame, runs, [(15.0, 1)])
 
 
 def test_graph_captures_are_priced_for_every_cache_layout_the_sweep_s_runs_make(tmp_path):
     """Runs alike share decode states and their graphs: token presses at one K and ratio (FastV and frame here),
     the unpruned run alone. The timed runs (unpruned, and each method at 0.1 and 0.9) meet 3 layouts and capture a
     graph for each (0.4 s beyond the warm call); the sweep's runs at ratios 0.1, 0.3, 0.5, 0.7 and 0.9 make 6, so the
-    sweep pays 6 captures; at ratios 0.1 and 0.9 alone it makes the 3 the timing met."""
+    sweep pays 6 captures and the estimate counts 6 graphs; at ratios 0.1 and 0.9 alone it makes the 3 the timing met."""
     runs = runs_of(config(tmp_path, ratios=[0.1, 0.3, 0.5, 0.7, 0.9]))
     assert [(run.method, run.ratio) for run in timed_runs(runs, 2)] == [
         ("none", 0.0), ("fastv", 0.1), ("fastv", 0.9), ("frame", 0.1), ("frame", 0.9)]
-    assert _captures_priced(runs, 0.1, 0.4) == pytest.approx(6 * 0.4)
-    assert _captures_priced(runs_of(config(tmp_path, ratios=[0.1, 0.9])), 0.1, 0.4) == pytest.approx(3 * 0.4)
+    every_ratio = _captures_priced(runs, 0.1, 0.4)
+    assert (every_ratio.once, every_ratio.graphs) == (pytest.approx(6 * 0.4), pytest.approx(6))
+    timed_ratios = _captures_priced(runs_of(config(tmp_path, ratios=[0.1, 0.9])), 0.1, 0.4)
+    assert (timed_ratios.once, timed_ratios.graphs) == (pytest.approx(3 * 0.4), pytest.approx(3))
 
 
 def test_timed_batches_are_the_first_and_last_full_ones_spread_between_and_a_smaller_last():

@@ -466,3 +466,29 @@ def test_calls_that_compiled_are_left_out_of_timing_statistics(uninterrupted):
     after = summarize(results).set_index(["task", "method", "ratio"])["timed_samples"]
     dropped = (before - after).to_dict()
     assert {key: n for key, n in dropped.items() if n} == {(t, "fastv", r): 1 for t in TASKS for r in (0.3, 0.7)}
+
+
+def test_each_task_s_record_counts_the_graphs_made_during_it(data_root, tmp_path, monkeypatch):
+    """runs.jsonl's line for each task holds the CUDA graphs and compiled graphs made while it ran (what
+    scripts/check_estimate.py sets against the estimate's, per task). On a CPU nothing is captured, so the engine's
+    count is made to read one graph per call: each task's line then holds its own calls, and they add up to the
+    model's line."""
+    from kvprune.generation import Generator
+    from kvprune.harness.sweep.store import ENGINE_RECORD, TASK_TIME_RECORD
+
+    calls = []
+    generate = Generator.generate
+    monkeypatch.setattr(Generator, "generate", lambda self, *a, **k: calls.append(1) or generate(self, *a, **k))
+    monkeypatch.setattr(Generator, "captures", property(lambda self: len(calls)))
+    out = tmp_path / "out"
+    args = sweep_args(data_root, out)
+    args[args.index("--methods") + 1], args[args.index("--ratios") + 1] = "fastv", "0.5"
+    assert main(args) == 0
+    tasks = [r for r in read_log(out, kind=TASK_TIME_RECORD) if r.get("task")]
+    [engine] = read_log(out, kind=ENGINE_RECORD)
+    rows = result_lines(out)
+    assert [r["task"] for r in tasks] == list(TASKS)
+    for record in tasks:
+        assert record["cuda_graphs"] == sum(1 for row in rows if row["task"] == record["task"]) > 0  # one call a row
+        assert record["compile_graphs"] == 0  # nothing compiles on a CPU
+    assert sum(r["cuda_graphs"] for r in tasks) == engine["cuda_graphs"] == len(calls)
