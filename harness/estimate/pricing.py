@@ -5,8 +5,8 @@ that neither compiled nor captured a graph, nor were the first of their run in t
 spread their lowest and highest. What a cold repeat took beyond the warm median is a cost paid once:
 a compilation or a run's first call (its lazy set-up: once per sweep, in the task where the sweep
 meets it, as the estimate met it there), or a graph capture (once per decode state: the sweep meets about as
-many states per task as the lengths of its batches span buckets, times the cache layouts its runs make, where
-the estimate timed only some runs: ``layouts``).
+many states per task as the lengths of its batches span buckets, times the states its runs make for one prompt,
+where the estimate timed only some runs: ``states_made``).
 
 A run the estimate did not time (a ratio between its method's timed ones) costs what a line through
 its method's timed ratios says (where layers < K are shared, through those that replayed them, not the
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from kvprune.generation import unpruned_split
 from kvprune.generation.layer_reuse import shared_layers
 
 from .timing import Call, Unit
@@ -141,27 +142,42 @@ def _line(x: float, xs: list[float], ys: list[float]) -> float:
     return ys[a] + (x - xs[a]) * (ys[b] - ys[a]) / (xs[b] - xs[a])
 
 
-def layout(run) -> tuple:
-    """What a run's decode states are shaped by, apart from lengths: runs alike share states and their graphs.
-    A token press at ratio r keeps the same entries in layers >= K whatever chooses them (FastV, frame, random and
-    DART at one K share); the unpruned run and ratio 0 keep everything; any other press lays its cache out its own
-    way (a cache press's budgets per layer)."""
+def grouping(run, split: int) -> tuple:
+    """How a run's decode states group their layers, whatever the lengths: runs of one grouping share states. Token
+    presses at one K (FastV, frame, random and DART alike) and the unpruned run, whose caches the engine splits at
+    that K (``unpruned_split``), share one; a press whose cache is laid out its own way (a cache press's budgets per
+    layer) has its own."""
     if run.press is None or run.ratio == 0:
-        return ("unpruned",)
+        return ("kept", split)
     k = shared_layers(run.press)
-    return ("kept", k, run.ratio) if k is not None else ("own", run.method_id, run.ratio)
+    return ("kept", k) if k is not None else ("own", run.method_id)
+
+
+def states_made(runs: list) -> int:
+    """The decode states ``runs``, in this order, make for one prompt by the engine's rule (``Generator._roomy``: a
+    kept state of the same grouping with room for a run's entries, and at most twice that, is reused), a run's
+    entries taken as 1 - its ratio of the prompt's (its text and the buckets' rounding left out)."""
+    split = unpruned_split(run.press for run in runs)
+    room: dict[tuple, list[float]] = {}
+    made = 0
+    for run in runs:
+        need, kept = 1.0 - run.ratio, room.setdefault(grouping(run, split), [])
+        if not any(need <= have <= 2 * need for have in kept):
+            kept.append(need)
+            made += 1
+    return made
 
 
 def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]], runs: list,
               timed_runs) -> tuple[float, float]:
-    """Graph captures the timed units met, scaled to the length buckets every unit spans and to the layouts
-    every run makes (the timing left ratios out: each untimed ratio of a token press is a layout of its own): their
-    seconds and how many graphs that prices. A run's first call that captured is priced as met, with its lazy set-up
-    (``once``), and counted as met."""
+    """Graph captures the timed units met, scaled to the length buckets every unit spans and to the decode states
+    every run makes against those the timed runs made (``states_made``: the timing left ratios out, and a ratio far
+    from the timed ones needs a state of its own): their seconds and how many graphs that prices. A run's first call
+    that captured is priced as met, with its lazy set-up (``once``), and counted as met."""
     graphs_in_first_calls = float(cold.loc[cold["once"], "captured"].sum())
     captures = cold.loc[~cold["once"]]
     spanned = lambda lengths: len({math.floor(BUCKETS_PER_OCTAVE * math.log2(max(s, 1e-3))) for s in lengths})  # noqa: E731
     buckets = spanned([s for s, _ in every_unit]) / max(1, spanned(units["audio_seconds"].unique()))
-    timed = {layout(runs[int(i)]) for i in timed_runs}
-    scale = buckets * len({layout(run) for run in runs}) / max(1, len(timed))
+    timed = states_made([runs[int(i)] for i in sorted(timed_runs)])
+    scale = buckets * states_made(runs) / max(1, timed)
     return float(captures["extra"].sum()) * scale, float(captures["captured"].sum()) * scale + graphs_in_first_calls

@@ -290,15 +290,25 @@ class Generator:
             request.observer.decoding_ended()
 
     def _state(self, shape, template: Prefill) -> DecodeState:
-        """A kept state of ``shape``, or a new one (the least recently used go beyond ``max_state_bytes``)."""
-        state = self._states.pop(shape, None)
+        """A kept state of ``shape``, else the smallest kept one that holds it within an octave (``_roomy``), else a
+        new one (the least recently used go beyond ``max_state_bytes``)."""
+        state = self._states.pop(shape, None) or self._roomy(shape)
         if state is None:
             state = DecodeState(shape, template)
             self._made += 1
-        self._states[shape] = state  # most recently used last
+        self._states[state.shape] = state  # most recently used last
         while len(self._states) > 1 and self.state_bytes > self.max_state_bytes:
             self._states.popitem(last=False)
         return state
+
+    def _roomy(self, shape) -> DecodeState | None:
+        """Taken from the kept states: the smallest that fits ``shape`` with at most twice its room in every buffer (a
+        prompt a little shorter than one met before, a task's after another's, decodes in that one's state and CUDA
+        graph instead of allocating and capturing its own; on a GPU the decode attention reads each row's slots only up
+        to its own last one, so the extra room costs little); None if none does."""
+        roomy = [kept for kept in self._states if kept.fits(shape) and all(
+            mine <= 2 * theirs for mine, theirs in zip((*kept.capacities, kept.new_tokens), (*shape.capacities, shape.new_tokens)))]
+        return self._states.pop(min(roomy, key=lambda kept: sum(kept.capacities))) if roomy else None
 
     def _runner(self, sampling: Sampling, stopping: Stopping, batch: int) -> StepRunner:
         """One runner (one compiled step) per way of choosing tokens and batch size (cache lengths are

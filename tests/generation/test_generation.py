@@ -109,6 +109,21 @@ def test_a_call_sizes_its_state_for_its_longest_prompt():
         assert torch.equal(together.new_tokens, alone)
 
 
+def test_a_shorter_prompt_decodes_in_a_kept_state_that_holds_it_within_an_octave():
+    """A prompt a little shorter than one decoded before (a task's after another's) reuses that call's state, and so
+    its CUDA graph on a GPU, instead of allocating its own of a smaller bucket; one more than an octave shorter gets
+    its own. Tokens are those of the prompt alone on a fresh engine."""
+    family = "qwen2_5_omni"
+    m = model(family, "sdpa")
+    long, shorter, short = (FAMILIES[family].inputs([[("text", 3), ("audio", n), ("text", 2)]]) for n in (150, 120, 8))
+    for press in (None, PRESSES["fastv"]):
+        generator = Generator(m)
+        calls = [generator.generate(p, max_new_tokens=NEW, press=press, **NO_STOP) for p in (long, shorter, short)]
+        assert [c.new_state for c in calls] == [True, False, True] and generator.states == 2
+        for call, prompt in zip(calls, (long, shorter, short)):
+            assert torch.equal(call.new_tokens, Generator(m).generate(prompt, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens)
+
+
 def test_a_kept_state_a_batch_grows_into_starts_clean():
     """When a later batch keeps more entries than the first one's proportion foresaw, its rows move into a
     larger state; a larger state kept from an earlier call (its step and rows advanced) is cleared first,

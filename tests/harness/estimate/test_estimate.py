@@ -13,7 +13,7 @@ from kvprune.harness.estimate import estimate as estimate_module
 from kvprune.harness.estimate import floor as floor_module
 from kvprune.harness.estimate.config import MODES, EstimateConfig
 from kvprune.harness.estimate.estimate import chosen_batches, run_estimate, settings_key, timed_runs
-from kvprune.harness.estimate.pricing import _run_figures, frames, mode_cost, payers
+from kvprune.harness.estimate.pricing import _run_figures, frames, mode_cost, payers, states_made
 from kvprune.harness.estimate.timing import Call, Unit
 from kvprune.harness.estimate.published import published
 from kvprune.harness.estimate.report import earlier_rows, write_estimate
@@ -126,15 +126,15 @@ def test_a_batch_pays_one_run_s_own_work_for_every_run_the_timing_left_out(tmp_p
     assert cost.total == pytest.approx(len(runs) * call_s + own), "every run's call at 0.1 s, the untimed ones on lines"
 
 
-def _captures_priced(runs, call_s: float, capture_s: float):
+def _captures_priced(runs, call_s: float, capture_s: float, capturing: set):
     """The cost (``ModeCost``: ``once``, ``graphs``) of ``runs`` when two repeats of one batch timed them
-    (``timed_runs(runs, 2)``), the first repeat capturing a graph for every timed run but frame's (frame replays
-    FastV's states)."""
+    (``timed_runs(runs, 2)``), the first repeat capturing a graph for each timed run in ``capturing`` ((method, ratio)
+    pairs: the runs that make a new decode state; the others decode in a kept one)."""
     calls, units = [], []
     for repeat in range(2):
         context = dict(task="t", mode="sweep", unit=0, repeat=repeat)
         for run in (runs.index(run) for run in timed_runs(runs, 2)):
-            captured = int(repeat == 0 and runs[run].method != "frame")
+            captured = int(repeat == 0 and (runs[run].method, runs[run].ratio) in capturing)
             seconds = call_s + capture_s * captured
             calls.append(Call(context, run, 1, seconds, call_s / 2, seconds - call_s / 2, False, captured, False, [10],
                               [5], [None], 2, 0.0, seconds))
@@ -143,18 +143,30 @@ def _captures_priced(runs, call_s: float, capture_s: float):
     return mode_cost(call_frame, unit_frame, runs, [(15.0, 1)])
 
 
-def test_graph_captures_are_priced_for_every_cache_layout_the_sweep_s_runs_make(tmp_path):
-    """Runs alike share decode states and their graphs: token presses at one K and ratio (FastV and frame here),
-    the unpruned run alone. The timed runs (unpruned, and each method at 0.1 and 0.9) meet 3 layouts and capture a
-    graph for each (0.4 s beyond the warm call); the sweep's runs at ratios 0.1, 0.3, 0.5, 0.7 and 0.9 make 6, so the
-    sweep pays 6 captures and the estimate counts 6 graphs; at ratios 0.1 and 0.9 alone it makes the 3 the timing met."""
+def test_graph_captures_are_priced_for_the_decode_states_the_sweep_s_runs_make(tmp_path):
+    """Runs share decode states (and their graphs) where one grouping of layers holds a run's entries within twice
+    their room: token presses at one K (FastV and frame here) and the unpruned run, split at that K. A run keeps
+    1 - its ratio of the prompt. The timed runs (unpruned, then each method at 0.1 and 0.9) make 2 states: the
+    unpruned run's (1.0), which FastV 0.1 (0.9) reuses, and FastV 0.9's (0.1); frame reuses both. The sweep's runs at
+    ratios 0.1, 0.3, 0.5, 0.7 and 0.9 make 3: 1.0 (holding 0.9, 0.7 and 0.5), 0.3 and 0.1. So 2 captures met (0.4 s
+    each beyond the warm call) price 3; at ratios 0.1 and 0.9 alone the sweep makes the 2 the timing met."""
     runs = runs_of(config(tmp_path, ratios=[0.1, 0.3, 0.5, 0.7, 0.9]))
     assert [(run.method, run.ratio) for run in timed_runs(runs, 2)] == [
         ("none", 0.0), ("fastv", 0.1), ("fastv", 0.9), ("frame", 0.1), ("frame", 0.9)]
-    every_ratio = _captures_priced(runs, 0.1, 0.4)
-    assert (every_ratio.once, every_ratio.graphs) == (pytest.approx(6 * 0.4), pytest.approx(6))
-    timed_ratios = _captures_priced(runs_of(config(tmp_path, ratios=[0.1, 0.9])), 0.1, 0.4)
-    assert (timed_ratios.once, timed_ratios.graphs) == (pytest.approx(3 * 0.4), pytest.approx(3))
+    assert states_made(runs) == 3 and states_made([runs[i] for i in (0, 1, 5)]) == 2
+    capturing = {("none", 0.0), ("fastv", 0.9)}
+    every_ratio = _captures_priced(runs, 0.1, 0.4, capturing)
+    assert (every_ratio.once, every_ratio.graphs) == (pytest.approx(3 * 0.4), pytest.approx(3))
+    timed_ratios = _captures_priced(runs_of(config(tmp_path, ratios=[0.1, 0.9])), 0.1, 0.4, capturing)
+    assert (timed_ratios.once, timed_ratios.graphs) == (pytest.approx(2 * 0.4), pytest.approx(2))
+
+
+def test_a_cache_press_s_states_are_its_own_grouping(tmp_path):
+    """knorm at 0.25, 0.5 and 0.75 keeps 0.75, 0.5 and 0.25: 0.75's state holds 0.5 (within twice), not 0.25, so it
+    makes 2 states, beside the unpruned run's (a grouping of its own: no token press sets a K to share)."""
+    runs = runs_of(config(tmp_path, methods=["knorm"], ratios=[0.25, 0.5, 0.75]))
+    assert [(run.method, run.ratio) for run in runs] == [("none", 0.0), ("knorm", 0.25), ("knorm", 0.5), ("knorm", 0.75)]
+    assert states_made(runs) == 3
 
 
 def test_timed_batches_are_the_first_and_last_full_ones_spread_between_and_a_smaller_last():
