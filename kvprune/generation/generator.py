@@ -15,7 +15,6 @@ Gemma-3n) and attention implementations that cannot mask per layer (flash attent
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -29,6 +28,7 @@ from ..press import TOKEN_LAYER
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner
+from .kept_states import KeptStates
 from .prefill import Prefill, family_supports_static_decoding, run_prefill, under_press
 from .request import (
     FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput, batches_of, model_of, press_of,
@@ -87,7 +87,6 @@ class Generator:
     split_unpruned_at: int | None = TOKEN_LAYER
     max_state_bytes: int | str = "auto"
     check_every: int = 16
-    _states: OrderedDict = field(default_factory=OrderedDict, init=False, repr=False)
     _runners: dict = field(default_factory=dict, init=False, repr=False)
     _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
     _stoppings: dict = field(default_factory=dict, init=False, repr=False)
@@ -106,6 +105,7 @@ class Generator:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
         if self.max_state_bytes == "auto":
             self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
+        self._kept = KeptStates(self.max_state_bytes)
         self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)
 
     # -- public ---------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ class Generator:
         )
         if self.unsupported:
             return self._fallback(request)
-        kept = bool(self._states)
+        kept = bool(len(self._kept))
         try:
             return self._generate(request)
         except Exception as error:  # kept states give way to the work: once, then the error is the caller's
@@ -162,7 +162,7 @@ class Generator:
     def forget_states(self) -> None:
         """Drop the kept decode states, their CUDA graphs and the graphs' memory pools (compiled steps stay):
         memory back to the allocator, e.g. before a batch that needs all of it."""
-        self._states.clear()
+        self._kept.clear()
         for runner in self._runners.values():
             runner.release_pool()
 
@@ -242,11 +242,11 @@ class Generator:
     @property
     def state_bytes(self) -> int:
         """Device memory held by the decode states kept between calls (cache buffers of every shape met)."""
-        return sum(state.nbytes for state in self._states.values())
+        return self._kept.nbytes
 
     @property
     def states(self) -> int:
-        return len(self._states)
+        return len(self._kept)
 
     # -- decoding -------------------------------------------------------------------------------------
     def _state_for(self, state: DecodeState | None, prefill: Prefill, rows: int, max_new_tokens: int, offset: int,
@@ -290,25 +290,10 @@ class Generator:
             request.observer.decoding_ended()
 
     def _state(self, shape, template: Prefill) -> DecodeState:
-        """A kept state of ``shape``, else the smallest kept one that holds it within an octave (``_roomy``), else a
-        new one (the least recently used go beyond ``max_state_bytes``)."""
-        state = self._states.pop(shape, None) or self._roomy(shape)
-        if state is None:
-            state = DecodeState(shape, template)
-            self._made += 1
-        self._states[state.shape] = state  # most recently used last
-        while len(self._states) > 1 and self.state_bytes > self.max_state_bytes:
-            self._states.popitem(last=False)
+        """A kept state that holds ``shape`` (``KeptStates.take``), or a new one."""
+        state, made = self._kept.take(shape, lambda: DecodeState(shape, template))
+        self._made += made
         return state
-
-    def _roomy(self, shape) -> DecodeState | None:
-        """Taken from the kept states: the smallest that fits ``shape`` with at most twice its room in every buffer (a
-        prompt a little shorter than one met before, a task's after another's, decodes in that one's state and CUDA
-        graph instead of allocating and capturing its own; on a GPU the decode attention reads each row's slots only up
-        to its own last one, so the extra room costs little); None if none does."""
-        roomy = [kept for kept in self._states if kept.fits(shape) and all(
-            mine <= 2 * theirs for mine, theirs in zip((*kept.capacities, kept.new_tokens), (*shape.capacities, shape.new_tokens)))]
-        return self._states.pop(min(roomy, key=lambda kept: sum(kept.capacities))) if roomy else None
 
     def _runner(self, sampling: Sampling, stopping: Stopping, batch: int) -> StepRunner:
         """One runner (one compiled step) per way of choosing tokens and batch size (cache lengths are

@@ -1,0 +1,55 @@
+"""The decode states a generator keeps between calls, within a memory budget: a call takes the kept state of its
+shape, else the smallest kept one of the same grouping with room for it within twice its size, else a new one.
+
+A state is a CUDA graph's buffers on a GPU (the step is captured once per state), so a call that decodes in a kept
+state, the same prompt again or a little shorter one (a task's after another's), allocates and captures nothing; on
+a GPU the decode attention reads each row's slots only up to its own last one, so the extra room costs little."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from .decode_state import DecodeState, StateShape
+
+#: a kept state serves a call that needs at least 1 / ROOM of each of its buffers
+ROOM = 2
+
+
+class KeptStates:
+    """Decode states by shape, least recently used first; beyond ``max_bytes`` the least recently used go (the one
+    in use always stays)."""
+
+    def __init__(self, max_bytes: int):
+        self.max_bytes = max_bytes
+        self._states: OrderedDict[StateShape, DecodeState] = OrderedDict()
+
+    def take(self, shape: StateShape, make: Callable[[], DecodeState]) -> tuple[DecodeState, bool]:
+        """The state a call that needs ``shape`` decodes in (``make``: a new one, where none kept will do), and whether
+        it was made."""
+        state = self._states.pop(shape, None) or self._roomy(shape)
+        made = state is None
+        if made:
+            state = make()
+        self._states[state.shape] = state  # most recently used last
+        while len(self._states) > 1 and self.nbytes > self.max_bytes:
+            self._states.popitem(last=False)
+        return state, made
+
+    def _roomy(self, shape: StateShape) -> DecodeState | None:
+        """Taken from the kept states: the smallest that fits ``shape`` with at most ``ROOM`` times its room in every
+        buffer; None if none does."""
+        roomy = [kept for kept in self._states if kept.fits(shape) and all(
+            mine <= ROOM * theirs for mine, theirs in zip((*kept.capacities, kept.new_tokens), (*shape.capacities, shape.new_tokens)))]
+        return self._states.pop(min(roomy, key=lambda kept: sum(kept.capacities))) if roomy else None
+
+    @property
+    def nbytes(self) -> int:
+        """Device memory the kept states hold (cache buffers of every shape met)."""
+        return sum(state.nbytes for state in self._states.values())
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+    def clear(self) -> None:
+        self._states.clear()
