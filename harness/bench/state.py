@@ -35,11 +35,12 @@ class BenchState:
 
     def engine(self, model) -> Generator:
         """The generation engine of ``model``, kept while the model is benchmarked (its compiled step and
-        decode states serve every request of every round)."""
+        decode states serve every request of every round; each request decodes in a state of its own shape, not in
+        a larger one another request left, so that a row times its own layout's decoding)."""
         if id(model) not in self._engines:
             self._engines.clear()  # another model: the last one is gone
             split = unpruned_split(self.config.presses.values())  # the unpruned rows decode on the presses' step
-            self._engines[id(model)] = Generator(model, compile=self.meter.compile, split_unpruned_at=split)
+            self._engines[id(model)] = Generator(model, compile=self.meter.compile, split_unpruned_at=split, state_room=1)
         return self._engines[id(model)]
 
     def forget_engines(self) -> None:

@@ -71,6 +71,9 @@ class Generator:
     * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go);
       "auto": on CUDA, 3/4 of the memory free when the generator is made (the model loaded), else 8 GiB.
       A call that runs out of memory while earlier calls' states are kept drops them and runs again once.
+    * ``state_room``: a call decodes in a kept state of its grouping that has up to this many times the room it
+      needs (``kept_states``: a shorter prompt after a longer one makes no state or CUDA graph of its own); 1: only
+      in one of its own shape, as a benchmark of one layout's decoding wants.
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation); before
       the first such read, the flags are also read after steps 1, 2, 4, 8, ... (``reads_stops_after``), so
       a short answer (a letter and its end) stops within twice its length instead of running on to step
@@ -86,6 +89,7 @@ class Generator:
     per_octave: int = 8
     split_unpruned_at: int | None = TOKEN_LAYER
     max_state_bytes: int | str = "auto"
+    state_room: float = 2.0
     check_every: int = 16
     _runners: dict = field(default_factory=dict, init=False, repr=False)
     _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
@@ -105,7 +109,7 @@ class Generator:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
         if self.max_state_bytes == "auto":
             self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
-        self._kept = KeptStates(self.max_state_bytes)
+        self._kept = KeptStates(self.max_state_bytes, self.state_room)
         self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)
 
     # -- public ---------------------------------------------------------------------------------------

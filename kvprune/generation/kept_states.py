@@ -12,16 +12,15 @@ from collections.abc import Callable
 
 from .decode_state import DecodeState, StateShape
 
-#: a kept state serves a call that needs at least 1 / ROOM of each of its buffers
-ROOM = 2
-
-
 class KeptStates:
     """Decode states by shape, least recently used first; beyond ``max_bytes`` the least recently used go (the one
-    in use always stays)."""
+    in use always stays). A kept state serves a call that needs at least 1 / ``room`` of each of its buffers (1: only
+    calls of its own shape)."""
 
-    def __init__(self, max_bytes: int):
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int, room: float = 2.0):
+        if room < 1:
+            raise ValueError(f"state_room must be at least 1 (1: each shape its own state), not {room}.")
+        self.max_bytes, self.room = max_bytes, room
         self._states: OrderedDict[StateShape, DecodeState] = OrderedDict()
 
     def take(self, shape: StateShape, make: Callable[[], DecodeState]) -> tuple[DecodeState, bool]:
@@ -37,10 +36,10 @@ class KeptStates:
         return state, made
 
     def _roomy(self, shape: StateShape) -> DecodeState | None:
-        """Taken from the kept states: the smallest that fits ``shape`` with at most ``ROOM`` times its room in every
+        """Taken from the kept states: the smallest that fits ``shape`` with at most ``room`` times its room in every
         buffer; None if none does."""
         roomy = [kept for kept in self._states if kept.fits(shape) and all(
-            mine <= ROOM * theirs for mine, theirs in zip((*kept.capacities, kept.new_tokens), (*shape.capacities, shape.new_tokens)))]
+            mine <= self.room * theirs for mine, theirs in zip((*kept.capacities, kept.new_tokens), (*shape.capacities, shape.new_tokens)))]
         return self._states.pop(min(roomy, key=lambda kept: sum(kept.capacities))) if roomy else None
 
     @property

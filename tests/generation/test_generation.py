@@ -122,6 +122,10 @@ def test_a_shorter_prompt_decodes_in_a_kept_state_that_holds_it_within_an_octave
         assert [c.new_state for c in calls] == [True, False, True] and generator.states == 2
         for call, prompt in zip(calls, (long, shorter, short)):
             assert torch.equal(call.new_tokens, Generator(m).generate(prompt, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens)
+        exact = Generator(m, state_room=1)  # each shape its own state (the bench: a row times its own layout)
+        assert [exact.generate(p, max_new_tokens=NEW, press=press, **NO_STOP).new_state for p in (long, shorter)] == [True, True]
+    with pytest.raises(ValueError, match="state_room must be at least 1"):
+        Generator(m, state_room=0.5)
 
 
 def test_a_kept_state_a_batch_grows_into_starts_clean():

@@ -663,12 +663,15 @@ def test_rounds_csv_holds_every_timed_round_behind_the_medians_in_the_order_they
 
 
 def test_the_bench_s_engine_lays_unpruned_prompts_out_as_its_token_presses_lay_out_theirs():
-    """The unpruned rows decode on the token presses' compiled step: their caches split at the presses' K."""
+    """The unpruned rows decode on the token presses' compiled step: their caches split at the presses' K. Each
+    request decodes in a state of its own shape (a row times its own layout's decoding)."""
     from kvprune.harness.bench.state import BenchState
 
     config = BenchConfig(presets=["tiny-omni"], audio_seconds=[1.0], methods=["fastv"], ratios=[0.5], out=None,
                          **dict(FAST, layer=3))
-    assert BenchState(config).engine(tiny_model("qwen2_5_omni", "sdpa")).split_unpruned_at == 3
+    engine = BenchState(config).engine(tiny_model("qwen2_5_omni", "sdpa"))
+    assert engine.split_unpruned_at == 3
+    assert engine.state_room == 1  # and each request decodes in a state of its own shape
 
 
 def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
