@@ -71,27 +71,22 @@ def median_of(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames).groupby(level=0, sort=False).median()
 
 
-def measured(sweep_out: Path, wall: float) -> dict[str, float]:
-    """Seconds per task from the sweep's runs.jsonl, the rest of its command's wall time, and the whole."""
-    tasks: dict[str, float] = {}
-    for record in read_log(sweep_out, kind=TASK_TIME_RECORD):
-        if record.get("task"):  # a task's seconds (a resumed sweep records a task once per part); None: loading
-            tasks[record["task"]] = tasks.get(record["task"], 0.0) + record["seconds"]
-    return {**tasks, FIXED: wall - sum(tasks.values()), TOTAL: wall}
-
-
-def graphs_captured(sweep_out: Path) -> dict[str, float]:
-    """CUDA graphs the sweep captured per task (runs.jsonl), and in all; none for a log without the counts."""
-    tasks: dict[str, float] = {}
-    for record in read_log(sweep_out, kind=TASK_TIME_RECORD):
-        if record.get("task") and "cuda_graphs" in record:
-            tasks[record["task"]] = tasks.get(record["task"], 0.0) + record["cuda_graphs"]
-    return {**tasks, TOTAL: sum(tasks.values())} if tasks else {}
-
-
 def swept(sweep_out: Path, wall: float) -> pd.DataFrame:
-    """One sweep's seconds (``measured``) and CUDA graphs captured (``graphs_captured``) per task."""
-    return pd.DataFrame({"seconds": measured(sweep_out, wall), "graphs": pd.Series(graphs_captured(sweep_out), dtype=float)})
+    """One sweep's seconds and CUDA graphs captured per task, from its runs.jsonl (a resumed sweep records a task once
+    per part; graphs: none for a log without the counts), then ``fixed``, the rest of its command's wall time, and
+    ``total``, the whole."""
+    seconds: dict[str, float] = {}
+    graphs: dict[str, float] = {}
+    for record in read_log(sweep_out, kind=TASK_TIME_RECORD):
+        task = record.get("task")  # None: loading
+        if task:
+            seconds[task] = seconds.get(task, 0.0) + record["seconds"]
+            if "cuda_graphs" in record:
+                graphs[task] = graphs.get(task, 0.0) + record["cuda_graphs"]
+    seconds.update({FIXED: wall - sum(seconds.values()), TOTAL: wall})
+    if graphs:
+        graphs[TOTAL] = sum(graphs.values())
+    return pd.DataFrame({"seconds": seconds, "graphs": pd.Series(graphs, dtype=float)})
 
 
 def estimated(estimate_out: Path) -> pd.DataFrame:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from kvprune.generation import unpruned_split
+from kvprune.generation.kept_states import holds
 from kvprune.generation.layer_reuse import shared_layers
 
 from .timing import Call, Unit
@@ -154,7 +155,7 @@ def grouping(run, split: int) -> tuple:
 
 
 def states_made(runs: list) -> int:
-    """The decode states ``runs``, in this order, make for one prompt by the engine's rule (``Generator._roomy``: a
+    """The decode states ``runs``, in this order, make for one prompt by the engine's rule (``kept_states.holds``: a
     kept state of the same grouping with room for a run's entries, and at most twice that, is reused), a run's
     entries taken as 1 - its ratio of the prompt's (its text and the buckets' rounding left out)."""
     split = unpruned_split(run.press for run in runs)
@@ -162,7 +163,7 @@ def states_made(runs: list) -> int:
     made = 0
     for run in runs:
         need, kept = 1.0 - run.ratio, room.setdefault(grouping(run, split), [])
-        if not any(need <= have <= 2 * need for have in kept):
+        if not any(holds(have, need) for have in kept):
             kept.append(need)
             made += 1
     return made

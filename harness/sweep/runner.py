@@ -229,10 +229,8 @@ class SweepRunner:
         engine = executor.engine
         if engine is None:
             return
-        graphs, recompiles = compile_counters()
         append_log_line(self.config.out, dict(
-            time=now(), model=loaded.name, kind=ENGINE_RECORD, compile_graphs=graphs, recompiles=recompiles,
-            cuda_graphs=engine.captures,
+            time=now(), model=loaded.name, kind=ENGINE_RECORD, **_compiled_so_far(executor), recompiles=compile_counters()[1],
             decode_states=engine.states, decode_state_bytes=engine.state_bytes,
             fallbacks=engine.fallbacks, unsupported=engine.unsupported,
         ))

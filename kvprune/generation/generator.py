@@ -28,7 +28,7 @@ from ..press import TOKEN_LAYER
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner
-from .kept_states import KeptStates
+from .kept_states import ROOM, KeptStates
 from .prefill import Prefill, family_supports_static_decoding, run_prefill, under_press
 from .request import (
     FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput, batches_of, model_of, press_of,
@@ -89,7 +89,7 @@ class Generator:
     per_octave: int = 8
     split_unpruned_at: int | None = TOKEN_LAYER
     max_state_bytes: int | str = "auto"
-    state_room: float = 2.0
+    state_room: float = ROOM
     check_every: int = 16
     _runners: dict = field(default_factory=dict, init=False, repr=False)
     _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
@@ -140,7 +140,7 @@ class Generator:
         )
         if self.unsupported:
             return self._fallback(request)
-        kept = bool(len(self._kept))
+        kept = bool(self._kept)
         try:
             return self._generate(request)
         except Exception as error:  # kept states give way to the work: once, then the error is the caller's

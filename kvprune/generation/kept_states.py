@@ -12,12 +12,21 @@ from collections.abc import Callable
 
 from .decode_state import DecodeState, StateShape
 
+#: how many times the room a call needs a kept state may have and still serve it (``Generator.state_room``'s default)
+ROOM = 2.0
+
+
+def holds(have: float, need: float, room: float = ROOM) -> bool:
+    """Whether a buffer of ``have`` entries serves a call that needs ``need``: enough, and at most ``room`` times it."""
+    return need <= have <= room * need
+
+
 class KeptStates:
     """Decode states by shape, least recently used first; beyond ``max_bytes`` the least recently used go (the one
     in use always stays). A kept state serves a call that needs at least 1 / ``room`` of each of its buffers (1: only
     calls of its own shape)."""
 
-    def __init__(self, max_bytes: int, room: float = 2.0):
+    def __init__(self, max_bytes: int, room: float = ROOM):
         if room < 1:
             raise ValueError(f"state_room must be at least 1 (1: each shape its own state), not {room}.")
         self.max_bytes, self.room = max_bytes, room
@@ -39,7 +48,7 @@ class KeptStates:
         """Taken from the kept states: the smallest that fits ``shape`` with at most ``room`` times its room in every
         buffer; None if none does."""
         roomy = [kept for kept in self._states if kept.fits(shape) and all(
-            mine <= self.room * theirs for mine, theirs in zip((*kept.capacities, kept.new_tokens), (*shape.capacities, shape.new_tokens)))]
+            holds(mine, theirs, self.room) for mine, theirs in zip((*kept.capacities, kept.new_tokens), (*shape.capacities, shape.new_tokens)))]
         return self._states.pop(min(roomy, key=lambda kept: sum(kept.capacities))) if roomy else None
 
     @property
