@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
 
 import torch
@@ -43,9 +44,25 @@ def from_compiler(error: Exception) -> bool:
     return any("torch/_dynamo" in frame.filename or "torch/_inductor" in frame.filename for frame in frames)
 
 
+def compiled_or_plain(compiled: Callable, plain: Callable, failed: Callable[[str], None], *args, **kwargs):
+    """``compiled(*args, **kwargs)``; where the compiler fails instead, ``failed(its reason in one line)``, then
+    ``plain(*args, **kwargs)`` (the computation's own errors, running out of memory among them, propagate)."""
+    try:
+        return compiled(*args, **kwargs)
+    except Exception as error:
+        if not from_compiler(error):
+            raise
+        failed(reason(error))
+        return plain(*args, **kwargs)
+
+
+#: how the compiler's own advice begins, the last line of its errors (the cause is the line before)
+COMPILER_ADVICE = ("Set TORCHDYNAMO_VERBOSE", "For even more developer context")
+
+
 def reason(error: Exception) -> str:
-    """An error in one line: its type and its last line (where the compiler puts the cause)."""
-    text = str(error).strip().splitlines()
+    """An error in one line: its type and its last line but the compiler's advice (there the compiler puts the cause)."""
+    text = [line for line in str(error).strip().splitlines() if line.strip() and not line.startswith(COMPILER_ADVICE)]
     return f"{type(error).__name__}: {text[-1] if text else ''}"[:300]
 
 

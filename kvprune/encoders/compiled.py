@@ -27,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..compiling import compiler_failures_unlogged, from_compiler, reason, recompile_room
+from ..compiling import compiled_or_plain, compiler_failures_unlogged, recompile_room
 
 #: SDPA's kernels in the order a compiled piece tries them (each where it supports the inputs); None: torch's
 ATTENTION_PRIORITY: tuple[str, ...] | None = None
@@ -68,22 +68,21 @@ class Piece:
         for tensor in batched:
             if tensor is not None:
                 torch._dynamo.maybe_mark_dynamic(tensor, 0)
-        try:
-            import torch._inductor.config as inductor_config
+        return compiled_or_plain(self._run_compiled, self._plain, self._failed, *batched, *args, **named)
 
-            options = {name: value for name, value in INDUCTOR_OPTIONS.items() if hasattr(inductor_config, name)}
-            with recompile_room(), inductor_config.patch(**options), compiler_failures_unlogged(), \
-                    ExitStack() as stack:
-                if ATTENTION_PRIORITY is not None:
-                    stack.enter_context(_attention_kernels(ATTENTION_PRIORITY))
-                return self._compiled(*batched, *args, **named)
-        except Exception as error:
-            if not from_compiler(error):  # the computation's own error (out of memory, bad inputs)
-                raise
-            self.failed = reason(error)
-            warnings.warn(f"kvprune: the fast audio encoder's {self.what} could not compile and runs uncompiled from now "
-                          f"on (same math, less fused): {self.failed}", RuntimeWarning, stacklevel=2)
-            return self._plain(*batched, *args, **named)
+    def _run_compiled(self, *args, **named):
+        import torch._inductor.config as inductor_config
+
+        options = {name: value for name, value in INDUCTOR_OPTIONS.items() if hasattr(inductor_config, name)}
+        with recompile_room(), inductor_config.patch(**options), compiler_failures_unlogged(), ExitStack() as stack:
+            if ATTENTION_PRIORITY is not None:
+                stack.enter_context(_attention_kernels(ATTENTION_PRIORITY))
+            return self._compiled(*args, **named)
+
+    def _failed(self, why: str) -> None:
+        self.failed = why
+        warnings.warn(f"kvprune: the fast audio encoder's {self.what} could not compile and runs uncompiled from now "
+                      f"on (same math, less fused): {why}", RuntimeWarning, stacklevel=4)
 
     def reset(self) -> None:
         """Forget a compilation failure: the next compiled call tries again (after a setting changed)."""

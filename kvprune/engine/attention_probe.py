@@ -20,6 +20,7 @@ from transformers import AttentionInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 RECORDER_NAME = "kvprune_recorder"
+RECORDER_ATTRIBUTE = "_kvprune_recorder"  # the attention module's attribute holding its recorder while attached
 #: ``query_rows`` that records every query of the prompt
 ALL_QUERIES = sys.maxsize
 
@@ -100,13 +101,13 @@ class AttentionRecorder:
         self._backend = attention_backend(self.attention, config._attn_implementation)
         self._original_config = config
         self.attention.config = _ConfigView(config, RECORDER_NAME)
-        self.attention._kvprune_recorder = self
+        setattr(self.attention, RECORDER_ATTRIBUTE, self)
 
     def detach(self) -> None:
         if self._original_config is not None:
             self.attention.config = self._original_config
             self._original_config = None
-        self.attention.__dict__.pop("_kvprune_recorder", None)
+        self.attention.__dict__.pop(RECORDER_ATTRIBUTE, None)
         self.clear()
 
     def clear(self) -> None:
@@ -136,7 +137,7 @@ class AttentionRecorder:
 
 
 def _recording_attention(module, query, key, value, attention_mask, **kwargs):
-    return module._kvprune_recorder(module, query, key, value, attention_mask, **kwargs)
+    return getattr(module, RECORDER_ATTRIBUTE)(module, query, key, value, attention_mask, **kwargs)
 
 
 def _register_recorder() -> None:

@@ -29,10 +29,9 @@ from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner
 from .kept_states import ROOM, KeptStates
-from .prefill import Prefill, family_supports_static_decoding, run_prefill, under_press
-from .request import (
-    FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput, batches_of, model_of, press_of,
-)
+from .prefill import COMPILED_LAYERS, Prefill, family_supports_static_decoding, run_prefill, under_press
+from .prefill_layers import CompiledLayers
+from .request import FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput, batches_of, model_of, press_of
 from .step import Sampling, Stopping, choose, decode_step, finish
 from .stock import stock_generate
 from .timing import ENGINE_CACHE, Clock, Timing, compile_counters, kv_cache_bytes
@@ -74,6 +73,8 @@ class Generator:
     * ``state_room``: a call decodes in a kept state of its grouping that has up to this many times the room it
       needs (``kept_states``: a shorter prompt after a longer one makes no state or CUDA graph of its own); 1: only
       in one of its own shape, as a benchmark of one layout's decoding wants.
+    * ``compile_prefill``: the prefill's decoder layers from K (``split_unpruned_at``) on run compiled
+      (``prefill_layers``: the host's launches bound them on small models; off until timed on a GPU).
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation); before
       the first such read, the flags are also read after steps 1, 2, 4, 8, ... (``reads_stops_after``), so
       a short answer (a letter and its end) stops within twice its length instead of running on to step
@@ -90,6 +91,7 @@ class Generator:
     split_unpruned_at: int | None = TOKEN_LAYER
     max_state_bytes: int | str = "auto"
     state_room: float = ROOM
+    compile_prefill: bool = False
     check_every: int = 16
     _runners: dict = field(default_factory=dict, init=False, repr=False)
     _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
@@ -110,6 +112,8 @@ class Generator:
         if self.max_state_bytes == "auto":
             self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
         self._kept = KeptStates(self.max_state_bytes, self.state_room)
+        if self.compile_prefill:
+            COMPILED_LAYERS[self.module] = CompiledLayers(self.family.layers(self.module), self.split_unpruned_at or TOKEN_LAYER)
         self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)
 
     # -- public ---------------------------------------------------------------------------------------
@@ -135,8 +139,7 @@ class Generator:
         request = GenerateRequest(
             batches=tuple(batches_of(inputs)), press=press_of(press, ratio), max_new_tokens=max_new_tokens,
             sampling=Sampling(do_sample, temperature, top_k, top_p), eos=tuple(eos), pad=pad,
-            suppress_tokens=tuple(suppress_tokens or ()), observer=observer or GenerationObserver(),
-            decode_rows=decode_rows or 0,
+            suppress_tokens=tuple(suppress_tokens or ()), observer=observer or GenerationObserver(), decode_rows=decode_rows or 0,
         )
         if self.unsupported:
             return self._fallback(request)

@@ -87,10 +87,16 @@ def prefill_call(module: nn.Module, inputs: dict) -> PrefillCall:
 AROUND_PREFILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+#: per entry module, its decoder layers >= K compiled (``prefill_layers.CompiledLayers``), set by the engine that
+#: compiles: every prefill of the module runs them (the bench's ideal too)
+COMPILED_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def forward_prefill(module: nn.Module, call: PrefillCall):
     """The prefill's forward (the language-model head on the last position only); returns the model's output."""
-    around = AROUND_PREFILL.get(module)
-    with torch.no_grad(), _last_position_logits(module), around(call) if around is not None else nullcontext():
+    around, compiled = AROUND_PREFILL.get(module), COMPILED_LAYERS.get(module)
+    with torch.no_grad(), _last_position_logits(module), around(call) if around is not None else nullcontext(), \
+            compiled.around() if compiled is not None else nullcontext():
         return module(**call.arguments)
 
 
