@@ -672,6 +672,23 @@ def test_the_bench_s_engine_lays_unpruned_prompts_out_as_its_token_presses_lay_o
     engine = BenchState(config).engine(tiny_model("qwen2_5_omni", "sdpa"))
     assert engine.split_unpruned_at == 3
     assert engine.state_room == 1  # and each request decodes in a state of its own shape
+    assert not engine.compile_prefill
+
+
+def test_compile_prefill_gives_the_bench_s_engine_compiled_prefill_layers_from_k():
+    from kvprune.generation.prefill import COMPILED_LAYERS
+    from kvprune.harness.bench.state import BenchState
+
+    from kvprune.harness.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--preset", "tiny-omni", "--compile-prefill", "--layer", "3", "--quiet"])
+    config = BenchConfig.build(**BenchConfig.overrides(args))
+    assert config.compile_prefill
+    engine = BenchState(config).engine(tiny_model("qwen2_5_omni", "sdpa"))
+    try:
+        assert engine.compile_prefill and COMPILED_LAYERS[engine.module].start == 3
+    finally:
+        COMPILED_LAYERS.pop(engine.module)
 
 
 def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
