@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from kvprune.generation import unpruned_split
-from kvprune.generation.kept_states import holds
+from kvprune.generation.kept_states import ROOM, holds
 from kvprune.generation.layer_reuse import shared_layers
 
 from .timing import Call, Unit
@@ -154,16 +154,17 @@ def grouping(run, split: int) -> tuple:
     return ("kept", k) if k is not None else ("own", run.method_id)
 
 
-def states_made(runs: list) -> int:
+def states_made(runs: list, room: float = ROOM) -> int:
     """The decode states ``runs``, in this order, make for one prompt by the engine's rule (``kept_states.holds``: a
-    kept state of the same grouping with room for a run's entries, and at most twice that, is reused), a run's
-    entries taken as 1 - its ratio of the prompt's (its text and the buckets' rounding left out)."""
+    kept state of the same grouping with room for a run's entries, and at most ``room`` times that, is reused; the
+    sweep's engine keeps the default), a run's entries taken as 1 - its ratio of the prompt's (its text and the
+    buckets' rounding left out)."""
     split = unpruned_split(run.press for run in runs)
-    room: dict[tuple, list[float]] = {}
+    states: dict[tuple, list[float]] = {}  # per grouping, the entries each of its states holds
     made = 0
     for run in runs:
-        need, kept = 1.0 - run.ratio, room.setdefault(grouping(run, split), [])
-        if not any(holds(have, need) for have in kept):
+        need, kept = 1.0 - run.ratio, states.setdefault(grouping(run, split), [])
+        if not any(holds(have, need, room) for have in kept):
             kept.append(need)
             made += 1
     return made

@@ -71,8 +71,8 @@ class Generator:
       "auto": on CUDA, 3/4 of the memory free when the generator is made (the model loaded), else 8 GiB.
       A call that runs out of memory while earlier calls' states are kept drops them and runs again once.
     * ``state_room``: a call decodes in a kept state of its grouping that has up to this many times the room it
-      needs (``kept_states``: a shorter prompt after a longer one makes no state or CUDA graph of its own); 1: only
-      in one of its own shape, as a benchmark of one layout's decoding wants.
+      needs (``kept_states``: 2: a shorter prompt after a longer one makes no state or CUDA graph of its own, but its
+      tokens may differ within rounding by what ran before); default 1: only in one of its own shape.
     * ``compile_prefill``: the prefill's decoder layers from K (``split_unpruned_at``) on run compiled
       (``prefill_layers``: the host's launches bound them on small models; off until timed on a GPU).
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation); before

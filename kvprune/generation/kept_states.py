@@ -1,9 +1,13 @@
 """The decode states a generator keeps between calls, within a memory budget: a call takes the kept state of its
-shape, else the smallest kept one of the same grouping with room for it within twice its size, else a new one.
+shape, else (with a room above 1) the smallest kept one of the same grouping with room for it within that many times
+its size, else a new one.
 
 A state is a CUDA graph's buffers on a GPU (the step is captured once per state), so a call that decodes in a kept
-state, the same prompt again or a little shorter one (a task's after another's), allocates and captures nothing; on
-a GPU the decode attention reads each row's slots only up to its own last one, so the extra room costs little."""
+state allocates and captures nothing. A roomier one (a shorter prompt after a longer one) saves states and captures
+and costs little time (the decode attention reads each row's slots only up to its own last one: 0-6% per step on an
+H100), but the attention splits the keys by the buffer's length, so the call sums them in another order than in a
+state of its own shape: its tokens can then differ within bf16 rounding, by what ran before it (a sweep's shards
+would not be identical to one process). So the default room is 1: a call's numbers depend on its own prompts only."""
 
 from __future__ import annotations
 
@@ -12,8 +16,9 @@ from collections.abc import Callable
 
 from .decode_state import DecodeState, StateShape
 
-#: how many times the room a call needs a kept state may have and still serve it (``Generator.state_room``'s default)
-ROOM = 2.0
+#: how many times the room a call needs a kept state may have and still serve it (``Generator.state_room``'s default;
+#: 1: its own shape only, so that no call's numbers depend on the calls before it)
+ROOM = 1.0
 
 
 def holds(have: float, need: float, room: float = ROOM) -> bool:

@@ -110,19 +110,21 @@ def test_a_call_sizes_its_state_for_its_longest_prompt():
 
 
 def test_a_shorter_prompt_decodes_in_a_kept_state_that_holds_it_within_an_octave():
-    """A prompt a little shorter than one decoded before (a task's after another's) reuses that call's state, and so
-    its CUDA graph on a GPU, instead of allocating its own of a smaller bucket; one more than an octave shorter gets
-    its own. Tokens are those of the prompt alone on a fresh engine."""
+    """With ``state_room=2`` a prompt a little shorter than one decoded before (a task's after another's) reuses that
+    call's state, and so its CUDA graph on a GPU, instead of allocating its own of a smaller bucket; one more than an
+    octave shorter gets its own. Tokens are those of the prompt alone on a fresh engine (here, on the CPU's attention,
+    exactly). By default each shape has its own state: a call's numbers never depend on the calls before it."""
     family = "qwen2_5_omni"
     m = model(family, "sdpa")
     long, shorter, short = (FAMILIES[family].inputs([[("text", 3), ("audio", n), ("text", 2)]]) for n in (150, 120, 8))
     for press in (None, PRESSES["fastv"]):
-        generator = Generator(m)
+        generator = Generator(m, state_room=2)
         calls = [generator.generate(p, max_new_tokens=NEW, press=press, **NO_STOP) for p in (long, shorter, short)]
         assert [c.new_state for c in calls] == [True, False, True] and generator.states == 2
         for call, prompt in zip(calls, (long, shorter, short)):
             assert torch.equal(call.new_tokens, Generator(m).generate(prompt, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens)
-        exact = Generator(m, state_room=1)  # each shape its own state (the bench: a row times its own layout)
+        exact = Generator(m)
+        assert exact.state_room == 1
         assert [exact.generate(p, max_new_tokens=NEW, press=press, **NO_STOP).new_state for p in (long, shorter)] == [True, True]
     with pytest.raises(ValueError, match="state_room must be at least 1"):
         Generator(m, state_room=0.5)

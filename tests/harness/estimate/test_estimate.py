@@ -144,29 +144,33 @@ def _captures_priced(runs, call_s: float, capture_s: float, capturing: set):
 
 
 def test_graph_captures_are_priced_for_the_decode_states_the_sweep_s_runs_make(tmp_path):
-    """Runs share decode states (and their graphs) where one grouping of layers holds a run's entries within twice
-    their room: token presses at one K (FastV and frame here) and the unpruned run, split at that K. A run keeps
-    1 - its ratio of the prompt. The timed runs (unpruned, then each method at 0.1 and 0.9) make 2 states: the
-    unpruned run's (1.0), which FastV 0.1 (0.9) reuses, and FastV 0.9's (0.1); frame reuses both. The sweep's runs at
-    ratios 0.1, 0.3, 0.5, 0.7 and 0.9 make 3: 1.0 (holding 0.9, 0.7 and 0.5), 0.3 and 0.1. So 2 captures met (0.4 s
-    each beyond the warm call) price 3; at ratios 0.1 and 0.9 alone the sweep makes the 2 the timing met."""
+    """Runs share decode states (and their graphs) where one grouping of layers holds a run's entries: token presses
+    at one K (FastV and frame here) and the unpruned run, split at that K. A run keeps 1 - its ratio of the prompt. By
+    the engine's default (a state of the run's own shape) the timed runs (unpruned, then each method at 0.1 and 0.9)
+    make 3 states, frame reusing FastV's; the sweep's runs at ratios 0.1, 0.3, 0.5, 0.7 and 0.9 make 6. So 3 captures
+    met (0.4 s each beyond the warm call) price 6; at ratios 0.1 and 0.9 alone the sweep makes the 3 the timing met.
+    With states kept within twice a run's room (``state_room=2``) the timed runs make 2: the unpruned run's (1.0),
+    which FastV 0.1 (0.9) reuses, and FastV 0.9's (0.1); the sweep's 3: 1.0 (holding 0.9, 0.7 and 0.5), 0.3, 0.1."""
     runs = runs_of(config(tmp_path, ratios=[0.1, 0.3, 0.5, 0.7, 0.9]))
+    timed = [runs[i] for i in (0, 1, 5)]
     assert [(run.method, run.ratio) for run in timed_runs(runs, 2)] == [
         ("none", 0.0), ("fastv", 0.1), ("fastv", 0.9), ("frame", 0.1), ("frame", 0.9)]
-    assert states_made(runs) == 3 and states_made([runs[i] for i in (0, 1, 5)]) == 2
-    capturing = {("none", 0.0), ("fastv", 0.9)}
+    assert [(run.method, run.ratio) for run in timed] == [("none", 0.0), ("fastv", 0.1), ("fastv", 0.9)]
+    assert states_made(runs) == 6 and states_made(timed) == 3
+    assert states_made(runs, room=2) == 3 and states_made(timed, room=2) == 2
+    capturing = {("none", 0.0), ("fastv", 0.1), ("fastv", 0.9)}
     every_ratio = _captures_priced(runs, 0.1, 0.4, capturing)
-    assert (every_ratio.once, every_ratio.graphs) == (pytest.approx(3 * 0.4), pytest.approx(3))
+    assert (every_ratio.once, every_ratio.graphs) == (pytest.approx(6 * 0.4), pytest.approx(6))
     timed_ratios = _captures_priced(runs_of(config(tmp_path, ratios=[0.1, 0.9])), 0.1, 0.4, capturing)
-    assert (timed_ratios.once, timed_ratios.graphs) == (pytest.approx(2 * 0.4), pytest.approx(2))
+    assert (timed_ratios.once, timed_ratios.graphs) == (pytest.approx(3 * 0.4), pytest.approx(3))
 
 
 def test_a_cache_press_s_states_are_its_own_grouping(tmp_path):
-    """knorm at 0.25, 0.5 and 0.75 keeps 0.75, 0.5 and 0.25: 0.75's state holds 0.5 (within twice), not 0.25, so it
-    makes 2 states, beside the unpruned run's (a grouping of its own: no token press sets a K to share)."""
+    """knorm at 0.25, 0.5 and 0.75 keeps 0.75, 0.5 and 0.25: a state each, beside the unpruned run's (a grouping of
+    its own: no token press sets a K to share); kept within twice a run's room, 0.75's state holds 0.5, not 0.25."""
     runs = runs_of(config(tmp_path, methods=["knorm"], ratios=[0.25, 0.5, 0.75]))
     assert [(run.method, run.ratio) for run in runs] == [("none", 0.0), ("knorm", 0.25), ("knorm", 0.5), ("knorm", 0.75)]
-    assert states_made(runs) == 3
+    assert states_made(runs) == 4 and states_made(runs, room=2) == 3
 
 
 def test_timed_batches_are_the_first_and_last_full_ones_spread_between_and_a_smaller_last():
