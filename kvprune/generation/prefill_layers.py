@@ -15,9 +15,10 @@ in one line, and the layers run as written from then on (same math, not fused)."
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack, contextmanager
 
+import torch
 import torch.nn as nn
 
 from ..compiling import compiled_or_plain, compiler_failures_unlogged, recompile_room
@@ -25,9 +26,10 @@ from ..engine.attention_probe import RECORDER_ATTRIBUTE
 
 
 class CompiledLayers:
-    """Decoder layers ``layers[start:]`` of one model, each ``forward`` compiled with ``backend`` on first use."""
+    """Decoder layers ``layers[start:]`` of one model, each ``forward`` compiled with ``backend`` (``torch.compile``'s:
+    a name or a callable) on first use."""
 
-    def __init__(self, layers: Sequence[nn.Module], start: int, backend: str = "inductor"):
+    def __init__(self, layers: Sequence[nn.Module], start: int, backend: str | Callable = "inductor"):
         self.layers = list(layers)[start:]
         self.start, self.backend = start, backend
         self.failed: str | None = None  # the compiler's reason, once a layer could not compile
@@ -50,8 +52,6 @@ class CompiledLayers:
 
     def _forward(self, index: int, layer: nn.Module):
         """The layer's forward: compiled, falling back to the layer's own on a compiler failure."""
-        import torch
-
         plain = type(layer).forward.__get__(layer)
         if index not in self._compiled:
             self._compiled[index] = torch.compile(plain, dynamic=True, backend=self.backend)
