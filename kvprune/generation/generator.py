@@ -112,6 +112,7 @@ class Generator:
         if self.max_state_bytes == "auto":
             self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
         self._kept = KeptStates(self.max_state_bytes, self.state_room)
+        COMPILED_LAYERS.pop(self.module, None)  # the module's latest engine decides how its prefills run
         if self.compile_prefill:
             COMPILED_LAYERS[self.module] = CompiledLayers(self.family.layers(self.module), self.split_unpruned_at or TOKEN_LAYER)
         self.unsupported = family_supports_static_decoding(self.module) or unsupported_attention(self.config)

@@ -87,8 +87,8 @@ def prefill_call(module: nn.Module, inputs: dict) -> PrefillCall:
 AROUND_PREFILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-#: per entry module, its decoder layers >= K compiled (``prefill_layers.CompiledLayers``), set by the engine that
-#: compiles: every prefill of the module runs them (the bench's ideal too)
+#: per entry module, its decoder layers >= K compiled (``prefill_layers.CompiledLayers``), as the module's latest
+#: ``Generator`` set it (``compile_prefill``): every prefill of the module runs them (the bench's ideal too)
 COMPILED_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
