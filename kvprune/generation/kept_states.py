@@ -40,7 +40,7 @@ class KeptStates:
     def take(self, shape: StateShape, make: Callable[[], DecodeState]) -> tuple[DecodeState, bool]:
         """The state a call that needs ``shape`` decodes in (``make``: a new one, where none kept will do), and whether
         it was made."""
-        state = self._states.pop(shape, None) or self._roomy(shape)
+        state = self._states.pop(shape, None) or (self._roomy(shape) if self.room > 1 else None)  # 1: only its own
         made = state is None
         if made:
             state = make()

@@ -33,7 +33,7 @@ class CompiledLayers:
         self.layers = list(layers)[start:]
         self.start, self.backend = start, backend
         self.failed: str | None = None  # the compiler's reason, once a layer could not compile
-        self._compiled: dict[int, object] = {}
+        self._forwards: dict[int, Callable] = {}  # per layer, its compiled forward with the fallback (made once)
 
     @contextmanager
     def around(self):
@@ -46,16 +46,16 @@ class CompiledLayers:
             stack.enter_context(compiler_failures_unlogged())
             for index, layer in enumerate(self.layers):
                 if not _instrumented(layer):
-                    layer.forward = self._forward(index, layer)
+                    if index not in self._forwards:
+                        self._forwards[index] = self._forward(layer)
+                    layer.forward = self._forwards[index]
                     stack.callback(layer.__dict__.pop, "forward", None)
             yield
 
-    def _forward(self, index: int, layer: nn.Module):
+    def _forward(self, layer: nn.Module) -> Callable:
         """The layer's forward: compiled, falling back to the layer's own on a compiler failure."""
         plain = type(layer).forward.__get__(layer)
-        if index not in self._compiled:
-            self._compiled[index] = torch.compile(plain, dynamic=True, backend=self.backend)
-        compiled = self._compiled[index]
+        compiled = torch.compile(plain, dynamic=True, backend=self.backend)
 
         def forward(*args, **kwargs):
             if self.failed is not None:

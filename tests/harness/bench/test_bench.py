@@ -678,7 +678,6 @@ def test_the_bench_s_engine_lays_unpruned_prompts_out_as_its_token_presses_lay_o
 def test_compile_prefill_gives_the_bench_s_engine_compiled_prefill_layers_from_k():
     from kvprune.generation.prefill import COMPILED_LAYERS
     from kvprune.harness.bench.state import BenchState
-
     from kvprune.harness.cli import build_parser
 
     args = build_parser().parse_args(["bench", "--preset", "tiny-omni", "--compile-prefill", "--layer", "3", "--quiet"])
