@@ -20,8 +20,9 @@ first slot only (every later split of its cache sees nothing).
    method once per input set (at least 28 sets, as many layers, and twice the L2 cache in keys and
    values, so no call finds its cache in L2): the kernel (default launch), the matmul path compiled
    (``torch.compile(dynamic=True)``: the decode step's lengths are dynamic) and SDPA (``enable_gqa``);
-3b. mixed lengths: a batch whose rows end at 20-100 % of the bucket, the kernel told each row's last slot
-   (``last_slots``, as the decode step does) against the kernel reading the whole bucket;
+3b. mixed lengths: batches whose rows end at 20-100 % of the bucket, the kernel told each row's last slot
+   (``last_slots``, as the decode step does; each row split by its own length, and by the bucket's) against
+   the kernel reading the whole bucket;
 4. sweep (per-row masks): the kernel's time for other tile sizes, warps, stages and splits, to tune the
    defaults (stops when the run has lasted ``--budget`` seconds).
 
@@ -234,19 +235,26 @@ def speed(setup: Setup, compiled_matmul, out) -> None:
 
 
 def mixed_lengths(setup: Setup, out) -> None:
-    """A batch whose rows hold 20-100 % of the bucket (prompts of 60-300 s in one batch): the kernel told each
-    row's last slot against the kernel reading the whole bucket (the mask alone hides the rest)."""
-    batch, length = setup.batches[-1], setup.lengths[-1]
-    sets = []
-    for seed, (query, key, value, mask) in enumerate(input_sets(setup, batch, length, False)):
-        generator = torch.Generator(setup.device).manual_seed(1000 + seed)
-        ends = torch.randint(length // 5, length + 1, (batch,), generator=generator, device=setup.device)
-        sets.append((query, key, value, mask & (torch.arange(length, device=setup.device) < ends.view(-1, 1, 1, 1)), ends - 1))
-
-    own_us = time_per_call(setup, lambda q, k, v, m, last, scaling: fused.flash_decode(q, k, v, m, scaling, last), sets)
-    bucket_us = time_per_call(setup, lambda q, k, v, m, last, scaling: fused.flash_decode(q, k, v, m, scaling), sets)
-    print(f"3b. mixed lengths (batch {batch}, rows ending at 20-100 % of {length} slots): each row's own slots "
-          f"{own_us:.1f} us, the whole bucket {bucket_us:.1f} us ({bucket_us / own_us:.2f}x)", file=out)
+    """Batches whose rows hold 20-100 % of the bucket (prompts of 60-300 s in one batch): the kernel told each
+    row's last slot, each row split by its own length (the default) and by the bucket's (one chunk for every
+    row), against the kernel reading the whole bucket (the mask alone hides the rest)."""
+    length = setup.lengths[-1]
+    for batch in setup.batches:
+        sets = []
+        for seed, (query, key, value, mask) in enumerate(input_sets(setup, batch, length, False)):
+            generator = torch.Generator(setup.device).manual_seed(1000 + seed)
+            ends = torch.randint(length // 5, length + 1, (batch,), generator=generator, device=setup.device)
+            visible = mask & (torch.arange(length, device=setup.device) < ends.view(-1, 1, 1, 1))
+            sets.append((query, key, value, visible, ends - 1))
+        bucket_chunk = fused.split_sizes(batch, setup.kv_heads, length, fused._processors(sets[0][0].device))[1]
+        own_us = time_per_call(setup, lambda q, k, v, m, last, scaling: fused.flash_decode(q, k, v, m, scaling, last), sets)
+        by_bucket_us = time_per_call(
+            setup, lambda q, k, v, m, last, scaling: fused.flash_decode(q, k, v, m, scaling, last, chunk=bucket_chunk), sets)
+        bucket_us = time_per_call(setup, lambda q, k, v, m, last, scaling: fused.flash_decode(q, k, v, m, scaling), sets)
+        print(f"3b. mixed lengths (batch {batch}, rows ending at 20-100 % of {length} slots): each row's own slots "
+              f"{own_us:.1f} us split by its own length, {by_bucket_us:.1f} us split by the bucket's "
+              f"({by_bucket_us / own_us:.2f}x); the whole bucket {bucket_us:.1f} us ({bucket_us / own_us:.2f}x)", file=out)
+        del sets
 
 
 def sweep(setup: Setup, out, deadline: float) -> None:

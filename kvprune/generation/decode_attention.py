@@ -7,12 +7,14 @@ does it in one pass over the cache, plus one small kernel when the cache is spli
 * each program takes one row, one key-value head and one *split* (a run of cache slots): it loads each
   key and value tile once for all the query heads that share the key-value head (grouped-query
   attention), and keeps an online softmax (running maximum, sum and weighted values, float32);
-* the number of splits is a function of the static shape (``split_sizes``): enough programs to fill
-  the device twice over, so that one row with four key-value heads still reads a long cache with
-  every multiprocessor; a second kernel then combines the splits of each head (none when there is one);
+* the number of splits aims at enough programs to fill the device twice over (``split_aim``), so that
+  one row with four key-value heads still reads a long cache with every multiprocessor; a second kernel
+  then combines the splits of each head (none when there is one), over ``MAX_SPLITS`` lanes;
 * given each row's last slot that may be visible (``last_slots``: the decode state's column), a program
-  reads no slot after it: in a batch of prompts of different lengths, a row pays for its own entries, not
-  for the bucket the longest row needs (splits past a row's end read nothing, and weigh nothing).
+  reads no slot after it, and splits its own slots as ``split_sizes`` would a cache of its length: in a
+  batch of prompts of different lengths, a row pays for its own entries, not for the bucket the longest
+  row needs, and sums its keys in the same order whatever the buffer's length and the other rows hold,
+  so a call decodes the same numbers in a state of its own shape and in a roomier one.
 
 The query heads of a key-value head form a (groups, head_dim) block, padded to 16 rows so that
 ``tl.dot`` runs the products on tensor cores: the kernel is bound by reading the cache, and the padded
@@ -60,13 +62,18 @@ def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
     return output.view(batch, heads, 1, dim).transpose(1, 2).contiguous()
 
 
+def split_aim(batch: int, kv_heads: int, processors: int) -> int:
+    """Splits per (row, key-value head) for ``batch * kv_heads * splits`` programs to fill ``processors``
+    twice over, at most ``MAX_SPLITS``."""
+    return min(-(-PROGRAMS_PER_PROCESSOR * processors // (batch * kv_heads)), MAX_SPLITS)
+
+
 def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: int = BLOCK) -> tuple[int, int]:
-    """(splits, slots per split) for a cache of ``length`` slots: the splits aim at ``batch * kv_heads *
-    splits`` programs filling ``processors`` twice over (at most ``MAX_SPLITS``), each split as few whole
-    tiles as that aim allows; so no split is empty, and a long cache splits more than a short one."""
+    """(splits, slots per split) for a cache of ``length`` slots: at most ``split_aim`` splits, each as few
+    whole tiles as that aim allows; so no split is empty, and a long cache splits more than a short one.
+    The kernel splits each row's own slots by the same rule where it is given the rows' ends."""
     tiles = -(-length // block)
-    wanted = -(-PROGRAMS_PER_PROCESSOR * processors // (batch * kv_heads))
-    splits = max(1, min(wanted, tiles, MAX_SPLITS))
+    splits = max(1, min(split_aim(batch, kv_heads, processors), tiles))
     chunk = -(-tiles // splits) * block
     return -(-length // chunk), chunk
 
@@ -90,16 +97,17 @@ if triton is not None:
 
     @triton.jit
     def _split_kernel(
-        q_ptr, k_ptr, v_ptr, mask_ptr, last_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, qk_scale,
+        q_ptr, k_ptr, v_ptr, mask_ptr, last_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, aim, qk_scale,
         stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kc, stride_kd,
         stride_vb, stride_vh, stride_vc, stride_vd, stride_mb, stride_mh, stride_mc,
         HEADS: tl.constexpr, GROUPS: tl.constexpr, DIM: tl.constexpr, SINGLE: tl.constexpr, PRECISION: tl.constexpr,
         UPCAST: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        ROW_ENDS: tl.constexpr,
+        ROW_ENDS: tl.constexpr, ROW_SPLITS: tl.constexpr,
     ):
         """Slots ``split*chunk ..`` of one row and key-value head for its query heads (none after the row's
-        last slot where ``ROW_ENDS``): the final output if there is one split (``SINGLE``), else the split's
-        running maximum, sum and weighted values."""
+        last slot where ``ROW_ENDS``; ``chunk`` from the row's own slots and ``aim`` where ``ROW_SPLITS``, as
+        ``split_sizes`` would for a cache of that length): the final output if there is one split
+        (``SINGLE``), else the split's running maximum, sum and weighted values."""
         kv_heads: tl.constexpr = HEADS // GROUPS
         b = (tl.program_id(0) // kv_heads).to(tl.int64)
         kv = (tl.program_id(0) % kv_heads).to(tl.int64)
@@ -116,10 +124,15 @@ if triton is not None:
         running_max = tl.full((BLOCK_G,), float("-inf"), tl.float32)
         running_sum = tl.zeros((BLOCK_G,), tl.float32)
         acc = tl.zeros((BLOCK_G, BLOCK_D), tl.float32)
+        if ROW_ENDS:
+            row_end = tl.load(last_ptr + b).to(tl.int32) + 1
+            if ROW_SPLITS:
+                tiles = tl.cdiv(row_end, BLOCK_N)
+                chunk = tl.cdiv(tiles, tl.maximum(tl.minimum(aim, tiles), 1)) * BLOCK_N
         start = split * chunk
         end = tl.minimum(start + chunk, length)
         if ROW_ENDS:
-            end = tl.minimum(end, tl.load(last_ptr + b).to(tl.int32) + 1)
+            end = tl.minimum(end, row_end)
         for n0 in range(start, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
             in_n = n < end
@@ -149,7 +162,9 @@ if triton is not None:
     @triton.jit
     def _combine_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, splits, DIM: tl.constexpr, BLOCK_S: tl.constexpr,
                         BLOCK_D: tl.constexpr):
-        """One (row, query head): its splits' weighted values, rescaled to the overall maximum, over their sums."""
+        """One (row, query head): its splits' weighted values, rescaled to the overall maximum, over their sums
+        (``BLOCK_S`` lanes, ``MAX_SPLITS`` for any split count up to it: lanes with nothing add exact zeros, in the
+        same order)."""
         vector = tl.program_id(0).to(tl.int64)
         s = tl.arange(0, BLOCK_S)
         d = tl.arange(0, BLOCK_D)
@@ -180,13 +195,18 @@ def kernel_fits(query, key, value, mask, last_slots=None) -> bool:
 def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tensor | None = None, *,
                  chunk: int | None = None, block: int = BLOCK, warps: int = WARPS, stages: int = STAGES) -> torch.Tensor:
     """``matmul_attention`` by the Triton kernels (tensors that ``kernel_fits``), reading no slot of a row
-    after ``last_slots[row]`` if given (no slot after it may be visible). ``chunk`` (slots per split, a
-    multiple of ``block``), ``block``, ``warps`` and ``stages`` override the launch defaults."""
+    after ``last_slots[row]`` if given (no slot after it may be visible), each row split by its own length
+    unless ``chunk`` is given. ``chunk`` (slots per split for every row, a multiple of ``block``),
+    ``block``, ``warps`` and ``stages`` override the launch defaults."""
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
-    if chunk is None:
-        _, chunk = split_sizes(batch, kv_heads, length, _processors(query.device), block)
-    splits = -(-length // chunk)
+    aim = split_aim(batch, kv_heads, _processors(query.device))
+    row_splits = chunk is None and last_slots is not None
+    if row_splits:  # enough programs for the longest row a buffer of this length holds; the kernel sizes each
+        splits, chunk = max(1, min(aim, -(-length // block))), 0
+    else:
+        chunk = chunk or split_sizes(batch, kv_heads, length, _processors(query.device), block)[1]
+        splits = -(-length // chunk)
     out = query.new_empty(batch, 1, heads, dim)
     if splits > 1:
         acc = torch.empty(batch * heads * splits, dim, dtype=torch.float32, device=query.device)
@@ -197,18 +217,19 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     block_d = max(16, triton.next_power_of_2(dim))
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
-        splits, scaling * LOG2_E,
+        splits, aim, scaling * LOG2_E,
         query.stride(0), query.stride(1), query.stride(3), *key.stride(), *value.stride(),
         mask.stride(0), mask.stride(1) if mask.shape[1] > 1 else 0, mask.stride(3),
         HEADS=heads, GROUPS=heads // kv_heads, DIM=dim, SINGLE=splits == 1,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         UPCAST=not query.is_cuda,  # Triton's interpreter (CPU) multiplies bfloat16 as integers
         BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_D=block_d, BLOCK_N=block,
-        ROW_ENDS=last_slots is not None, num_warps=warps, num_stages=stages,
+        ROW_ENDS=last_slots is not None, ROW_SPLITS=row_splits, num_warps=warps, num_stages=stages,
     )
     if splits > 1:
         _combine_kernel[(batch * heads,)](acc, maxima, sums, out, splits, DIM=dim,
-                                          BLOCK_S=triton.next_power_of_2(splits), BLOCK_D=block_d, num_warps=4)
+                                          BLOCK_S=max(MAX_SPLITS, triton.next_power_of_2(splits)),
+                                          BLOCK_D=block_d, num_warps=4)
     return out
 
 
@@ -228,6 +249,13 @@ def _(query, key, value, mask, scaling, last_slots=None):
     return query.new_empty(batch, 1, heads, dim)
 
 
+def fused_kernels_run(device: torch.device, fused: bool = True) -> bool:
+    """Whether ``decode_attention`` on ``device`` runs the fused kernels (where the tensors fit them: models in
+    bfloat16, float16 or float32), which split each row by its own length: a row's numbers then do not depend
+    on the length of the buffer it is decoded in."""
+    return fused and triton is not None and torch.device(device).type == "cuda"
+
+
 def decode_attention(query, key, value, mask, scaling: float | None = None, *, fused: bool = True,
                      last_slots: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of one new token per row over a static cache (see ``matmul_attention``; ``scaling``
@@ -235,6 +263,6 @@ def decode_attention(query, key, value, mask, scaling: float | None = None, *, f
     to ``last_slots`` only, where given: the mask makes none after it visible), else ``matmul_attention``
     itself, which a compiled step on the CPU fuses with its neighbours."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if fused and triton is not None and query.is_cuda:
+    if fused_kernels_run(query.device, fused):
         return fused_decode_attention(query, key, value, mask, scaling, last_slots)
     return matmul_attention(query, key, value, mask, scaling)

@@ -174,7 +174,8 @@ def test_kernels_compile_for_an_h100(dtype, single):
                     out_ptr=f"*{dtype}", acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
     unit_strides = dict.fromkeys(["stride_qd", "stride_kd", "stride_vd", "stride_mc"], 1)  # Triton specialises 1s
     constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=single, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, ROW_ENDS=True, **unit_strides)
+                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, ROW_ENDS=True, ROW_SPLITS=True,
+                     **unit_strides)
     strides = [n for n in fused._split_kernel.arg_names if n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
     split = compile_for_h100(fused._split_kernel, pointers, constants, warps=fused.WARPS, stages=fused.STAGES,
                              aligned=strides, floats=("qk_scale",))
@@ -211,3 +212,59 @@ def test_last_slots_of_another_shape_leave_the_kernel_for_the_matmul_path():
     assert not fused.kernel_fits(query, key, value, mask, torch.tensor([3, 4], dtype=torch.int32))
     expected = fused.matmul_attention(query, key, value, mask, 0.25)
     assert torch.equal(fused.fused_decode_attention(query, key, value, mask, 0.25, torch.tensor([19, 19])), expected)
+
+
+def _rows_in_buffer(key, value, mask, last, length):
+    """The same rows in a buffer of ``length`` slots: NaN keys and values after each row's ``last`` slot (a longer
+    prompt's leftovers: any read makes the output NaN), none of them visible."""
+    batch, kv_heads, own, dim = key.shape
+    beyond = torch.arange(length, device=DEVICE).view(1, 1, -1, 1) > last.view(-1, 1, 1, 1)
+    padded = [torch.nn.functional.pad(t, (0, 0, 0, length - own)).masked_fill(beyond, float("nan")) for t in (key, value)]
+    return *padded, torch.nn.functional.pad(mask, (0, length - own))
+
+
+BUFFERS = {  # each row's last slot; buffer lengths, the first the rows' own bucket
+    "one-split-then-combined": ([3, 40, 63, 20], (64, 320, 700)),  # a single split (no combining), then 5 and 11
+    "rows-split-then-coarser": ([3, 40, 299, 130], (320, 4096)),  # by the buffer's length: 64 then 128 slots a split
+}
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("per_head", [False, True], ids=["per-row", "per-head"])
+@pytest.mark.parametrize("ends,lengths", BUFFERS.values(), ids=BUFFERS.keys())
+def test_a_row_sums_its_keys_in_the_same_order_in_any_buffer(ends, lengths, dtype, per_head):
+    """Each row is split by its own length, not the buffer's, and the splits are combined over ``MAX_SPLITS`` lanes:
+    the same rows in buffers of other lengths (other split counts launched, leftovers after each row's end) give
+    the same bits, the float64 attention within rounding."""
+    batch, heads, kv_heads, dim = len(ends), 14, 2, 64
+    last = torch.tensor(ends, device=DEVICE)
+    query, key, value, mask = inputs(batch, heads, kv_heads, lengths[0], dim, per_head, dtype)
+    mask[..., 0] = True  # every row sees something
+    mask &= torch.arange(lengths[0], device=DEVICE) <= last.view(-1, 1, 1, 1)
+    outputs = []
+    for length in lengths:
+        big_key, big_value, big_mask = _rows_in_buffer(key, value, mask, last, length)
+        outputs.append(fused.flash_decode(query, big_key, big_value, big_mask, dim**-0.5, last))
+    assert all(torch.equal(outputs[0], other) for other in outputs[1:])
+    assert relative_error(outputs[0], reference(query, key, value, mask, dim**-0.5)) <= TOLERANCE[dtype]
+
+
+@needs_kernels
+def test_each_row_is_split_as_split_sizes_splits_a_cache_of_its_length():
+    """The kernel's own split of each row (from its end) is ``split_sizes``'s for that many slots: the row's output
+    equals, bit for bit, a launch with that chunk for every row, and differs from one with twice the chunk (float32
+    outputs show the order of the sums); long rows do split."""
+    batch, heads, kv_heads, length, dim = 2, 14, 2, 1500, 64
+    query, key, value, mask = inputs(batch, heads, kv_heads, length, dim, False, torch.float32)
+    mask[0] = mask[1]  # row 0 of ``inputs`` sees one slot: here it sees half its slots, as row 1 does
+    last = torch.tensor([700, 1499], device=DEVICE)
+    mask = mask & (torch.arange(length, device=DEVICE) <= last.view(-1, 1, 1, 1))
+    output = fused.flash_decode(query, key, value, mask, dim**-0.5, last)
+    for row in range(batch):
+        splits, chunk = fused.split_sizes(batch, kv_heads, int(last[row]) + 1, H100_PROCESSORS)
+        assert splits > 1
+        alone = fused.flash_decode(query, key, value, mask, dim**-0.5, last, chunk=chunk)
+        assert torch.equal(output[row], alone[row])
+        coarser = fused.flash_decode(query, key, value, mask, dim**-0.5, last, chunk=chunk * 2)
+        assert not torch.equal(output[row], coarser[row])
