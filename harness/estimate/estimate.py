@@ -36,6 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kvprune.encoders import fast_audio_encoder
+from kvprune.generation.kept_states import ROOM
 
 from ..setup.device import cpu_threads, resolve_cache
 from ..setup.methods import check_methods
@@ -84,6 +85,7 @@ def run_estimate(config: EstimateConfig, *, progress: bool = True, after_task=No
     timed = timed_runs(runs, config.timed_ratios)
     cache = resolve_cache(config.cache, loaded.device)
     engine, stock = TimedExecutor(loaded, cache, runs), TimedExecutor(loaded, "dynamic", runs)
+    room = engine.engine.state_room if engine.engine is not None else ROOM  # how its runs share decode states
     counts, planning = {}, checking
     stamp = dict(call=call, settings=settings_key(config), device=_device(loaded))
     with ExitStack() as lifetime:
@@ -115,7 +117,7 @@ def run_estimate(config: EstimateConfig, *, progress: bool = True, after_task=No
             calls = [c for c in engine.calls + stock.calls if c.context["task"] == task.name]
             check_floor(calls, [run.press for run in runs], task.name, layers, per_layer, rate)
             costs = _costs(engine.calls + stock.calls, [u for t in timers.values() for u in t.units], task.name, runs,
-                           planned, config, timing_subset=timing_subset)
+                           planned, config, timing_subset=timing_subset, room=room)
             record = json.dumps(dict(_compile_record(engine), cpu_threads=threads, matrix_tflops=round(rate / 1e12, 4)))
             answers = [min(task_source.answer_tokens(p), config.max_new_tokens or task.max_new_tokens) for p in planned]
             rows += [dict(row, compile_record=record, **stamp) for row in task_rows(task, planned, answers, runs, costs, config)]
@@ -176,8 +178,10 @@ def _time_alone(timer: TimedBatches, task, planned: list, timed: list[PlannedRun
             timer.time_batch(task, [Work(ordered[index], timed)], timed, ALONE, dict(task=task.name, mode=mode, unit=index, repeat=repeat))
 
 
-def _costs(calls, units, task: str, runs, planned, config: EstimateConfig, *, timing_subset: bool = True) -> dict:
-    """Per mode, what the whole task costs; the sweep's with its timing subset (priced from ``batch1``)."""
+def _costs(calls, units, task: str, runs, planned, config: EstimateConfig, *, timing_subset: bool = True,
+           room: float = ROOM) -> dict:
+    """Per mode, what the whole task costs; the sweep's with its timing subset (priced from ``batch1``); ``room``:
+    the engine's ``state_room``, by which its runs make decode states."""
     schedule = Schedule.of(config)
     scoring = [(sum(work.sample.seconds or 0.0 for work in b) / len(b), len(b))
                for b in batches([Work(p, []) for p in planned], schedule.scoring.batch_size)]
@@ -187,11 +191,11 @@ def _costs(calls, units, task: str, runs, planned, config: EstimateConfig, *, ti
         call_frame, unit_frame = frames(calls, units, task, mode)
         if not call_frame.empty:
             paying = payers(runs) if mode == "sweep" and config.share_layers else set()
-            costs[mode] = mode_cost(call_frame, unit_frame, runs, scoring if mode == "sweep" else alone, paying)
+            costs[mode] = mode_cost(call_frame, unit_frame, runs, scoring if mode == "sweep" else alone, paying, room)
     subset = planned[: schedule.timing_count(len(planned))]
     if timing_subset and subset and "batch1" in costs:
         call_frame, unit_frame = frames(calls, units, task, "batch1")
-        costs["timing_subset"] = mode_cost(call_frame, unit_frame, runs, [(p.seconds or 0.0, 1) for p in subset])
+        costs["timing_subset"] = mode_cost(call_frame, unit_frame, runs, [(p.seconds or 0.0, 1) for p in subset], room=room)
     return costs
 
 

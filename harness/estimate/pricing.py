@@ -78,10 +78,10 @@ def call_figures(calls: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: list[tuple[float, int]],
-              paying: set[int] = frozenset()) -> ModeCost:
+              paying: set[int] = frozenset(), room: float = ROOM) -> ModeCost:
     """What every unit of the task (``every_unit``: (mean audio seconds, size) of each) costs under
     every run, from the timed units and runs (see the module docstring); ``paying``: the runs that
-    compute layers < K for the others (``payers``)."""
+    compute layers < K for the others (``payers``); ``room``: the engine's ``state_room``."""
     table, cold = call_figures(calls)
     per_unit = {}
     for unit, group in table.groupby(level="unit"):
@@ -100,7 +100,7 @@ def mode_cost(calls: pd.DataFrame, units: pd.DataFrame, runs: list, every_unit: 
         lengths = [s for s, _ in near]
         per_row = [np.append(per_unit[u], own[u]) / timed_units.loc[u, "size"] for _, u in near]
         totals += size * np.array([np.interp(seconds, lengths, [p[i] for p in per_row]) for i in range(len(FIGURES) + 1)])
-    capture_seconds, graphs = _captures(cold, units, every_unit, runs, calls["run"].dropna().unique())
+    capture_seconds, graphs = _captures(cold, units, every_unit, runs, calls["run"].dropna().unique(), room)
     once = float(cold.loc[cold["once"], "extra"].sum()) + capture_seconds
     lazy = float(cold.loc[cold["lazy"], "extra"].sum())
     median, low, high, prefill, overhead = totals
@@ -156,9 +156,8 @@ def grouping(run, split: int) -> tuple:
 
 def states_made(runs: list, room: float = ROOM) -> int:
     """The decode states ``runs``, in this order, make for one prompt by the engine's rule (``kept_states.holds``: a
-    kept state of the same grouping with room for a run's entries, and at most ``room`` times that, is reused; the
-    sweep's engine keeps the default), a run's entries taken as 1 - its ratio of the prompt's (its text and the
-    buckets' rounding left out)."""
+    kept state of the same grouping with room for a run's entries, and at most ``room`` times that, is reused), a
+    run's entries taken as 1 - its ratio of the prompt's (its text and the buckets' rounding left out)."""
     split = unpruned_split(run.press for run in runs)
     states: dict[tuple, list[float]] = {}  # per grouping, the entries each of its states holds
     made = 0
@@ -171,7 +170,7 @@ def states_made(runs: list, room: float = ROOM) -> int:
 
 
 def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[float, int]], runs: list,
-              timed_runs) -> tuple[float, float]:
+              timed_runs, room: float) -> tuple[float, float]:
     """Graph captures the timed units met, scaled to the length buckets every unit spans and to the decode states
     every run makes against those the timed runs made (``states_made``: the timing left ratios out, and a ratio far
     from the timed ones needs a state of its own): their seconds and how many graphs that prices. A run's first call
@@ -180,6 +179,6 @@ def _captures(cold: pd.DataFrame, units: pd.DataFrame, every_unit: list[tuple[fl
     captures = cold.loc[~cold["once"]]
     spanned = lambda lengths: len({math.floor(BUCKETS_PER_OCTAVE * math.log2(max(s, 1e-3))) for s in lengths})  # noqa: E731
     buckets = spanned([s for s, _ in every_unit]) / max(1, spanned(units["audio_seconds"].unique()))
-    timed = states_made([runs[int(i)] for i in sorted(timed_runs)])
-    scale = buckets * states_made(runs) / max(1, timed)
+    timed = states_made([runs[int(i)] for i in sorted(timed_runs)], room)
+    scale = buckets * states_made(runs, room) / max(1, timed)
     return float(captures["extra"].sum()) * scale, float(captures["captured"].sum()) * scale + graphs_in_first_calls

@@ -28,7 +28,8 @@ from ..press import TOKEN_LAYER
 from .attention import decoding_attention, unsupported_attention
 from .decode_state import DecodeState, state_shape
 from .graphs import StepRunner
-from .kept_states import ROOM, KeptStates
+from .decode_attention import fused_kernels_run
+from .kept_states import FUSED_ROOM, ROOM, KeptStates
 from .prefill import COMPILED_LAYERS, Prefill, family_supports_static_decoding, run_prefill, under_press
 from .prefill_layers import CompiledLayers
 from .request import FALLBACK, GenerateRequest, GenerationObserver, GenerationOutput, batches_of, model_of, press_of
@@ -57,28 +58,25 @@ class Generator:
 
     * ``compile``: compile the decode step with ``torch.compile`` ("auto": on CUDA).
     * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
-    * ``fast_linear``: run the compiled step's linear layers through ``gemv.grouped_linear`` (Triton
-      kernels for up to ``gemv.MAX_ROWS`` rows, projections of one input in one launch; "auto": when
-      compiling on CUDA).
+    * ``fast_linear``: run the compiled step's linear layers through ``gemv.grouped_linear`` (Triton kernels for up
+      to ``gemv.MAX_ROWS`` rows, projections of one input in one launch; "auto": when compiling on CUDA).
     * ``fused_attention``: the decode step's attention as one fused Triton kernel on CUDA
       (``decode_attention``); False: two matrix products and a softmax, as on the CPU.
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
-    * ``split_unpruned_at``: K of the token presses it will run (their default: ``TOKEN_LAYER``). An unpruned
-      prompt's cache is laid out in two groups split there, as such a press lays out its own, so that one
-      compiled step decodes both (each grouping of layers is a compilation of its own, about a minute on a GPU
-      for 28-36 layers); None: one group.
+    * ``split_unpruned_at``: K of the token presses it will run (their default: ``TOKEN_LAYER``). An unpruned prompt's
+      cache is laid out in two groups split there, as such a press lays out its own, so that one compiled step
+      decodes both (each grouping of layers compiles on its own, about a minute on a GPU); None: one group.
     * ``max_state_bytes``: device memory decode states may keep between calls (least recently used go);
       "auto": on CUDA, 3/4 of the memory free when the generator is made (the model loaded), else 8 GiB.
       A call that runs out of memory while earlier calls' states are kept drops them and runs again once.
-    * ``state_room``: a call decodes in a kept state of its grouping that has up to this many times the room it
-      needs (``kept_states``: 2: a shorter prompt after a longer one makes no state or CUDA graph of its own, but its
-      tokens may differ within rounding by what ran before); default 1: only in one of its own shape.
+    * ``state_room``: a call decodes in a kept state of its grouping with up to this many times the room it needs
+      (``kept_states``); "auto": 2 where the fused decode attention runs (a shorter prompt after a longer one makes
+      no state or CUDA graph of its own, with the same bits), else 1 (its own shape only: same numbers).
     * ``compile_prefill``: the prefill's decoder layers from K (``split_unpruned_at``) on run compiled
       (``prefill_layers``: the host's launches bound them on small models; off until timed on a GPU).
-    * ``check_every``: tokens between reads of the stop flags (the only host synchronisation); before
-      the first such read, the flags are also read after steps 1, 2, 4, 8, ... (``reads_stops_after``), so
-      a short answer (a letter and its end) stops within twice its length instead of running on to step
-      ``check_every``.
+    * ``check_every``: tokens between reads of the stop flags (the only host synchronisation); before the first
+      such read, the flags are also read after steps 1, 2, 4, 8, ... (``reads_stops_after``), so a short answer
+      (a letter and its end) stops within twice its length instead of running on to step ``check_every``.
     """
 
     model: nn.Module
@@ -90,7 +88,7 @@ class Generator:
     per_octave: int = 8
     split_unpruned_at: int | None = TOKEN_LAYER
     max_state_bytes: int | str = "auto"
-    state_room: float = ROOM
+    state_room: float | str = "auto"
     compile_prefill: bool = False
     check_every: int = 16
     _runners: dict = field(default_factory=dict, init=False, repr=False)
@@ -111,6 +109,8 @@ class Generator:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
         if self.max_state_bytes == "auto":
             self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
+        if self.state_room == "auto":
+            self.state_room = FUSED_ROOM if fused_kernels_run(self.device, self.fused_attention) else ROOM
         self._kept = KeptStates(self.max_state_bytes, self.state_room)
         COMPILED_LAYERS.pop(self.module, None)  # the module's latest engine decides how its prefills run
         if self.compile_prefill:

@@ -4,10 +4,11 @@ its size, else a new one.
 
 A state is a CUDA graph's buffers on a GPU (the step is captured once per state), so a call that decodes in a kept
 state allocates and captures nothing. A roomier one (a shorter prompt after a longer one) saves states and captures
-and costs little time (the decode attention reads each row's slots only up to its own last one: 0-6% per step on an
-H100), but the attention splits the keys by the buffer's length, so the call sums them in another order than in a
-state of its own shape: its tokens can then differ within bf16 rounding, by what ran before it (a sweep's shards
-would not be identical to one process). So the default room is 1: a call's numbers depend on its own prompts only."""
+and costs little time: the fused decode attention reads each row's slots only up to its own last one, and splits
+them by the row's own length, so the call sums its keys in the same order as in a state of its own shape and decodes
+the same bits. The matmul path (the CPU's) sums over the whole buffer, where the order can follow its length: there
+a call decodes in a state of its own shape only, so that its numbers depend on its own prompts alone (a sweep's
+shards under ``accelerate launch`` equal one process)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,12 @@ from collections.abc import Callable
 
 from .decode_state import DecodeState, StateShape
 
-#: how many times the room a call needs a kept state may have and still serve it (``Generator.state_room``'s default;
-#: 1: its own shape only, so that no call's numbers depend on the calls before it)
+#: how many times the room a call needs a kept state may have and still serve it (``Generator.state_room``'s default
+#: on the matmul path; 1: its own shape only, so that no call's numbers depend on the calls before it)
 ROOM = 1.0
+#: the default where the decode attention is the fused kernels (``decode_attention.fused_kernels_run``): their sums
+#: do not depend on the buffer's length, so a shorter prompt may reuse a state of up to twice its room
+FUSED_ROOM = 2.0
 
 
 def holds(have: float, need: float, room: float = ROOM) -> bool:

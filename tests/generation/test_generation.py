@@ -15,7 +15,10 @@ from kvprune import (
     load_model,
 )
 from kvprune.generation import ENGINE, FALLBACK, bucket_length
+from kvprune.generation import generator as generator_module
 from kvprune.generation.attention import decode_attention
+from kvprune.generation.decode_attention import fused_kernels_run
+from kvprune.generation.kept_states import FUSED_ROOM, ROOM
 from kvprune.generation.step import Sampling, Stopping, choose
 from kvprune.harness.demo import DEMO_MODEL_DIR
 from tests.support.helpers import GREEDY, model
@@ -113,7 +116,8 @@ def test_a_shorter_prompt_decodes_in_a_kept_state_that_holds_it_within_an_octave
     """With ``state_room=2`` a prompt a little shorter than one decoded before (a task's after another's) reuses that
     call's state, and so its CUDA graph on a GPU, instead of allocating its own of a smaller bucket; one more than an
     octave shorter gets its own. Tokens are those of the prompt alone on a fresh engine (here, on the CPU's attention,
-    exactly). By default each shape has its own state: a call's numbers never depend on the calls before it."""
+    exactly). By default on the CPU (the matmul attention, whose sums run over the buffer) each shape has its own
+    state: a call's numbers never depend on the calls before it."""
     family = "qwen2_5_omni"
     m = model(family, "sdpa")
     long, shorter, short = (FAMILIES[family].inputs([[("text", 3), ("audio", n), ("text", 2)]]) for n in (150, 120, 8))
@@ -124,10 +128,20 @@ def test_a_shorter_prompt_decodes_in_a_kept_state_that_holds_it_within_an_octave
         for call, prompt in zip(calls, (long, shorter, short)):
             assert torch.equal(call.new_tokens, Generator(m).generate(prompt, max_new_tokens=NEW, press=press, **NO_STOP).new_tokens)
         exact = Generator(m)
-        assert exact.state_room == 1
+        assert exact.state_room == ROOM == 1
         assert [exact.generate(p, max_new_tokens=NEW, press=press, **NO_STOP).new_state for p in (long, shorter)] == [True, True]
     with pytest.raises(ValueError, match="state_room must be at least 1"):
         Generator(m, state_room=0.5)
+
+
+def test_the_default_room_is_twice_where_the_fused_decode_attention_runs(monkeypatch):
+    """The fused kernels split each row by its own length (``test_decode_attention``: the same bits in any buffer), so
+    there a call may decode in a state of up to twice its room; on the matmul path only in its own."""
+    m = model("qwen2_5_omni", "sdpa")
+    assert not fused_kernels_run(torch.device("cpu")) and not fused_kernels_run(torch.device("cuda"), fused=False)
+    monkeypatch.setattr(generator_module, "fused_kernels_run", lambda device, fused: fused)  # as on a GPU with Triton
+    assert Generator(m).state_room == FUSED_ROOM == 2 and Generator(m, fused_attention=False).state_room == ROOM
+    assert Generator(m, state_room=1.5).state_room == 1.5
 
 
 def test_a_kept_state_a_batch_grows_into_starts_clean():

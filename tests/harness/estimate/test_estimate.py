@@ -126,10 +126,10 @@ def test_a_batch_pays_one_run_s_own_work_for_every_run_the_timing_left_out(tmp_p
     assert cost.total == pytest.approx(len(runs) * call_s + own), "every run's call at 0.1 s, the untimed ones on lines"
 
 
-def _captures_priced(runs, call_s: float, capture_s: float, capturing: set):
+def _captures_priced(runs, call_s: float, capture_s: float, capturing: set, room: float = 1):
     """The cost (``ModeCost``: ``once``, ``graphs``) of ``runs`` when two repeats of one batch timed them
     (``timed_runs(runs, 2)``), the first repeat capturing a graph for each timed run in ``capturing`` ((method, ratio)
-    pairs: the runs that make a new decode state; the others decode in a kept one)."""
+    pairs: the runs that make a new decode state; the others decode in a kept one), on an engine of ``room``."""
     calls, units = [], []
     for repeat in range(2):
         context = dict(task="t", mode="sweep", unit=0, repeat=repeat)
@@ -140,7 +140,7 @@ def _captures_priced(runs, call_s: float, capture_s: float, capturing: set):
                               [5], [None], 2, 0.0, seconds))
         units.append(Unit(context, sum(c.seconds for c in calls if c.context is context), 15.0, 1, 5, 0.0))
     call_frame, unit_frame = frames(calls, units, "t", "sweep")
-    return mode_cost(call_frame, unit_frame, runs, [(15.0, 1)])
+    return mode_cost(call_frame, unit_frame, runs, [(15.0, 1)], room=room)
 
 
 def test_graph_captures_are_priced_for_the_decode_states_the_sweep_s_runs_make(tmp_path):
@@ -163,6 +163,8 @@ def test_graph_captures_are_priced_for_the_decode_states_the_sweep_s_runs_make(t
     assert (every_ratio.once, every_ratio.graphs) == (pytest.approx(6 * 0.4), pytest.approx(6))
     timed_ratios = _captures_priced(runs_of(config(tmp_path, ratios=[0.1, 0.9])), 0.1, 0.4, capturing)
     assert (timed_ratios.once, timed_ratios.graphs) == (pytest.approx(3 * 0.4), pytest.approx(3))
+    roomy = _captures_priced(runs, 0.1, 0.4, {("none", 0.0), ("fastv", 0.9)}, room=2)  # FastV 0.1 in the unpruned state
+    assert (roomy.once, roomy.graphs) == (pytest.approx(3 / 2 * 2 * 0.4), pytest.approx(3))
 
 
 def test_a_cache_press_s_states_are_its_own_grouping(tmp_path):
