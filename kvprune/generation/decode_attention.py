@@ -9,7 +9,7 @@ does it in one pass over the cache, plus one small kernel when the cache is spli
   attention), and keeps an online softmax (running maximum, sum and weighted values, float32);
 * the number of splits aims at enough programs to fill the device twice over (``split_aim``), so that
   one row with four key-value heads still reads a long cache with every multiprocessor; a second kernel
-  then combines the splits of each head (none when there is one), over ``MAX_SPLITS`` lanes;
+  then combines the splits of each head (none where no row splits), over ``MAX_SPLITS`` lanes;
 * given each row's last slot that may be visible (``last_slots``: the decode state's column), a program
   reads no slot after it, and splits its own slots as ``split_sizes`` would a cache of its length: in a
   batch of prompts of different lengths, a row pays for its own entries, not for the bucket the longest
@@ -202,13 +202,16 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     kv_heads, length = key.shape[1], key.shape[2]
     aim = split_aim(batch, kv_heads, _processors(query.device))
     row_splits = chunk is None and last_slots is not None
-    if row_splits:  # enough programs for the longest row a buffer of this length holds; the kernel sizes each
-        splits, chunk = max(1, min(aim, -(-length // block))), 0
+    if row_splits:  # enough programs for the longest row a buffer of this length holds; the kernel sizes each.
+        # A row that may split is combined in every buffer, even one of a single split, so that its output
+        # comes from one epilogue whatever the buffer (the one-split kernel divides on its own)
+        splits, chunk, combined = max(1, min(aim, -(-length // block))), 0, aim > 1
     else:
         chunk = chunk or split_sizes(batch, kv_heads, length, _processors(query.device), block)[1]
         splits = -(-length // chunk)
+        combined = splits > 1
     out = query.new_empty(batch, 1, heads, dim)
-    if splits > 1:
+    if combined:
         acc = torch.empty(batch * heads * splits, dim, dtype=torch.float32, device=query.device)
         maxima, sums = torch.empty(2, batch * heads * splits, dtype=torch.float32, device=query.device)
     else:  # not read: the kernel writes the output itself
@@ -220,13 +223,13 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
         splits, aim, scaling * LOG2_E,
         query.stride(0), query.stride(1), query.stride(3), *key.stride(), *value.stride(),
         mask.stride(0), mask.stride(1) if mask.shape[1] > 1 else 0, mask.stride(3),
-        HEADS=heads, GROUPS=heads // kv_heads, DIM=dim, SINGLE=splits == 1,
+        HEADS=heads, GROUPS=heads // kv_heads, DIM=dim, SINGLE=not combined,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         UPCAST=not query.is_cuda,  # Triton's interpreter (CPU) multiplies bfloat16 as integers
         BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_D=block_d, BLOCK_N=block,
         ROW_ENDS=last_slots is not None, ROW_SPLITS=row_splits, num_warps=warps, num_stages=stages,
     )
-    if splits > 1:
+    if combined:
         _combine_kernel[(batch * heads,)](acc, maxima, sums, out, splits, DIM=dim,
                                           BLOCK_S=max(MAX_SPLITS, triton.next_power_of_2(splits)),
                                           BLOCK_D=block_d, num_warps=4)
