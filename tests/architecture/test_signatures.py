@@ -16,8 +16,10 @@ LIMIT = 6
 
 
 def _is_triton_kernel(node: ast.FunctionDef) -> bool:
+    """Decorated ``@triton.jit`` or ``@triton.jit(...)`` (options such as ``do_not_specialize``)."""
+    jits = (d.func if isinstance(d, ast.Call) else d for d in node.decorator_list)
     return any(isinstance(d, ast.Attribute) and d.attr == "jit" and isinstance(d.value, ast.Name) and d.value.id == "triton"
-               for d in node.decorator_list)
+               for d in jits)
 
 
 def _positional(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
@@ -49,8 +51,10 @@ def test_the_check_sees_a_long_signature(tmp_path):
         "def six_and_named(a, b, c, d, e, f, *, g): pass\n"
         "class C:\n    def method(self, a, b, c, d, e, f): pass\n"
         "@triton.jit\ndef kernel(a, b, c, d, e, f, g, h): pass\n"
+        "@triton.jit(do_not_specialize=['h'])\ndef options(a, b, c, d, e, f, g, h): pass\n"
+        "@other.jit(x=1)\ndef not_triton(a, b, c, d, e, f, g): pass\n"
     )
-    assert long_signatures(folder) == ["pkg/m.py:2 seven(7)"]
+    assert long_signatures(folder) == ["pkg/m.py:2 seven(7)", "pkg/m.py:11 not_triton(7)"]
 
 
 @pytest.mark.parametrize("folder", ["kvprune", "presses", "harness"])
