@@ -64,11 +64,17 @@ TARGETS = {
 }
 
 
+def prefill_words(row) -> str:
+    """That a row's prefill layers >= K were to run compiled (``--compile-prefill``) but failed to compile, or nothing."""
+    return ", prefill layers >= K uncompiled (they failed to compile)" if row.get("prefill_fell_back") is True else ""
+
+
 def compiled_words(row, compiled: str) -> str:
-    """How a row decoded: ``compiled`` if it did, or that its step failed to compile, or nothing."""
+    """How a row decoded: ``compiled`` if it did, or that its step failed to compile, or nothing; then
+    ``prefill_words``."""
     if row["decode_compiled"] is not True:
-        return ""
-    return ", decoding uncompiled (its step failed to compile)" if row.get("decode_fell_back") is True else compiled
+        return prefill_words(row)
+    return (", decoding uncompiled (its step failed to compile)" if row.get("decode_fell_back") is True else compiled) + prefill_words(row)
 
 
 def variant(row) -> str:
@@ -78,7 +84,7 @@ def variant(row) -> str:
         return f"stock HF, {cache}"
     encoder = f"{row['encoder']} encoder"
     if row["method"] == "ideal":
-        return f"ideal {row['ratio']:g} ({encoder}, prefill only)"
+        return f"ideal {row['ratio']:g} ({encoder}, prefill only{prefill_words(row)})"
     name = "kvprune unpruned" if row["method"] == "none" else f"kvprune {row['method']} {row['ratio']:g}"
     return f"{name}, {encoder}, {cache}"
 

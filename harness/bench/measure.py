@@ -42,7 +42,7 @@ from transformers import StaticCache
 
 from kvprune.compat import cache_argument, output_cache
 from kvprune.generation import Clock, GenerationObserver, stock_generate
-from kvprune.generation.prefill import forward_prefill, prefill_call
+from kvprune.generation.prefill import forward_prefill, prefill_call, prefill_layers_failed
 from kvprune.generation.timing import cache_kind, compile_counters, kv_cache_bytes, kv_held_bytes
 from kvprune.models import resolve_family
 
@@ -73,6 +73,7 @@ class RequestTiming:
     reused_bytes: float = 0.0  # memory it used that an earlier request left allocated (the engine's kept decode
     # state): its cost, though not in peak - base
     decoded_uncompiled: bool = False  # compilation was asked for, but the engine's step for these layers failed to compile
+    prefill_uncompiled: bool = False  # --compile-prefill was asked for, but the layers >= K failed to compile
     host_lead_encoder_ms: float = math.nan  # how long after the host queued the encoder's end the device reached it
     host_lead_k_ms: float = math.nan  # the same at decoder layer K's start
     host_lead_end_ms: float = math.nan  # the same at the last decoder layer's end (the prefill's): near 0, host-bound
@@ -324,6 +325,7 @@ class Meter:
             kv_alloc_bytes=kv_alloc,
             cache=kind,
             compiled=compile_counters()[0] > graphs,
+            prefill_uncompiled=cache == ENGINE_CACHE and prefill_layers_failed(entry),
         )
 
     @torch.no_grad()
@@ -358,6 +360,7 @@ class Meter:
             compiled=out.compiled_in_timing,
             reused_bytes=0.0 if out.new_state else float(timing.kv_cache_bytes),
             decoded_uncompiled=bool(generator.compile) and out.step_compiled is False,
+            prefill_uncompiled=prefill_layers_failed(generator.module),
         )
         outcome = out.outcome[0] if isinstance(out.outcome, list) else out.outcome
         return timing, outcome

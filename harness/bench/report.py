@@ -23,7 +23,7 @@ CACHE_PRESS_IDEAL = "n/a: a cache press leaves the prefill's work as it is (it e
 #: measured per row (``encoder``: the audio encoder path that ran, "fast" where kvprune.fast_audio_encoder
 #: changed something; ``path``: forward (prefill + forced steps) or generate; ``error``: what failed)
 MEASURED = (
-    "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back path "
+    "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back prefill_fell_back path "
     "compiled_in_timing "
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms layers_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "host_lead_encoder_ms host_lead_k_ms host_lead_end_ms host_loop_ns "
@@ -238,13 +238,18 @@ def _host_speed_line(rows: pd.DataFrame) -> str:
 
 def _uncompiled_line(rows: pd.DataFrame) -> str:
     """The rows whose decoding was to be compiled but ran uncompiled (the engine's step failed to compile for
-    their arrangement of layers): their decode times are not the compiled step's."""
-    fell = rows[rows["decode_fell_back"].fillna(False).astype(bool)] if "decode_fell_back" in rows else rows.iloc[:0]
-    if fell.empty:
-        return ""
-    runs = ", ".join(f"{r.method} {r.ratio:g} at batch {r.batch:g}" for r in fell.itertuples())
-    return (f"Decoding uncompiled (the compiled step failed for their arrangement of layers: the error is in the log; the "
-            f"step ran as written, in a CUDA graph where one was captured): {runs}.")
+    their arrangement of layers), and those whose prefill layers >= K were (``--compile-prefill``): their times
+    are not the compiled code's."""
+    def fell(column: str) -> str:
+        rows_fell = rows[rows[column].fillna(False).astype(bool)] if column in rows else rows.iloc[:0]
+        return ", ".join(f"{r.method} {r.ratio:g} at batch {r.batch:g}" for r in rows_fell.itertuples())
+
+    decode, prefill = fell("decode_fell_back"), fell("prefill_fell_back")
+    lines = [f"Decoding uncompiled (the compiled step failed for their arrangement of layers: the error is in the log; "
+             f"the step ran as written, in a CUDA graph where one was captured): {decode}." if decode else "",
+             f"Prefill layers >= K uncompiled (they failed to compile: the warning is in the log; they ran as written): "
+             f"{prefill}." if prefill else ""]
+    return " ".join(line for line in lines if line)
 
 
 def _largest_batch_table(rows: pd.DataFrame) -> str:

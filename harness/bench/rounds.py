@@ -150,6 +150,7 @@ def summary(outcome: Outcome, dropped: list[bool]) -> dict:
         cache=last.cache,
         compiled_in_timing=any(s.compiled for s in kept),
         decode_fell_back=any(s.decoded_uncompiled for s in kept),
+        prefill_fell_back=any(s.prefill_uncompiled for s in kept),
         rounds=len(kept),
         dropped_rounds=len(outcome.samples) - len(kept),
         kept_tokens=outcome.kept_tokens,

@@ -92,6 +92,13 @@ AROUND_PREFILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 COMPILED_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def prefill_layers_failed(module: nn.Module) -> bool:
+    """Whether ``module``'s prefills were to run their layers >= K compiled, and those failed to compile (they run as
+    written from then on)."""
+    layers = COMPILED_LAYERS.get(module)
+    return layers is not None and layers.failed is not None
+
+
 def forward_prefill(module: nn.Module, call: PrefillCall):
     """The prefill's forward (the language-model head on the last position only); returns the model's output."""
     around, compiled = AROUND_PREFILL.get(module), COMPILED_LAYERS.get(module)

@@ -690,6 +690,28 @@ def test_compile_prefill_gives_the_bench_s_engine_compiled_prefill_layers_from_k
         COMPILED_LAYERS.pop(engine.module)
 
 
+def test_rows_whose_prefill_layers_failed_to_compile_say_so(monkeypatch):
+    """With ``--compile-prefill`` and a compiler that fails, the engine's rows and the ideal record that their prefill
+    layers >= K ran as written, and the report's labels say it."""
+    from functools import partial
+
+    from kvprune.generation import generator as generator_module
+    from kvprune.generation.prefill_layers import CompiledLayers
+    from kvprune.harness.bench.compare import variant
+
+    def failing(graph, example_inputs):
+        raise RuntimeError("this backend compiles nothing")
+
+    monkeypatch.setattr(generator_module, "CompiledLayers", partial(CompiledLayers, backend=failing))
+    config = BenchConfig(presets=["tiny-omni"], audio_seconds=[1.0], methods=["fastv"], ratios=[0.5], out=None,
+                         **dict(FAST, compile_prefill=True))
+    with pytest.warns(RuntimeWarning, match="could not compile"):
+        frame = run_bench(config)
+    engine_rows = frame[frame["method"].isin(["none", "fastv", "ideal"])]
+    assert len(engine_rows) >= 2 and engine_rows["prefill_fell_back"].astype(bool).all()
+    assert all("prefill layers >= K uncompiled" in variant(row) for _, row in engine_rows.iterrows())
+
+
 def test_runs_after_the_time_budget_are_recorded_as_skipped(tmp_path):
     config = BenchConfig(
         presets=["tiny-omni"], audio_seconds=[1.0], methods=["frame"], ratios=[0.5], out=None, max_minutes=1e-9, **FAST
@@ -825,6 +847,8 @@ def test_a_row_whose_step_failed_to_compile_says_it_decoded_uncompiled():
     assert compiled_words({"decode_compiled": True, "decode_fell_back": True}, ", compiled") == \
         ", decoding uncompiled (its step failed to compile)"
     assert compiled_words({"decode_compiled": False, "decode_fell_back": False}, ", compiled") == ""
+    assert compiled_words({"decode_compiled": True, "decode_fell_back": False, "prefill_fell_back": True}, ", compiled") == \
+        ", compiled, prefill layers >= K uncompiled (they failed to compile)"
 
 
 def test_the_report_lists_the_rows_that_decoded_uncompiled():
@@ -841,6 +865,8 @@ def test_the_report_lists_the_rows_that_decoded_uncompiled():
     assert line.startswith("Decoding uncompiled") and line.endswith(": fastv 0.9 at batch 16, fastv 0.9 at batch 64.")
     assert _uncompiled_line(rows.assign(decode_fell_back=False)) == ""
     assert _uncompiled_line(rows.drop(columns="decode_fell_back")) == ""
+    prefill = _uncompiled_line(rows.assign(decode_fell_back=False, prefill_fell_back=[False, False, True]))
+    assert prefill.startswith("Prefill layers >= K uncompiled") and prefill.endswith(": fastv 0.9 at batch 64.")
 
 
 def test_a_decode_step_s_work_counts_every_linear_weight_per_row_and_every_cached_entry():
