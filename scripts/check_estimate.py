@@ -25,9 +25,10 @@ included); ``fixed``: the rest of the sweep command's wall time (starting, loadi
 the outputs); ``total``: the command's wall time. Estimated: the estimate's ``sweep`` rows (median,
 with the fastest-slowest repeats). Beside them, the CUDA graphs the estimate priced per task against those the sweep
 captured there (runs.jsonl), so that a task's capture cost can be told from its host's noise. Writes six files to ``--out``: check.md (the table, the commands,
-the machine, the date, and each round's seconds per task beside the others'), check.csv, rounds.csv,
-estimate.md, estimate_timed.csv (every call and batch the estimate timed) and sweep_report.md (the last
-round's); the two commands' folders go to
+the machine, the date, and each round's seconds per task beside the others'), check.csv, rounds.csv (each
+round's seconds, graphs, and the host's speed each side saw, per task),
+estimate.md, estimate_timed.csv (every call and batch each round's estimate timed, with the host's speed
+before each batch: its ``round`` column) and sweep_report.md (the last round's); the two commands' folders go to
 ``--work`` (default: a folder under ``--out``'s parent that is left in place).
 """
 
@@ -52,6 +53,7 @@ from kvprune.harness.sweep.store import TASK_TIME_RECORD, read_log
 
 ESTIMATE, SWEEP = "estimate", "sweep"
 PARTS = ("both", ESTIMATE, SWEEP, "table")
+TIMED_ROUND = "estimate_timed_round"  # each round's timed.csv, kept in --work
 
 
 def run(command: list[str], log: Path) -> float:
@@ -74,28 +76,34 @@ def median_of(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def swept(sweep_out: Path, wall: float) -> pd.DataFrame:
     """One sweep's seconds and CUDA graphs captured per task, from its runs.jsonl (a resumed sweep records a task once
     per part; graphs: none for a log without the counts), then ``fixed``, the rest of its command's wall time, and
-    ``total``, the whole."""
+    ``total``, the whole; ``host_ns``: the host's speed as a task started (its first part's)."""
     seconds: dict[str, float] = {}
     graphs: dict[str, float] = {}
+    host: dict[str, float] = {}
     for record in read_log(sweep_out, kind=TASK_TIME_RECORD):
         task = record.get("task")  # None: loading
         if task:
             seconds[task] = seconds.get(task, 0.0) + record["seconds"]
             if "cuda_graphs" in record:
                 graphs[task] = graphs.get(task, 0.0) + record["cuda_graphs"]
+            if "host_loop_ns" in record:
+                host.setdefault(task, record["host_loop_ns"])
     seconds.update({FIXED: wall - sum(seconds.values()), TOTAL: wall})
     if graphs:
         graphs[TOTAL] = sum(graphs.values())
-    return pd.DataFrame({"seconds": seconds, "graphs": pd.Series(graphs, dtype=float)})
+    return pd.DataFrame({"seconds": seconds, "graphs": pd.Series(graphs, dtype=float), "host_ns": pd.Series(host, dtype=float)})
 
 
 def estimated(estimate_out: Path) -> pd.DataFrame:
     """The estimate's sweep rows per task (seconds, fastest, slowest, CUDA graphs priced), its fixed costs, and the
-    total."""
+    total; ``host_ns``: the host's speed before the task's timed batches (their median, from timed.csv)."""
     table = pd.read_csv(estimate_out / "estimate.csv")
     rows = table[(table["mode"] == "sweep") & (table["task"] != TOTAL)].set_index("task")
     rows = rows.reindex(columns=["seconds", "seconds_low", "seconds_high", "graphs"])  # graphs: NaN before they were priced
     rows.loc[TOTAL] = rows.sum(min_count=1)
+    timed = pd.read_csv(estimate_out / "timed.csv") if (estimate_out / "timed.csv").exists() else pd.DataFrame()
+    if "host_loop_ns" in timed:
+        rows["host_ns"] = timed[timed["kind"] == "batch"].groupby("task")["host_loop_ns"].median()
     return rows
 
 
@@ -168,10 +176,14 @@ def main() -> int:
         estimates, sweeps = [estimated(work / ESTIMATE)], [swept(work / SWEEP, walls[0][1])]
     else:
         estimates, sweeps, walls = [], [], []
-        for _ in range(args.rounds):
+        for stale in work.glob(f"{TIMED_ROUND}*.csv"):
+            stale.unlink()
+        for number in range(1, args.rounds + 1):
             walls.append(tuple(run_part(side, command, work) for side, command in commands.items()))
             estimates.append(estimated(work / ESTIMATE))
             sweeps.append(swept(work / SWEEP, walls[-1][1]))
+            if (work / ESTIMATE / "timed.csv").exists():
+                shutil.copy(work / ESTIMATE / "timed.csv", work / f"{TIMED_ROUND}{number}.csv")
     write_outputs(args, work, commands, walls, estimates, sweeps)
     return 0
 
@@ -202,9 +214,21 @@ def per_round(estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> pd.D
     """Each round's estimated and measured seconds per task: rounds that agree with each other and not with
     the median's error say bias; rounds that disagree say the host's noise."""
     return pd.DataFrame([dict(round=index, task=task, estimated_s=row["seconds"], measured_s=sweep["seconds"].get(task),
-                              estimated_graphs=row["graphs"], measured_graphs=sweep["graphs"].get(task))
+                              estimated_graphs=row["graphs"], measured_graphs=sweep["graphs"].get(task),
+                              estimated_host_ns=row.get("host_ns"), measured_host_ns=sweep.get("host_ns", {}).get(task))
                          for index, (estimate, sweep) in enumerate(zip(estimates, sweeps), 1)
                          for task, row in estimate.iterrows()])
+
+
+def timed_rounds(work: Path) -> pd.DataFrame:
+    """The calls and batches each round's estimate timed (``round``: its number; one table without rounds, as
+    ``--part table`` leaves it), so that a round that strays can be taken apart: which task, which calls, and how
+    fast the host was before each batch."""
+    kept = sorted(work.glob(f"{TIMED_ROUND}*.csv"), key=lambda path: int(path.stem.removeprefix(TIMED_ROUND)))
+    if kept:
+        return pd.concat([pd.read_csv(path).assign(round=int(path.stem.removeprefix(TIMED_ROUND))) for path in kept])
+    last = work / ESTIMATE / "timed.csv"
+    return pd.read_csv(last).assign(round=1) if last.exists() else pd.DataFrame()
 
 
 def rounds_markdown(rounds: pd.DataFrame) -> str:
@@ -232,8 +256,9 @@ def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[
              f"kvprune sweep {shlex.join(commands[SWEEP][4:])}  ({sweep_wall:.0f} s{walls_text})"]
     (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit()) + rounds_markdown(rounds))
     shutil.copy(work / ESTIMATE / "estimate.md", args.out / "estimate.md")
-    if (work / ESTIMATE / "timed.csv").exists():  # the last round's calls and batches, as the estimate timed them
-        shutil.copy(work / ESTIMATE / "timed.csv", args.out / "estimate_timed.csv")
+    timed = timed_rounds(work)
+    if not timed.empty:  # every round's calls and batches, as the estimate timed them
+        timed.to_csv(args.out / "estimate_timed.csv", index=False)
     shutil.copy(work / SWEEP / "report.md", args.out / "sweep_report.md")
     print((args.out / "check.md").read_text())
 

@@ -46,6 +46,7 @@ from kvprune.generation.prefill import forward_prefill, prefill_call, prefill_la
 from kvprune.generation.timing import cache_kind, compile_counters, kv_cache_bytes, kv_held_bytes
 from kvprune.models import resolve_family
 
+from ..setup.environment import host_loop_ns
 from ..setup.options import ENGINE_CACHE
 from .presets import Prompt
 
@@ -177,18 +178,6 @@ class Probes(GenerationObserver):
                     host_lead_end_ms=lead(last) if last is not None else math.nan,
                     layers_ms=ms(start, last.device) if last is not None else math.nan,
                     host_loop_ns=self._host_loop_ns)
-
-
-def host_loop_ns(iterations: int = 20_000, repeats: int = 3) -> float:
-    """Nanoseconds per iteration of a fixed pure-Python loop (the fastest of ``repeats``, ~1 ms each): the host's
-    speed at this moment, which launches and Python dispatch follow."""
-    best = math.inf
-    for _ in range(repeats):
-        start, total = time.perf_counter(), 0
-        for i in range(iterations):
-            total += i
-        best = min(best, time.perf_counter() - start)
-    return 1e9 * best / iterations
 
 
 def _host_seconds(mark) -> float:

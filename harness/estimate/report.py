@@ -21,7 +21,7 @@ MODE_WORDS = {
 LONG_ANSWERS = "librispeech"  # the task whose transcripts make most of the one-at-a-time decoding
 TIMED_FILE = "timed.csv"
 TIMED_COLUMNS = ["kind", "task", "mode", "unit", "repeat", "run", "rows", "seconds", "prefill_s", "decode_s", "compiled",
-                 "captured", "first", "longest_prompt", "generated", "audio_seconds", "runs", "between_runs"]
+                 "captured", "first", "longest_prompt", "generated", "audio_seconds", "runs", "between_runs", "host_loop_ns"]
 
 
 def totals(table: pd.DataFrame, leave_out: str | None = None) -> dict[str, float]:
@@ -121,7 +121,7 @@ def append_timed(out: Path, calls: list, units: list) -> Path:
                  decode_s=c.decode_s, compiled=c.compiled, captured=c.captured, first=c.first,
                  longest_prompt=max(c.prompt_tokens), generated=c.generated) for c in calls]
     rows += [dict(kind="batch", **u.context, rows=u.size, seconds=u.seconds, audio_seconds=u.audio_seconds, runs=u.runs,
-                  between_runs=u.between_runs) for u in units]
+                  between_runs=u.between_runs, host_loop_ns=u.host_loop_ns) for u in units]
     out.mkdir(parents=True, exist_ok=True)
     path = out / TIMED_FILE
     pd.DataFrame(rows, columns=TIMED_COLUMNS).to_csv(path, mode="a", header=not path.exists(), index=False)

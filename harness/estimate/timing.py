@@ -5,8 +5,9 @@ batches and samples of each task, every generation call and every batch clocked.
 both ends), recording what the call ran (its run, rows, prompt and kept lengths, tokens generated,
 whether it compiled or captured a graph). ``TimedBatches.time_batch`` runs one batch exactly as the sweep
 does (its inputs prepared, then every run, the audio encoder output and layers < K shared between
-them as the pass says) and records the batch's wall time: what the calls leave of it is the batch's
-own work (reading audio, building inputs, grading, writing rows: to a scratch folder, as the sweep writes them).
+them as the pass says) and records the batch's wall time, and the host's speed just before it (a fixed
+Python loop, ``setup.environment.host_loop_ns``: launch-bound calls follow it, so a task priced off its sweep on a slowed host shows it): what
+the calls leave of it is the batch's own work (reading audio, building inputs, grading, writing rows: to a scratch folder, as the sweep writes them).
 Part of that work comes with every run (grading its answers, writing its rows, setting up the next), and a
 timed batch runs only the timed runs: the gap between one call's end and the next call's start is one run's
 share, which the pricing adds for each run the sweep makes beyond them.
@@ -14,6 +15,7 @@ share, which the pricing adds for each run the sweep makes beyond them.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ import torch
 
 from kvprune.models.loading import LoadedModel
 
+from ..setup.environment import host_loop_ns
 from ..sweep.execute import BatchGeneration, Executor
 from ..sweep.plan import PlannedRun, checked_presses
 from ..sweep.samples import SampleRunner
@@ -94,6 +97,7 @@ class Unit:
     size: int
     runs: int  # the runs it ran (the timed ones)
     between_runs: float  # median seconds from one call's end to the next one's start: one run's own work
+    host_loop_ns: float = math.nan  # the host's speed just before it (``setup.environment.host_loop_ns``)
 
 
 @dataclass
@@ -109,6 +113,7 @@ class TimedBatches:
         """``batch`` as the sweep's scoring or timing pass gives it (``schedule``)."""
         self.executor.context = context
         synchronise(self.loaded.device)
+        host = host_loop_ns()
         start, before = time.perf_counter(), len(self.executor.calls)
         self.runner.run_batch(self.loaded, task, batch, settings_id="estimate", runs=runs, warmup=False, bar=_NoBar(), how=how)
         synchronise(self.loaded.device)
@@ -116,7 +121,7 @@ class TimedBatches:
         calls = self.executor.calls[before:]
         gaps = [later.started - earlier.ended for earlier, later in zip(calls, calls[1:])]
         self.units.append(Unit(dict(context), time.perf_counter() - start, sum(seconds) / len(seconds), len(batch),
-                               len(runs), statistics.median(gaps) if gaps else 0.0))
+                               len(runs), statistics.median(gaps) if gaps else 0.0, host))
 
 
 class _NoBar:

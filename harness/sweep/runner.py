@@ -36,7 +36,7 @@ from kvprune.generation.timing import compile_counters
 from kvprune.models.loading import LoadedModel
 
 from ..setup.device import cpu_threads, default_device, resolve_cache
-from ..setup.environment import environment, now
+from ..setup.environment import environment, host_loop_ns, now
 from ..setup.methods import check_methods, check_presses
 from .config import SweepConfig
 from .distributed import barrier, finish, process_share
@@ -181,7 +181,7 @@ class SweepRunner:
                 total = _runs_in(work)
                 bar = tqdm(total=total, desc=f"{Path(model_name).name}/{task.name}", disable=not self.progress, unit="run")
                 settings_id = self.plan.settings_ids[model_name][task.name]
-                start, compiled = time.perf_counter(), _compiled_so_far(executor)
+                host, start, compiled = host_loop_ns(), time.perf_counter(), _compiled_so_far(executor)
                 for how, pending in work:
                     for batch in self.schedule.batches(how, pending):  # by length when batched
                         samples.run_batch(loaded, task, batch, settings_id=settings_id, runs=self.runs, warmup=not warm,
@@ -189,7 +189,7 @@ class SweepRunner:
                         warm = True
                 bar.close()
                 made = {name: count - compiled[name] for name, count in _compiled_so_far(executor).items()}
-                self._record_task_time(model_name, task.name, time.perf_counter() - start, work, made)
+                self._record_task_time(model_name, task.name, time.perf_counter() - start, work, made, host)
             self._record_engine(loaded, executor)
         return sum(_runs_in(work) for _, work in plan)
 
@@ -215,12 +215,14 @@ class SweepRunner:
         return loaded
 
     def _record_task_time(self, model_name: str, task: str, seconds: float, work: list[tuple[Pass, list[Work]]],
-                          made: dict[str, int]) -> None:
+                          made: dict[str, int], host_ns: float) -> None:
         """How long this process took over a task's runs (``runs.jsonl``): a sweep's cost, measured, with the
-        compiled graphs and CUDA graphs made during them (``made``), which ``kvprune estimate`` prices per task."""
+        compiled graphs and CUDA graphs made during them (``made``), which ``kvprune estimate`` prices per task, and
+        the host's speed as it started (``host_ns``: launch-bound calls follow it)."""
         append_log_line(self.config.out, dict(
             time=now(), model=model_name, kind=TASK_TIME_RECORD, task=task, seconds=round(seconds, 3), rank=self.rank,
             runs={str(how.name): _runs_in([(how, pending)]) for how, pending in work}, **made,
+            host_loop_ns=round(host_ns, 1),
         ))
 
     def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:

@@ -345,11 +345,11 @@ def test_the_host_s_lead_is_how_long_after_the_host_queued_a_mark_the_device_rea
 def test_the_host_s_speed_is_the_fastest_of_its_loops(monkeypatch):
     """Three timed loops of 1,000 iterations took 3, 2 and 4 ms: 2,000 ns per iteration (a disturbed loop is
     slower, never faster, than the host)."""
-    from kvprune.harness.bench import measure
+    from kvprune.harness.setup import environment
 
     reads = iter([0.0, 0.003, 1.0, 1.002, 2.0, 2.004])
-    monkeypatch.setattr(measure.time, "perf_counter", lambda: next(reads))
-    assert measure.host_loop_ns(iterations=1000, repeats=3) == pytest.approx(2000.0)
+    monkeypatch.setattr(environment.time, "perf_counter", lambda: next(reads))
+    assert environment.host_loop_ns(iterations=1000, repeats=3) == pytest.approx(2000.0)
 
 
 def test_markdown_and_figure_are_written(bench):

@@ -23,8 +23,8 @@ def finished_work(work, estimate_wall=40.0, sweep_wall=100.0):
     pd.DataFrame(rows).to_csv(work / "estimate" / "estimate.csv", index=False)
     (work / "estimate" / "estimate.md").write_text("# kvprune estimate\n")
     (work / "sweep").mkdir()
-    records = [dict(kind="time", task=None, seconds=1.0), dict(kind="time", task="a", seconds=25.0, cuda_graphs=4),
-               dict(kind="time", task="b", seconds=55.0, cuda_graphs=1), dict(model="m", started="x")]
+    records = [dict(kind="time", task=None, seconds=1.0), dict(kind="time", task="a", seconds=25.0, cuda_graphs=4, host_loop_ns=30.0),
+               dict(kind="time", task="b", seconds=55.0, cuda_graphs=1, host_loop_ns=45.0), dict(model="m", started="x")]
     (work / "sweep" / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (work / "sweep" / "report.md").write_text("# kvprune sweep\n")
     (work / "estimate.wall").write_text(f"{estimate_wall}\n")
@@ -113,3 +113,26 @@ def test_each_round_is_kept_beside_the_medians(tmp_path):
     assert list(a["round"]) == [1, 2] and list(a["estimated_s"]) == [30.0, 34.0] and list(a["measured_s"]) == [25.0, 15.0]
     check = (out / "check.md").read_text()
     assert "| task | round 1 | round 2 |" in check and "| a | 30.0 / 25.0 | 34.0 / 15.0 |" in check
+
+
+def test_every_round_s_timed_calls_are_kept_with_their_round(tmp_path, monkeypatch):
+    """Two rounds of the two commands (each stands in for its command: the estimate's timed.csv differs per round):
+    estimate_timed.csv holds both rounds' rows, each with its round, not only the last round's; a stale round from an
+    earlier check in the same work folder is not among them."""
+    script = load_script("check_estimate")
+    work, out = tmp_path / "work", tmp_path / "out"
+    finished_work(work)
+    (work / f"{script.TIMED_ROUND}3.csv").write_text("kind,task,host_loop_ns\nbatch,old,1.0\n")
+    rounds = iter(range(1, 3))
+
+    def run_part(side, command, folder):
+        if side == "estimate":
+            (folder / "estimate" / "timed.csv").write_text(f"kind,task,host_loop_ns\nbatch,a,{30 + next(rounds)}.0\n")
+        return 10.0
+
+    monkeypatch.setattr(script, "run_part", run_part)
+    assert run_main(script, monkeypatch, "--out", out, "--work", work, "--rounds", 2, "--", "--tasks", "a,b") == 0
+    timed = pd.read_csv(out / "estimate_timed.csv")
+    assert list(timed["round"]) == [1, 2] and list(timed["host_loop_ns"]) == [31.0, 32.0] and set(timed["task"]) == {"a"}
+    a = pd.read_csv(out / "rounds.csv").query("task == 'a'")  # the host's speed each side saw, round by round
+    assert list(a["estimated_host_ns"]) == [31.0, 32.0] and list(a["measured_host_ns"]) == [30.0, 30.0]

@@ -76,6 +76,7 @@ def test_the_demo_model_by_name_or_folder_is_priced_on_its_suite(model, tmp_path
     assert (batches.set_index(["mode", "unit", "repeat"])["runs"].loc[made.index] == made).all()
     between = batches.set_index(["mode", "unit", "repeat"])["between_runs"].loc[inside.index]
     assert (between > 0).all() and (between * (made - 1) <= walls.loc[inside.index] - inside).all()
+    assert (batches["host_loop_ns"] > 0).all()  # the host's speed before each batch
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_omni", "qwen3_omni", "qwen2_audio", "audioflamingo3", "phi4_multimodal",

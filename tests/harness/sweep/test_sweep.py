@@ -469,8 +469,8 @@ def test_calls_that_compiled_are_left_out_of_timing_statistics(uninterrupted):
 
 
 def test_each_task_s_record_counts_the_graphs_made_during_it(data_root, tmp_path, monkeypatch):
-    """runs.jsonl's line for each task holds the CUDA graphs and compiled graphs made while it ran (what
-    scripts/check_estimate.py sets against the estimate's, per task). On a CPU nothing is captured, so the engine's
+    """runs.jsonl's line for each task holds the CUDA graphs and compiled graphs made while it ran, and the host's
+    speed as it started (what scripts/check_estimate.py sets against the estimate's, per task). On a CPU nothing is captured, so the engine's
     count is made to read one graph per call: each task's line then holds its own calls, and they add up to the
     model's line."""
     from kvprune.generation import Generator
@@ -491,4 +491,5 @@ def test_each_task_s_record_counts_the_graphs_made_during_it(data_root, tmp_path
     for record in tasks:
         assert record["cuda_graphs"] == sum(1 for row in rows if row["task"] == record["task"]) > 0  # one call a row
         assert record["compile_graphs"] == 0  # nothing compiles on a CPU
+        assert record["host_loop_ns"] > 0  # the host's speed as the task started
     assert sum(r["cuda_graphs"] for r in tasks) == engine["cuda_graphs"] == len(calls)
