@@ -45,6 +45,7 @@ PROGRAMS_PER_PROCESSOR = 2  # split until the grid fills every multiprocessor th
 MAX_SPLITS = 64  # the combining kernel holds every split of a head at once
 H100_PROCESSORS = 132
 LOG2_E = 1.4426950408889634
+KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what the kernels take (``kernel_fits``)
 
 
 def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
@@ -187,7 +188,7 @@ def kernel_fits(query, key, value, mask, last_slots=None) -> bool:
     if last_slots is not None and (last_slots.shape != (batch,) or last_slots.dtype != torch.long):
         return False
     return (
-        triton is not None and query.is_cuda and tokens == 1 and query.dtype in (torch.bfloat16, torch.float16, torch.float32)
+        triton is not None and query.is_cuda and tokens == 1 and query.dtype in KERNEL_DTYPES
         and key.dtype == value.dtype == query.dtype and heads % kv_heads == 0
         and key.shape == value.shape == (batch, kv_heads, length, dim)
         and mask.dtype == torch.bool and mask.shape in ((batch, 1, 1, length), (batch, heads, 1, length))
@@ -254,11 +255,11 @@ def _(query, key, value, mask, scaling, last_slots=None):
     return query.new_empty(batch, 1, heads, dim)
 
 
-def fused_kernels_run(device: torch.device, fused: bool = True) -> bool:
-    """Whether ``decode_attention`` on ``device`` runs the fused kernels (where the tensors fit them: models in
-    bfloat16, float16 or float32), which split each row by its own length: a row's numbers then do not depend
-    on the length of the buffer it is decoded in."""
-    return fused and triton is not None and torch.device(device).type == "cuda"
+def fused_kernels_run(device: torch.device, fused: bool = True, dtype: torch.dtype | None = None) -> bool:
+    """Whether ``decode_attention`` on ``device`` runs the fused kernels (for queries, keys and values of ``dtype``
+    if given: the kernels take ``KERNEL_DTYPES``), which split each row by its own length: a row's numbers then do
+    not depend on the length of the buffer it is decoded in."""
+    return fused and triton is not None and torch.device(device).type == "cuda" and dtype in (None, *KERNEL_DTYPES)
 
 
 def decode_attention(query, key, value, mask, scaling: float | None = None, *, fused: bool = True,

@@ -60,8 +60,8 @@ class Generator:
     * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
     * ``fast_linear``: run the compiled step's linear layers through ``gemv.grouped_linear`` (Triton kernels for up
       to ``gemv.MAX_ROWS`` rows, projections of one input in one launch; "auto": when compiling on CUDA).
-    * ``fused_attention``: the decode step's attention as one fused Triton kernel on CUDA
-      (``decode_attention``); False: two matrix products and a softmax, as on the CPU.
+    * ``fused_attention``: the decode step's attention as fused Triton kernels on CUDA (``decode_attention``); False:
+      two matrix products and a softmax, as on the CPU.
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
     * ``split_unpruned_at``: K of the token presses it will run (their default: ``TOKEN_LAYER``). An unpruned prompt's
       cache is laid out in two groups split there, as such a press lays out its own, so that one compiled step
@@ -100,7 +100,7 @@ class Generator:
         self.family = resolve_family(self.model)
         self.module = self.family.entry(self.model)  # the module whose forward returns logits
         self.config = self.family.decoder(self.model).config
-        self.device = next(self.module.parameters()).device
+        self.device = (weights := next(self.module.parameters())).device
         cuda = self.device.type == "cuda"
         self.compile = cuda if self.compile == "auto" else bool(self.compile)
         self.cuda_graphs = cuda if self.cuda_graphs == "auto" else bool(self.cuda_graphs)
@@ -110,7 +110,7 @@ class Generator:
         if self.max_state_bytes == "auto":
             self.max_state_bytes = int(0.75 * torch.cuda.mem_get_info(self.device)[0]) if cuda else 8 << 30
         if self.state_room == "auto":
-            self.state_room = FUSED_ROOM if fused_kernels_run(self.device, self.fused_attention) else ROOM
+            self.state_room = FUSED_ROOM if fused_kernels_run(self.device, self.fused_attention, weights.dtype) else ROOM
         self._kept = KeptStates(self.max_state_bytes, self.state_room)
         COMPILED_LAYERS.pop(self.module, None)  # the module's latest engine decides how its prefills run
         if self.compile_prefill:

@@ -139,8 +139,10 @@ def test_the_default_room_is_twice_where_the_fused_decode_attention_runs(monkeyp
     there a call may decode in a state of up to twice its room; on the matmul path only in its own."""
     m = model("qwen2_5_omni", "sdpa")
     assert not fused_kernels_run(torch.device("cpu")) and not fused_kernels_run(torch.device("cuda"), fused=False)
-    monkeypatch.setattr(generator_module, "fused_kernels_run", lambda device, fused: fused)  # as on a GPU with Triton
+    assert not fused_kernels_run(torch.device("cuda"), dtype=torch.float64)  # a dtype the kernels do not take
+    monkeypatch.setattr(generator_module, "fused_kernels_run", lambda device, fused, dtype: fused and dtype != torch.float64)
     assert Generator(m).state_room == FUSED_ROOM == 2 and Generator(m, fused_attention=False).state_room == ROOM
+    assert Generator(m.to(torch.float64)).state_room == ROOM
     assert Generator(m, state_room=1.5).state_room == 1.5
 
 
