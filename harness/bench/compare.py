@@ -187,13 +187,14 @@ def _within_ideal(name: str, press, ideal) -> dict:
     spread wider than the tolerance."""
     ideal = ideal if ideal is not None else {}
     tolerance = PREFILL_OVER_IDEAL - 1
-    span = "layers" if _finite(press.get("layers_ms")) and _finite(ideal.get("layers_ms")) else "prefill"
+    span = ideal_span(press.get("layers_ms"), ideal.get("layers_ms"))
     ideal_ms = ideal.get(f"{span}_ms", math.nan)
     of_medians = press[f"{span}_ms"] / ideal_ms
-    paired = press.get("paired_rounds", 0) >= PAIRED_ROUNDS and _finite(press.get(f"{span}_vs_ideal_paired"))
+    by_rounds = over_ideal_by_rounds(press, span)
+    paired = by_rounds is not None
     if paired:
-        over_ideal, spread = press[f"{span}_vs_ideal_paired"], press[f"{span}_vs_ideal_paired_noise"]
-        below = over_ideal < 1 - max(2 * spread, BELOW_IDEAL_FLOOR)
+        over_ideal, spread = by_rounds
+        below = below_by_rounds(over_ideal, spread)
         noisy = NOISY_PAIRS.format(spread, tolerance) if spread > tolerance else ""
     else:
         over_ideal = of_medians
@@ -213,6 +214,25 @@ def _within_ideal(name: str, press, ideal) -> dict:
         bound=_host_bound(press, ideal),
         met="not measured" if unbounded else _met(over_ideal, PREFILL_OVER_IDEAL, higher=False),
     )
+
+
+def ideal_span(press_layers_ms, ideal_layers_ms) -> str:
+    """What a press is judged against its ideal over: "layers" (to the last decoder layer's end) where both were
+    timed there, else the whole "prefill"."""
+    return "layers" if _finite(press_layers_ms) and _finite(ideal_layers_ms) else "prefill"
+
+
+def over_ideal_by_rounds(press, span: str) -> tuple[float, float] | None:
+    """The press's time over its ideal's within each round over ``span`` (their median, and their spread), where at
+    least ``PAIRED_ROUNDS`` rounds pair up; None where they do not (judge by the medians)."""
+    if press.get("paired_rounds", 0) >= PAIRED_ROUNDS and _finite(press.get(f"{span}_vs_ideal_paired")):
+        return press[f"{span}_vs_ideal_paired"], press[f"{span}_vs_ideal_paired_noise"]
+    return None
+
+
+def below_by_rounds(over_ideal: float, spread: float) -> bool:
+    """Below the ideal beyond twice the round-by-round ratios' spread (and ``BELOW_IDEAL_FLOOR``)."""
+    return over_ideal < 1 - max(2 * spread, BELOW_IDEAL_FLOOR)
 
 
 def _finite(value) -> bool:

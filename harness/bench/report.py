@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..markdown import markdown_table
-from .compare import BELOW_IDEAL_FLOOR, compiled_words, targets, variant
+from .compare import BELOW_IDEAL_FLOOR, below_by_rounds, compiled_words, ideal_span, over_ideal_by_rounds, targets, variant
 from .figures import IDEAL, STOCK, UNPRUNED, plot_prefill, plot_throughput
 from .presets import PRESETS
 from .roofline import below_floor_lines, bound_line, with_decode_bound, with_encoder_bound
@@ -56,6 +56,13 @@ def bench_frame(rows: list[dict], meta: dict) -> pd.DataFrame:
     return with_decode_bound(with_encoder_bound(frame))[COLUMNS]
 
 
+def _below_by_rounds(row, by_medians: bool) -> bool:
+    """Below its ideal by the compare target's rule: round by round where its rounds pair up with the ideal's (as
+    ``compare._within_ideal`` judges), else by the medians of the LLM part (``by_medians``)."""
+    by_rounds = over_ideal_by_rounds(row, ideal_span(row.get("layers_ms"), row.get("_ideal_layers")))
+    return bool(by_medians) if by_rounds is None or pd.isna(row.get("ideal_llm_ms")) else below_by_rounds(*by_rounds)
+
+
 def _pick(frame: pd.DataFrame, mask, columns: dict[str, str], by: list[str]) -> pd.DataFrame:
     return frame.loc[mask, by + list(columns)].rename(columns=columns).drop_duplicates(by)
 
@@ -68,8 +75,8 @@ def _with_derived(frame: pd.DataFrame) -> pd.DataFrame:
         on=by, how="left",
     )
     merged = merged.merge(
-        _pick(frame, method == IDEAL, {"prefill_ms": "ideal_ms", "llm_ms": "ideal_llm_ms", "llm_noise_ms": "_ideal_noise"},
-              by + ["drop_ratio"]),
+        _pick(frame, method == IDEAL, {"prefill_ms": "ideal_ms", "llm_ms": "ideal_llm_ms", "llm_noise_ms": "_ideal_noise",
+                                       "layers_ms": "_ideal_layers"}, by + ["drop_ratio"]),
         on=by + ["drop_ratio"], how="left",
     )
     merged = merged.merge(_pick(frame, method == "frame", {"prefill_ms": "_frame"}, by + ["ratio"]), on=by + ["ratio"], how="left")
@@ -92,7 +99,8 @@ def _with_derived(frame: pd.DataFrame) -> pd.DataFrame:
     margin = (2 * (merged["llm_noise_ms"] ** 2 + merged["_ideal_noise"] ** 2) ** 0.5).clip(
         lower=BELOW_IDEAL_FLOOR * merged["ideal_llm_ms"]
     )
-    merged["below_ideal"] = (merged["llm_ms"] < merged["ideal_llm_ms"] - margin).fillna(False).astype(bool)
+    by_medians = (merged["llm_ms"] < merged["ideal_llm_ms"] - margin).fillna(False).astype(bool)
+    merged["below_ideal"] = [_below_by_rounds(row, medians) for (_, row), medians in zip(merged.iterrows(), by_medians)]
     merged["ideal_note"] = pd.Series(None, index=merged.index, dtype=object).mask(press & (merged["kind"] == "cache"), CACHE_PRESS_IDEAL)
     merged["vs_frame_ms"] = (merged["prefill_ms"] - merged["_frame"]).where(press)
     merged["score_share"] = merged["score_ms"] / merged["prefill_ms"]

@@ -197,6 +197,25 @@ def test_a_press_faster_than_its_ideal_beyond_noise_is_flagged():
     assert not noisy["below_ideal"].any()
 
 
+def test_below_ideal_follows_the_rounds_where_they_pair_up_as_the_target_does():
+    """Where at least ``PAIRED_ROUNDS`` rounds of the press pair up with the ideal's, the flag (and the report's list
+    of rows faster than their ideal) follows the round-by-round ratios, as the within-ideal target judges them: a
+    press 12% below by the medians but 2% above round by round (the host slowed during the ideal's rounds) is not
+    flagged; one within the noise by the medians but 10% below round by round is."""
+    from kvprune.harness.bench.compare import PAIRED_ROUNDS
+
+    def paired(llms, ratio):
+        rows = _forged_rows(llms)
+        rows[-1].update(paired_rounds=PAIRED_ROUNDS, prefill_vs_ideal_paired=ratio, prefill_vs_ideal_paired_noise=0.01)
+        return bench_frame(rows, META).set_index("method")["below_ideal"]
+
+    assert not paired([35.0, 35.2, 34.8, 35.1, 35.0], 1.02)["frame"]
+    assert paired([39.8, 40.1, 39.9, 40.3, 39.7], 0.90)["frame"]
+    few = _forged_rows([35.0, 35.2, 34.8, 35.1, 35.0])
+    few[-1].update(paired_rounds=PAIRED_ROUNDS - 1, prefill_vs_ideal_paired=1.02, prefill_vs_ideal_paired_noise=0.01)
+    assert bench_frame(few, META).set_index("method")["below_ideal"]["frame"]  # too few pairs: the medians judge
+
+
 def test_an_encoder_time_below_its_flop_floor_is_flagged():
     """The floor is the encoder's FLOPs at the run's measured GEMM rate: 30 ms of encoder that counts 6 TFLOP on a
     card measured at 100 TFLOP/s is below its 60 ms floor; at 300 TFLOP/s it is 1.5x a 20 ms floor."""
