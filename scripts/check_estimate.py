@@ -53,7 +53,6 @@ from kvprune.harness.sweep.store import TASK_TIME_RECORD, read_log
 
 ESTIMATE, SWEEP = "estimate", "sweep"
 PARTS = ("both", ESTIMATE, SWEEP, "table")
-TIMED_ROUND = "estimate_timed_round"  # each round's timed.csv, kept in --work
 
 
 def run(command: list[str], log: Path) -> float:
@@ -94,6 +93,12 @@ def swept(sweep_out: Path, wall: float) -> pd.DataFrame:
     return pd.DataFrame({"seconds": seconds, "graphs": pd.Series(graphs, dtype=float), "host_ns": pd.Series(host, dtype=float)})
 
 
+def timed_calls(estimate_out: Path) -> pd.DataFrame:
+    """The calls and batches an estimate timed (its timed.csv; empty where it wrote none)."""
+    path = estimate_out / "timed.csv"
+    return pd.read_csv(path) if path.exists() else pd.DataFrame()
+
+
 def estimated(estimate_out: Path) -> pd.DataFrame:
     """The estimate's sweep rows per task (seconds, fastest, slowest, CUDA graphs priced), its fixed costs, and the
     total; ``host_ns``: the host's speed before the task's timed batches (their median, from timed.csv)."""
@@ -101,7 +106,7 @@ def estimated(estimate_out: Path) -> pd.DataFrame:
     rows = table[(table["mode"] == "sweep") & (table["task"] != TOTAL)].set_index("task")
     rows = rows.reindex(columns=["seconds", "seconds_low", "seconds_high", "graphs"])  # graphs: NaN before they were priced
     rows.loc[TOTAL] = rows.sum(min_count=1)
-    timed = pd.read_csv(estimate_out / "timed.csv") if (estimate_out / "timed.csv").exists() else pd.DataFrame()
+    timed = timed_calls(estimate_out)
     if "host_loop_ns" in timed:
         rows["host_ns"] = timed[timed["kind"] == "batch"].groupby("task")["host_loop_ns"].median()
     return rows
@@ -174,17 +179,15 @@ def main() -> int:
             parser.error(f"no finished {' or '.join(missing)} in {work}: run --part {missing[0]} with this --work first.")
         walls = [tuple(float((work / f"{side}.wall").read_text()) for side in commands)]
         estimates, sweeps = [estimated(work / ESTIMATE)], [swept(work / SWEEP, walls[0][1])]
+        timed = [timed_calls(work / ESTIMATE).assign(round=1)]
     else:
-        estimates, sweeps, walls = [], [], []
-        for stale in work.glob(f"{TIMED_ROUND}*.csv"):
-            stale.unlink()
+        estimates, sweeps, walls, timed = [], [], [], []
         for number in range(1, args.rounds + 1):
             walls.append(tuple(run_part(side, command, work) for side, command in commands.items()))
             estimates.append(estimated(work / ESTIMATE))
             sweeps.append(swept(work / SWEEP, walls[-1][1]))
-            if (work / ESTIMATE / "timed.csv").exists():
-                shutil.copy(work / ESTIMATE / "timed.csv", work / f"{TIMED_ROUND}{number}.csv")
-    write_outputs(args, work, commands, walls, estimates, sweeps)
+            timed.append(timed_calls(work / ESTIMATE).assign(round=number))  # the next round replaces the file
+    write_outputs(args, work, commands, walls, estimates, sweeps, timed)
     return 0
 
 
@@ -220,17 +223,6 @@ def per_round(estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> pd.D
                          for task, row in estimate.iterrows()])
 
 
-def timed_rounds(work: Path) -> pd.DataFrame:
-    """The calls and batches each round's estimate timed (``round``: its number; one table without rounds, as
-    ``--part table`` leaves it), so that a round that strays can be taken apart: which task, which calls, and how
-    fast the host was before each batch."""
-    kept = sorted(work.glob(f"{TIMED_ROUND}*.csv"), key=lambda path: int(path.stem.removeprefix(TIMED_ROUND)))
-    if kept:
-        return pd.concat([pd.read_csv(path).assign(round=int(path.stem.removeprefix(TIMED_ROUND))) for path in kept])
-    last = work / ESTIMATE / "timed.csv"
-    return pd.read_csv(last).assign(round=1) if last.exists() else pd.DataFrame()
-
-
 def rounds_markdown(rounds: pd.DataFrame) -> str:
     """The rounds side by side (empty for one round: the table above is it)."""
     if rounds["round"].nunique() < 2:
@@ -245,7 +237,8 @@ def rounds_markdown(rounds: pd.DataFrame) -> str:
 
 
 def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[tuple[float, float]],
-                  estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> None:
+                  estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame], timed: list[pd.DataFrame] = ()) -> None:
+    """The check's files; ``timed``: each round's ``timed_calls`` (with its ``round``)."""
     estimate_wall, sweep_wall = (sorted(w)[len(w) // 2] for w in zip(*walls))
     frame = table(median_of(estimates), median_of(sweeps))
     frame.to_csv(args.out / "check.csv", index=False)
@@ -256,9 +249,8 @@ def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[
              f"kvprune sweep {shlex.join(commands[SWEEP][4:])}  ({sweep_wall:.0f} s{walls_text})"]
     (args.out / "check.md").write_text(markdown(frame, lines, machine(), commit()) + rounds_markdown(rounds))
     shutil.copy(work / ESTIMATE / "estimate.md", args.out / "estimate.md")
-    timed = timed_rounds(work)
-    if not timed.empty:  # every round's calls and batches, as the estimate timed them
-        timed.to_csv(args.out / "estimate_timed.csv", index=False)
+    if any(not calls.empty for calls in timed):  # every round's calls and batches, as the estimate timed them
+        pd.concat(timed).to_csv(args.out / "estimate_timed.csv", index=False)
     shutil.copy(work / SWEEP / "report.md", args.out / "sweep_report.md")
     print((args.out / "check.md").read_text())
 

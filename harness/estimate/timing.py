@@ -6,8 +6,9 @@ both ends), recording what the call ran (its run, rows, prompt and kept lengths,
 whether it compiled or captured a graph). ``TimedBatches.time_batch`` runs one batch exactly as the sweep
 does (its inputs prepared, then every run, the audio encoder output and layers < K shared between
 them as the pass says) and records the batch's wall time, and the host's speed just before it (a fixed
-Python loop, ``setup.environment.host_loop_ns``: launch-bound calls follow it, so a task priced off its sweep on a slowed host shows it): what
-the calls leave of it is the batch's own work (reading audio, building inputs, grading, writing rows: to a scratch folder, as the sweep writes them).
+Python loop, ``setup.environment.host_loop_ns``: launch-bound calls follow it, so a task priced on a slowed
+host shows it): what the calls leave of it is the batch's own work (reading audio, building inputs, grading,
+writing rows: to a scratch folder, as the sweep writes them).
 Part of that work comes with every run (grading its answers, writing its rows, setting up the next), and a
 timed batch runs only the timed runs: the gap between one call's end and the next call's start is one run's
 share, which the pricing adds for each run the sweep makes beyond them.

@@ -117,12 +117,10 @@ def test_each_round_is_kept_beside_the_medians(tmp_path):
 
 def test_every_round_s_timed_calls_are_kept_with_their_round(tmp_path, monkeypatch):
     """Two rounds of the two commands (each stands in for its command: the estimate's timed.csv differs per round):
-    estimate_timed.csv holds both rounds' rows, each with its round, not only the last round's; a stale round from an
-    earlier check in the same work folder is not among them."""
+    estimate_timed.csv holds both rounds' rows, each with its round, not only the last round's."""
     script = load_script("check_estimate")
     work, out = tmp_path / "work", tmp_path / "out"
     finished_work(work)
-    (work / f"{script.TIMED_ROUND}3.csv").write_text("kind,task,host_loop_ns\nbatch,old,1.0\n")
     rounds = iter(range(1, 3))
 
     def run_part(side, command, folder):
