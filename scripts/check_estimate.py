@@ -39,6 +39,7 @@ import os
 import platform
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -239,7 +240,7 @@ def rounds_markdown(rounds: pd.DataFrame) -> str:
 def write_outputs(args, work: Path, commands: dict[str, list[str]], walls: list[tuple[float, float]],
                   estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame], timed: list[pd.DataFrame] = ()) -> None:
     """The check's files; ``timed``: each round's ``timed_calls`` (with its ``round``)."""
-    estimate_wall, sweep_wall = (sorted(w)[len(w) // 2] for w in zip(*walls))
+    estimate_wall, sweep_wall = (statistics.median(w) for w in zip(*walls))  # as the tables' medians
     frame = table(median_of(estimates), median_of(sweeps))
     frame.to_csv(args.out / "check.csv", index=False)
     rounds = per_round(estimates, sweeps)

@@ -113,6 +113,8 @@ def test_each_round_is_kept_beside_the_medians(tmp_path):
     assert list(a["round"]) == [1, 2] and list(a["estimated_s"]) == [30.0, 34.0] and list(a["measured_s"]) == [25.0, 15.0]
     check = (out / "check.md").read_text()
     assert "| task | round 1 | round 2 |" in check and "| a | 30.0 / 25.0 | 34.0 / 15.0 |" in check
+    # the commands' wall times are medians as the table's are (of two rounds: their mean, not the later one)
+    assert "(41 s)" in check and "(95 s, median of 2 rounds: 40 s / 100 s; 42 s / 90 s)" in check
 
 
 def test_every_round_s_timed_calls_are_kept_with_their_round(tmp_path, monkeypatch):
