@@ -57,7 +57,7 @@ class BenchConfig(CommandConfig):
     largest_batch: bool = False  # batch mode: also find the largest batch that fits (CUDA)
     compare_stock: bool = False  # the compare mode: stock Hugging Face beside kvprune
     compile: bool | None = None  # compile static-cache decoding; None: on CUDA only, as generate does
-    compile_prefill: bool = False  # the engine's prefill runs its decoder layers >= K compiled (Generator's option)
+    compile_prefill: bool | None = None  # the engine's prefill runs its layers >= K compiled; None: its default
     compile_config: object = None  # a transformers CompileConfig; None: transformers' default (tests pass their own)
     device: str | None = None  # default: cuda if available, else cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu
@@ -187,8 +187,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "default: the ratios mode, batch 1")
     add("--largest-batch", action="store_true",
         help="batch mode: also find the largest batch that fits (CUDA); default: off")
-    add("--compile-prefill", action="store_true",
-        help="kvprune's prefill runs its decoder layers >= K compiled (Generator(compile_prefill=True); default: off)")
+    add("--compile-prefill", action=argparse.BooleanOptionalAction,
+        help="kvprune's prefill runs its decoder layers >= K compiled, or not (Generator's compile_prefill; default: "
+        "where its decoding compiles, on CUDA)")
     add("--compare-stock", action="store_true",
         help="compare mode: stock Hugging Face (dynamic and compiled static cache) beside kvprune unpruned and pruned, "
         "whole generate calls, with the targets (default: off)")

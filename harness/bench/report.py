@@ -23,7 +23,7 @@ CACHE_PRESS_IDEAL = "n/a: a cache press leaves the prefill's work as it is (it e
 #: measured per row (``encoder``: the audio encoder path that ran, "fast" where kvprune.fast_audio_encoder
 #: changed something; ``path``: forward (prefill + forced steps) or generate; ``error``: what failed)
 MEASURED = (
-    "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back prefill_fell_back path "
+    "preset family encoder llm_layers layer kind method ratio drop_ratio batch cache decode_compiled decode_fell_back prefill_compiled prefill_fell_back path "
     "compiled_in_timing "
     "audio_seconds audio_tokens seq_len kept_tokens prefill_ms layers_ms encoder_ms llm_ms llm_noise_ms head_ms score_ms "
     "host_lead_encoder_ms host_lead_k_ms host_lead_end_ms host_loop_ns "

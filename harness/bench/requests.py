@@ -99,6 +99,7 @@ def describe_request(request: Request, state: BenchState, fast_path: bool) -> di
         encoder="fast" if request.encoder == "fast" and fast_path else "stock",
         path=_path(request),
         decode_compiled=request.decodes and state.meter.compiles(request.cache, request.generate),
+        prefill_compiled=request.cache == ENGINE_CACHE and state.prefill_compiled(),
     )
 
 

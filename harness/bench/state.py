@@ -10,6 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kvprune.generation import Generator, unpruned_split
+from kvprune.generation.prefill import prefill_layers_failed
 
 from ..setup.device import default_device, release_memory, resolve_cache
 from .config import BenchConfig
@@ -40,9 +41,15 @@ class BenchState:
         if id(model) not in self._engines:
             self._engines.clear()  # another model: the last one is gone
             split = unpruned_split(self.config.presses.values())  # the unpruned rows decode on the presses' step
+            prefill = "auto" if self.config.compile_prefill is None else self.config.compile_prefill
             self._engines[id(model)] = Generator(model, compile=self.meter.compile, split_unpruned_at=split, state_room=1,
-                                                 compile_prefill=self.config.compile_prefill)
+                                                 compile_prefill=prefill)
         return self._engines[id(model)]
+
+    def prefill_compiled(self) -> bool:
+        """Whether the engine of the model being benchmarked runs its prefills' decoder layers >= K compiled (its
+        ``compile_prefill``, resolved, and the layers did not fail to compile)."""
+        return any(engine.compile_prefill and not prefill_layers_failed(engine.module) for engine in self._engines.values())
 
     def forget_engines(self) -> None:
         self._engines.clear()

@@ -84,7 +84,7 @@ def run_estimate(config: EstimateConfig, *, progress: bool = True, after_task=No
     tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
     timed = timed_runs(runs, config.timed_ratios)
     cache = resolve_cache(config.cache, loaded.device)
-    engine, stock = TimedExecutor(loaded, cache, runs), TimedExecutor(loaded, "dynamic", runs)
+    engine, stock = TimedExecutor(loaded, cache, runs, config.compile_prefill), TimedExecutor(loaded, "dynamic", runs)
     room = engine.engine.state_room if engine.engine is not None else ROOM  # how its runs share decode states
     counts, planning = {}, checking
     stamp = dict(call=call, settings=settings_key(config), device=_device(loaded))

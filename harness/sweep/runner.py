@@ -169,13 +169,13 @@ class SweepRunner:
         loaded = self._load(model_name)
         check_presses(loaded.model, model_name, self.presses, static=self.cache == "static", prunes=True)
         self._folder.record(self.plan, self._digests)
-        executor = Executor(loaded, self.cache, self.presses.values())
+        executor = Executor(loaded, self.cache, self.presses.values(), self.config.compile_prefill)
         samples = SampleRunner(self.config, self.store, executor, self.judge, self.source)
         with ExitStack() as model_lifetime:  # the fast encoder's handle and the CPU threads last as long as the model runs
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
             threads = model_lifetime.enter_context(cpu_threads(loaded.model))
-            self._record_model(loaded, encoder, threads)
+            self._record_model(loaded, encoder, threads, executor)
             warm = False
             for task, work in plan:
                 total = _runs_in(work)
@@ -237,9 +237,10 @@ class SweepRunner:
             fallbacks=engine.fallbacks, unsupported=engine.unsupported,
         ))
 
-    def _record_model(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
-        """Record what runs where (card, versions, audio encoder path) and each task as it runs, so
-        that numbers can be traced and results summarised even after a task file changes."""
+    def _record_model(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int, executor: Executor) -> None:
+        """Record what runs where (card, versions, audio encoder path, whether the engine compiles its prefill's layers
+        >= K) and each task as it runs, so that numbers can be traced and results summarised even after a task file
+        changes."""
         where = environment(self.device)
         append_log_line(self.config.out, dict(
             time=where.time,
@@ -251,6 +252,7 @@ class SweepRunner:
             encoder=self.config.encoder,
             encoder_changes=list(encoder.changes) if encoder else [],
             encoder_unchanged=list(encoder.unchanged) if encoder else [],
+            prefill_layers_compiled=bool(executor.engine and executor.engine.compile_prefill),
             config=vars(self.config),
             tasks={task.name: task.config for task in self.tasks[loaded.name]},
             settings=self.plan.settings,

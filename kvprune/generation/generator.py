@@ -2,11 +2,10 @@
 with a compiled step replayed as a CUDA graph, one replay per token; the host synchronises only to read
 the stop flags (set on the device) after steps 1, 2, 4, ... then every ``check_every`` tokens.
 
-``Generator`` keeps its decode states (buffers sized by length buckets) and their captured graphs
-across calls, so a sweep over thousands of prompts of different lengths compiles once and captures
-one graph per bucket shape it meets, within a memory budget (least recently used states go first).
-``generate`` is the one-call form. On a CPU the same step runs eagerly: the same algorithm, which the
-tests compare token for token with ``model.generate`` under the same press.
+``Generator`` keeps its decode states (buffers sized by length buckets) and their captured graphs across calls, so a
+sweep over thousands of prompts of different lengths compiles once and captures one graph per bucket shape it meets,
+within a memory budget (least recently used states go first). ``generate`` is the one-call form. On a CPU the same
+step runs eagerly: the same algorithm, which the tests compare token for token with ``model.generate``.
 
 Models whose caches cannot be static (sliding-window layers, layers reading another layer's cache:
 Gemma-3n) and attention implementations that cannot mask per layer (flash attention) decode through
@@ -72,8 +71,8 @@ class Generator:
     * ``state_room``: a call decodes in a kept state of its grouping with up to this many times the room it needs
       (``kept_states``); "auto": 2 where the fused decode attention runs (a shorter prompt after a longer one makes
       no state or CUDA graph of its own, with the same bits), else 1 (its own shape only: same numbers).
-    * ``compile_prefill``: the prefill's decoder layers from K (``split_unpruned_at``) on run compiled
-      (``prefill_layers``: the host's launches bound them on small models; off until timed on a GPU).
+    * ``compile_prefill``: the prefill's decoder layers from K (``split_unpruned_at``) on run compiled (``prefill_layers``:
+      the host's launches bound them on small models); "auto": where the step compiles on CUDA (15-30 s once).
     * ``check_every``: tokens between reads of the stop flags (the only host synchronisation); before the first
       such read, the flags are also read after steps 1, 2, 4, 8, ... (``reads_stops_after``), so a short answer
       (a letter and its end) stops within twice its length instead of running on to step ``check_every``.
@@ -89,7 +88,7 @@ class Generator:
     split_unpruned_at: int | None = TOKEN_LAYER
     max_state_bytes: int | str = "auto"
     state_room: float | str = "auto"
-    compile_prefill: bool = False
+    compile_prefill: bool | str = "auto"
     check_every: int = 16
     _runners: dict = field(default_factory=dict, init=False, repr=False)
     _made: int = field(default=0, init=False, repr=False)  # decode states allocated so far
@@ -104,7 +103,8 @@ class Generator:
         cuda = self.device.type == "cuda"
         self.compile = cuda if self.compile == "auto" else bool(self.compile)
         self.cuda_graphs = cuda if self.cuda_graphs == "auto" else bool(self.cuda_graphs)
-        self.fast_linear = (cuda and self.compile) if self.fast_linear == "auto" else bool(self.fast_linear)
+        self.fast_linear, self.compile_prefill = ((cuda and self.compile) if option == "auto" else bool(option)
+                                                  for option in (self.fast_linear, self.compile_prefill))
         if self.cuda_graphs and not cuda:
             raise ValueError("cuda_graphs=True needs the model on a CUDA device.")
         if self.max_state_bytes == "auto":

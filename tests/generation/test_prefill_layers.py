@@ -87,9 +87,24 @@ def test_a_compiler_failure_is_said_once_and_the_layers_run_as_written():
     assert all(torch.equal(t, plain) for t in tokens)
 
 
+def test_the_engine_compiles_its_prefill_layers_by_default_only_where_its_decoding_compiles_on_cuda():
+    """"auto" (the default) is on where the step compiles on CUDA: on a CPU it stays off even with ``compile=True``
+    (Inductor takes minutes there); True and False are taken as given."""
+    m = model("qwen2_5_omni", "sdpa")
+    for kwargs in ({}, dict(compile=True), dict(compile_prefill="auto")):
+        generator = Generator(m, **kwargs)
+        assert generator.compile_prefill is False and generator.module not in COMPILED_LAYERS
+    asked = Generator(m, compile_prefill=True)
+    try:
+        assert asked.compile_prefill is True and asked.module in COMPILED_LAYERS
+    finally:
+        Generator(m)
+    assert Generator(m, compile_prefill=False).compile_prefill is False
+
+
 def test_the_engine_compiles_its_prefill_layers_from_its_split_when_asked():
     m = model("qwen2_5_omni", "sdpa")
-    assert Generator(m).module not in COMPILED_LAYERS  # not by default
+    assert Generator(m).module not in COMPILED_LAYERS  # not by default on a CPU
     generator = Generator(m, compile_prefill=True, split_unpruned_at=3)
     try:
         layers = COMPILED_LAYERS[generator.module]

@@ -694,40 +694,61 @@ def test_the_bench_s_engine_lays_unpruned_prompts_out_as_its_token_presses_lay_o
     assert not engine.compile_prefill
 
 
-def test_compile_prefill_gives_the_bench_s_engine_compiled_prefill_layers_from_k():
+@pytest.mark.parametrize("flag, asked", [(["--compile-prefill"], True), (["--no-compile-prefill"], False), ([], None)])
+def test_compile_prefill_gives_the_bench_s_engine_compiled_prefill_layers_from_k(flag, asked):
+    """``--compile-prefill`` / ``--no-compile-prefill`` set the engine's option; without either, the engine's default
+    ("auto": off on a CPU)."""
     from kvprune.generation.prefill import COMPILED_LAYERS
     from kvprune.harness.bench.state import BenchState
     from kvprune.harness.cli import build_parser
 
-    args = build_parser().parse_args(["bench", "--preset", "tiny-omni", "--compile-prefill", "--layer", "3", "--quiet"])
+    args = build_parser().parse_args(["bench", "--preset", "tiny-omni", *flag, "--layer", "3", "--quiet"])
     config = BenchConfig.build(**BenchConfig.overrides(args))
-    assert config.compile_prefill
+    assert config.compile_prefill is asked
     engine = BenchState(config).engine(tiny_model("qwen2_5_omni", "sdpa"))
     try:
-        assert engine.compile_prefill and COMPILED_LAYERS[engine.module].start == 3
+        assert engine.compile_prefill is bool(asked)
+        assert (engine.module in COMPILED_LAYERS) is bool(asked)
+        if asked:
+            assert COMPILED_LAYERS[engine.module].start == 3
     finally:
-        COMPILED_LAYERS.pop(engine.module)
+        COMPILED_LAYERS.pop(engine.module, None)
+
+
+def _bench_with_prefill_backend(monkeypatch, backend) -> pd.DataFrame:
+    """The engine's rows and the ideal of a ``--compile-prefill`` run whose layers >= K compile with ``backend``."""
+    from functools import partial
+
+    from kvprune.generation import generator as generator_module
+    from kvprune.generation.prefill_layers import CompiledLayers
+
+    monkeypatch.setattr(generator_module, "CompiledLayers", partial(CompiledLayers, backend=backend))
+    config = BenchConfig(presets=["tiny-omni"], audio_seconds=[1.0], methods=["fastv"], ratios=[0.5], out=None,
+                         **dict(FAST, compile_prefill=True))
+    frame = run_bench(config)
+    engine_rows = frame[frame["method"].isin(["none", "fastv", "ideal"])]
+    assert len(engine_rows) >= 2 and not engine_rows["error"].notna().any()
+    return engine_rows
+
+
+def test_rows_whose_prefill_layers_compiled_say_so(monkeypatch):
+    engine_rows = _bench_with_prefill_backend(monkeypatch, "eager")  # a backend that compiles (Inductor: minutes here)
+    assert engine_rows["prefill_compiled"].astype(bool).all()
+    assert not engine_rows["prefill_fell_back"].astype(bool).any()
 
 
 def test_rows_whose_prefill_layers_failed_to_compile_say_so(monkeypatch):
     """With ``--compile-prefill`` and a compiler that fails, the engine's rows and the ideal record that their prefill
     layers >= K ran as written, and the report's labels say it."""
-    from functools import partial
-
-    from kvprune.generation import generator as generator_module
-    from kvprune.generation.prefill_layers import CompiledLayers
     from kvprune.harness.bench.compare import variant
 
     def failing(graph, example_inputs):
         raise RuntimeError("this backend compiles nothing")
 
-    monkeypatch.setattr(generator_module, "CompiledLayers", partial(CompiledLayers, backend=failing))
-    config = BenchConfig(presets=["tiny-omni"], audio_seconds=[1.0], methods=["fastv"], ratios=[0.5], out=None,
-                         **dict(FAST, compile_prefill=True))
     with pytest.warns(RuntimeWarning, match="could not compile"):
-        frame = run_bench(config)
-    engine_rows = frame[frame["method"].isin(["none", "fastv", "ideal"])]
-    assert len(engine_rows) >= 2 and engine_rows["prefill_fell_back"].astype(bool).all()
+        engine_rows = _bench_with_prefill_backend(monkeypatch, failing)
+    assert engine_rows["prefill_fell_back"].astype(bool).all()
+    assert not engine_rows["prefill_compiled"].astype(bool).any()
     assert all("prefill layers >= K uncompiled" in variant(row) for _, row in engine_rows.iterrows())
 
 

@@ -407,6 +407,7 @@ def test_the_fast_encoder_is_on_by_default_recorded_and_changes_no_output(data_r
     fast_run = read_log(uninterrupted)[0]
     assert fast_run["encoder"] == "fast" and fast_run["config"]["encoder"] == "fast"
     assert len(fast_run["encoder_changes"]) == 1 and "(Qwen2_5OmniAudioEncoder)" in fast_run["encoder_changes"][0]
+    assert fast_run["prefill_layers_compiled"] is False  # the engine's default on a CPU, recorded as resolved
 
     out = tmp_path / "stock"
     args = sweep_args(data_root, out)

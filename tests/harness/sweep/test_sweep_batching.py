@@ -228,3 +228,33 @@ def test_a_batch_whose_call_fails_is_retried_one_sample_at_a_time(tmp_path, monk
     assert {r["sample_id"] for r in rows if r["error"]} == {prepared[2]}
     assert all("breaks the model" in r["error"] for r in rows if r["error"])
     assert {r["batch_size"] for r in rows if not r["error"]} == {1}, "its batch mates ran alone and succeeded"
+
+
+@pytest.mark.parametrize("flag, asked", [(["--compile-prefill"], True), (["--no-compile-prefill"], False), ([], None)])
+def test_the_sweep_s_engine_compiles_its_prefill_layers_as_asked(tmp_path, flag, asked):
+    """``--compile-prefill`` / ``--no-compile-prefill`` reach the sweep's engine (and the estimate's, which builds the
+    same executor); without either, the engine's default: off on a CPU."""
+    from kvprune.generation.prefill import COMPILED_LAYERS
+    from kvprune.harness.cli import build_parser
+    from kvprune.harness.demo import DEMO_MODEL_DIR
+    from kvprune.harness.sweep.config import SweepConfig
+    from kvprune.harness.sweep.execute import Executor
+    from kvprune.models.loading import load_model
+
+    args = build_parser().parse_args(["sweep", "--model", "demo", "--tasks", "demo_pitch", "--data-root", str(tmp_path), *flag])
+    config = SweepConfig.build(**SweepConfig.overrides(args))
+    assert config.compile_prefill is asked
+    loaded = load_model(DEMO_MODEL_DIR, device="cpu")
+    executor = Executor(loaded, "engine", compile_prefill=config.compile_prefill)
+    try:
+        assert executor.engine.compile_prefill is bool(asked)
+        assert (executor.engine.module in COMPILED_LAYERS) is bool(asked)
+    finally:
+        COMPILED_LAYERS.pop(executor.engine.module, None)
+
+
+def test_a_compile_prefill_setting_that_is_not_a_boolean_is_refused(tmp_path):
+    from kvprune.harness.sweep.config import SweepConfig, SweepConfigError
+
+    with pytest.raises(SweepConfigError, match=r"compile_prefill='yes' is invalid: true or false"):
+        SweepConfig.build(models=["demo"], tasks=["demo_pitch"], data_root=tmp_path, compile_prefill="yes")
