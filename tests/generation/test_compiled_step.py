@@ -172,3 +172,28 @@ def test_a_smaller_batch_decodes_on_the_full_batches_compiled_step_with_its_othe
     assert sized[0] == sized[1], "uncompiled: no idle rows"
     with pytest.raises(ValueError, match="decode_rows=-1 is invalid"):
         alone.generate(prompts[:1], max_new_tokens=2, decode_rows=-1, **NO_STOP)
+
+
+@pytest.mark.parametrize("split, recompiles", [(True, False), (False, True)])
+def test_the_compilation_timing_script_compiles_the_press_s_call_again_only_without_the_split(monkeypatch, split,
+                                                                                                recompiles):
+    """``scripts/time_decode_compilation.py``'s child process, in this one with the eager backend (Inductor takes
+    minutes on these CPUs): with the unpruned caches split at K the FastV call reuses the unpruned call's compiled
+    step; in one group it compiles a step of its own. Both give the uncompiled engine's tokens."""
+    import argparse
+
+    import torch._dynamo
+
+    from kvprune.generation import graphs
+    from tests.support.paths import load_script
+
+    compile_ = torch.compile
+    monkeypatch.setattr(graphs.torch, "compile", lambda step, mode=None: compile_(step, backend="eager"))
+    torch._dynamo.reset()
+    script = load_script("time_decode_compilation")
+    args = argparse.Namespace(preset="tiny-aero", layers=4, layer=2, seconds=1.0, new_tokens=3, device="cpu", threads=1,
+                              split=split)
+    calls = script._child(args)
+    unpruned, fastv = calls["unpruned"], calls["fastv 0.5"]
+    assert unpruned["compilations"] > 0 and (fastv["compilations"] > 0) is recompiles
+    assert unpruned["same_tokens"] and fastv["same_tokens"]
