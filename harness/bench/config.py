@@ -57,7 +57,7 @@ class BenchConfig(CommandConfig):
     largest_batch: bool = False  # batch mode: also find the largest batch that fits (CUDA)
     compare_stock: bool = False  # the compare mode: stock Hugging Face beside kvprune
     compile: bool | None = None  # compile static-cache decoding; None: on CUDA only, as generate does
-    compile_prefill: bool | None = None  # the engine's prefill runs its layers >= K compiled; None: its default
+    compile_prefill: bool | str = "auto"  # the engine's prefill runs its layers >= K compiled; auto: its default
     compile_config: object = None  # a transformers CompileConfig; None: transformers' default (tests pass their own)
     device: str | None = None  # default: cuda if available, else cpu
     dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu

@@ -41,9 +41,8 @@ class BenchState:
         if id(model) not in self._engines:
             self._engines.clear()  # another model: the last one is gone
             split = unpruned_split(self.config.presses.values())  # the unpruned rows decode on the presses' step
-            prefill = "auto" if self.config.compile_prefill is None else self.config.compile_prefill
             self._engines[id(model)] = Generator(model, compile=self.meter.compile, split_unpruned_at=split, state_room=1,
-                                                 compile_prefill=prefill)
+                                                 compile_prefill=self.config.compile_prefill)
         return self._engines[id(model)]
 
     def prefill_compiled(self) -> bool:

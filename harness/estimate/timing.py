@@ -61,7 +61,7 @@ def synchronise(device: torch.device) -> None:
 class TimedExecutor(Executor):
     """The sweep's executor, each call clocked and recorded in ``calls`` under ``context``."""
 
-    def __init__(self, loaded: LoadedModel, cache: str, runs: list[PlannedRun], compile_prefill: bool | None = None):
+    def __init__(self, loaded: LoadedModel, cache: str, runs: list[PlannedRun], compile_prefill: bool | str = "auto"):
         super().__init__(loaded, cache, checked_presses(runs).values(), compile_prefill)  # the sweep's engine
         self.calls: list[Call] = []
         self.context: dict = {}

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from kvprune.specs import MethodSpec
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
-AUTO = "auto"  # --batch-size auto: chosen by the estimate before the sweep runs
+AUTO = "auto"  # --batch-size auto: chosen by the estimate before the sweep runs; --compile-prefill: the engine's default
 
 
 def default_methods() -> list[MethodSpec]:
@@ -73,7 +73,7 @@ class SweepConfig(CommandConfig):
     batch_choice: str | None = None  # why --batch-size auto chose the size it did (what the sweep records)
     reuse_encoder: bool = True  # a sample's audio encoder output computed once for all its runs
     share_layers: bool = True  # a sample's layers < K computed once for its token presses at K
-    compile_prefill: bool | None = None  # the engine's prefill layers >= K compiled; None: its default (on CUDA)
+    compile_prefill: bool | str = "auto"  # the engine's prefill layers >= K compiled; auto: its default (on CUDA)
     timing_samples: int = 4  # per task, samples also run alone without sharing, for per-sample timings
     long_audio: str | dict = DEFAULT_POLICY  # a policy, or {task name or "default": policy}
     overwrite: bool = False  # discard the folder's earlier results instead of refusing other settings
@@ -133,9 +133,9 @@ class SweepConfig(CommandConfig):
             if not isinstance(getattr(self, name), bool):
                 raise SweepConfigError(f"{name}={getattr(self, name)!r} is invalid: true or false "
                                        f"(--no-{name.replace('_', '-')}).")
-        if self.compile_prefill is not None and not isinstance(self.compile_prefill, bool):
-            raise SweepConfigError(f"compile_prefill={self.compile_prefill!r} is invalid: true or false, or leave it out "
-                                   "for the engine's default (--compile-prefill / --no-compile-prefill).")
+        if not (isinstance(self.compile_prefill, bool) or self.compile_prefill == AUTO):
+            raise SweepConfigError(f"compile_prefill={self.compile_prefill!r} is invalid: true, false or auto, the engine's "
+                                   "default (--compile-prefill / --no-compile-prefill).")
         if self.judge is not None:
             try:
                 parse_judge_spec(self.judge)

@@ -50,14 +50,12 @@ class BatchGeneration:
 class Executor:
     """Generates a batch under a press on one loaded model (see the module docstring)."""
 
-    def __init__(self, loaded: LoadedModel, cache: str, presses=(), compile_prefill: bool | None = None):
+    def __init__(self, loaded: LoadedModel, cache: str, presses=(), compile_prefill: bool | str = "auto"):
         """``presses``: what it will run (each method's press), so that the unpruned runs decode on the compiled
-        step of the token presses' layout (``kvprune.generation.unpruned_split``); ``compile_prefill``: the engine's
-        option (None: its default, "auto")."""
+        step of the token presses' layout (``kvprune.generation.unpruned_split``); ``compile_prefill``: the engine's."""
         self.loaded, self.cache = loaded, cache
         split = unpruned_split(presses)
-        prefill = "auto" if compile_prefill is None else compile_prefill
-        self.engine = (Generator(loaded.model, split_unpruned_at=split, compile_prefill=prefill)
+        self.engine = (Generator(loaded.model, split_unpruned_at=split, compile_prefill=compile_prefill)
                        if cache == ENGINE_CACHE else None)  # None: stock
         tokenizer = getattr(loaded.processor, "tokenizer", loaded.processor)
         self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

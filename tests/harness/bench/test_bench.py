@@ -694,7 +694,7 @@ def test_the_bench_s_engine_lays_unpruned_prompts_out_as_its_token_presses_lay_o
     assert not engine.compile_prefill
 
 
-@pytest.mark.parametrize("flag, asked", [(["--compile-prefill"], True), (["--no-compile-prefill"], False), ([], None)])
+@pytest.mark.parametrize("flag, asked", [(["--compile-prefill"], True), (["--no-compile-prefill"], False), ([], "auto")])
 def test_compile_prefill_gives_the_bench_s_engine_compiled_prefill_layers_from_k(flag, asked):
     """``--compile-prefill`` / ``--no-compile-prefill`` set the engine's option; without either, the engine's default
     ("auto": off on a CPU)."""
@@ -707,9 +707,9 @@ def test_compile_prefill_gives_the_bench_s_engine_compiled_prefill_layers_from_k
     assert config.compile_prefill is asked
     engine = BenchState(config).engine(tiny_model("qwen2_5_omni", "sdpa"))
     try:
-        assert engine.compile_prefill is bool(asked)
-        assert (engine.module in COMPILED_LAYERS) is bool(asked)
-        if asked:
+        assert engine.compile_prefill is (asked is True)
+        assert (engine.module in COMPILED_LAYERS) is (asked is True)
+        if asked is True:
             assert COMPILED_LAYERS[engine.module].start == 3
     finally:
         COMPILED_LAYERS.pop(engine.module, None)

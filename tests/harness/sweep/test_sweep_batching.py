@@ -230,7 +230,7 @@ def test_a_batch_whose_call_fails_is_retried_one_sample_at_a_time(tmp_path, monk
     assert {r["batch_size"] for r in rows if not r["error"]} == {1}, "its batch mates ran alone and succeeded"
 
 
-@pytest.mark.parametrize("flag, asked", [(["--compile-prefill"], True), (["--no-compile-prefill"], False), ([], None)])
+@pytest.mark.parametrize("flag, asked", [(["--compile-prefill"], True), (["--no-compile-prefill"], False), ([], "auto")])
 def test_the_sweep_s_engine_compiles_its_prefill_layers_as_asked(tmp_path, flag, asked):
     """``--compile-prefill`` / ``--no-compile-prefill`` reach the sweep's engine (and the estimate's, which builds the
     same executor); without either, the engine's default: off on a CPU."""
@@ -247,8 +247,8 @@ def test_the_sweep_s_engine_compiles_its_prefill_layers_as_asked(tmp_path, flag,
     loaded = load_model(DEMO_MODEL_DIR, device="cpu")
     executor = Executor(loaded, "engine", compile_prefill=config.compile_prefill)
     try:
-        assert executor.engine.compile_prefill is bool(asked)
-        assert (executor.engine.module in COMPILED_LAYERS) is bool(asked)
+        assert executor.engine.compile_prefill is (asked is True)
+        assert (executor.engine.module in COMPILED_LAYERS) is (asked is True)
     finally:
         COMPILED_LAYERS.pop(executor.engine.module, None)
 
@@ -256,5 +256,5 @@ def test_the_sweep_s_engine_compiles_its_prefill_layers_as_asked(tmp_path, flag,
 def test_a_compile_prefill_setting_that_is_not_a_boolean_is_refused(tmp_path):
     from kvprune.harness.sweep.config import SweepConfig, SweepConfigError
 
-    with pytest.raises(SweepConfigError, match=r"compile_prefill='yes' is invalid: true or false"):
+    with pytest.raises(SweepConfigError, match=r"compile_prefill='yes' is invalid: true, false or auto"):
         SweepConfig.build(models=["demo"], tasks=["demo_pitch"], data_root=tmp_path, compile_prefill="yes")
