@@ -40,7 +40,9 @@ except ImportError:  # pragma: no cover - depends on the torch build
 
 BLOCK = 64  # cache slots per tile
 WARPS = 4
-STAGES = 2
+STAGES = 2  # loads in flight per program, unless ``pipeline_stages`` says 3
+DEEP_STAGES = 3
+DEEP_TILE_BYTES = 64 * 128 * 2  # the largest key tile with which two programs of three stages share a multiprocessor
 PROGRAMS_PER_PROCESSOR = 2  # split until the grid fills every multiprocessor this many times over
 MAX_SPLITS = 64  # the combining kernel holds every split of a head at once
 H100_PROCESSORS = 132
@@ -77,6 +79,14 @@ def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: 
     splits = max(1, min(split_aim(batch, kv_heads, processors), tiles))
     chunk = -(-tiles // splits) * block
     return -(-length // chunk), chunk
+
+
+def pipeline_stages(batch: int, kv_heads: int, processors: int, tile_bytes: int) -> int:
+    """Stages of the key and value loads: ``DEEP_STAGES`` where the (row, key-value head) programs alone give every
+    multiprocessor one (no split: each program reads a long run of tiles) and tiles of ``tile_bytes`` are small
+    enough; else ``STAGES``. H100, bf16, head dim 128, each row's own slots (2026-12-06): three stages read 1.05-1.27x
+    faster at 64-256 rows (345 against 437 us at 64 rows of 7,700 slots), two 1.07-1.19x faster at 16-32 rows."""
+    return DEEP_STAGES if batch * kv_heads >= processors and tile_bytes <= DEEP_TILE_BYTES else STAGES
 
 
 @functools.lru_cache(maxsize=None)
@@ -196,7 +206,7 @@ def kernel_fits(query, key, value, mask, last_slots=None) -> bool:
 
 
 def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tensor | None = None, *,
-                 chunk: int | None = None, block: int = BLOCK, warps: int = WARPS, stages: int = STAGES) -> torch.Tensor:
+                 chunk: int | None = None, block: int = BLOCK, warps: int = WARPS, stages: int | None = None) -> torch.Tensor:
     """``matmul_attention`` by the Triton kernels (tensors that ``kernel_fits``), reading no slot of a row
     after ``last_slots[row]`` if given (no slot after it may be visible), each row split by its own length
     unless ``chunk`` is given. ``chunk`` (slots per split for every row, a multiple of ``block``),
@@ -221,6 +231,7 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
         acc = maxima = sums = out
     mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
     block_d = max(16, triton.next_power_of_2(dim))
+    stages = stages or pipeline_stages(batch, kv_heads, _processors(query.device), block * block_d * query.element_size())
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
         splits, aim, scaling * LOG2_E,

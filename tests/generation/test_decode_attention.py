@@ -81,6 +81,15 @@ def test_split_sizes_fills_the_device_with_whole_tiles():
     assert fused.split_sizes(64, 32, 7700, H100_PROCESSORS) == (1, 7744)  # 2048 programs already: no split
 
 
+def test_three_stages_where_rows_alone_fill_the_device_and_the_tiles_are_small_enough():
+    """Two programs of three stages of bf16 or fp16 key and value tiles (head dim up to 128) share an H100's
+    multiprocessor; once the (row, key-value head) pairs alone fill the device, they read faster than three of two."""
+    bf16_tile = fused.BLOCK * 128 * 2
+    assert [fused.pipeline_stages(b, 4, H100_PROCESSORS, bf16_tile) for b in (1, 16, 32, 33, 64, 743)] == [2, 2, 2, 3, 3, 3]
+    assert fused.pipeline_stages(64, 4, H100_PROCESSORS, 2 * bf16_tile) == 2  # fp32, or head dim 256: two stages
+    assert fused.pipeline_stages(64, 4, 4 * H100_PROCESSORS, bf16_tile) == 2  # a device of more multiprocessors
+
+
 def test_fake_implementation_gives_the_output_shape():
     with FakeTensorMode():
         query = torch.empty(2, 28, 1, 128, dtype=torch.bfloat16)
@@ -165,10 +174,14 @@ def test_the_gpu_check_runs_on_the_cpu():
 
 @pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
                     reason="compiles the kernels with Triton's GPU compiler: needs Triton, and not TRITON_INTERPRET=1")
-@pytest.mark.parametrize("dtype,single", [("bf16", False), ("bf16", True), ("fp32", False)])
-def test_kernels_compile_for_an_h100(dtype, single):
-    """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128):
-    they compile, within an H100's shared memory per block (227 KiB), their loads pipelined."""
+@pytest.mark.parametrize("dtype,single,stages", [("bf16", False, 2), ("bf16", True, 2), ("bf16", False, 3), ("bf16", True, 3),
+                                                 ("fp32", False, 2)])
+def test_kernels_compile_for_an_h100(dtype, single, stages):
+    """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128), at every
+    number of stages ``pipeline_stages`` gives that dtype: they compile, within an H100's shared memory per block
+    (227 KiB), their loads pipelined."""
+    tile_bytes = fused.BLOCK * 128 * (4 if dtype == "fp32" else 2)
+    assert stages in {fused.pipeline_stages(batch, 4, H100_PROCESSORS, tile_bytes) for batch in (1, 16, 64, 1024)}
     partial = f"*{dtype}" if single else "*fp32"
     pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", last_ptr="*i64",
                     out_ptr=f"*{dtype}", acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
@@ -177,7 +190,7 @@ def test_kernels_compile_for_an_h100(dtype, single):
                      UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, ROW_ENDS=True, ROW_SPLITS=True,
                      **unit_strides)
     strides = [n for n in fused._split_kernel.arg_names if n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
-    split = compile_for_h100(fused._split_kernel, pointers, constants, warps=fused.WARPS, stages=fused.STAGES,
+    split = compile_for_h100(fused._split_kernel, pointers, constants, warps=fused.WARPS, stages=stages,
                              aligned=strides, floats=("qk_scale",))
     assert split.metadata.shared <= H100_SHARED_BYTES
     assert "async_copy_global_to_local" in split.asm["ttgir"]  # key and value tiles prefetched
