@@ -99,8 +99,10 @@ def _engine(out_dir: Path) -> str:
         fallbacks = "; ".join(f"{n} × {why}" for why, n in (r.get("fallbacks") or {}).items()) or "none"
         rows.append([r.get("time", ""), r.get("model", ""), str(r.get("compile_graphs", "")), str(r.get("recompiles", "")),
                      str(r.get("cuda_graphs", "")), str(r.get("decode_states", "")),
-                     f"{(r.get('decode_state_bytes') or 0) / MIB:.0f}", r.get("unsupported") or fallbacks])
+                     f"{(r.get('decode_state_bytes') or 0) / MIB:.0f}", r.get("unsupported") or fallbacks,
+                     r.get("prefill_layers", "")])
     return ("What decoding compiled, per model run (`runs.jsonl`): compiled graphs and recompilations in the process "
-            "so far, CUDA graphs captured, decode states kept and their memory, and what could not use the engine or a "
-            "graph:\n\n" + markdown_table(["time", "model", "compiled graphs", "recompilations", "CUDA graphs",
-                                            "decode states", "state MiB", "fallbacks"], rows) + "\n")
+            "so far, CUDA graphs captured, decode states kept and their memory, what could not use the engine or a "
+            "graph, and how the prefills ran their decoder layers >= K (`--compile-prefill`):\n\n"
+            + markdown_table(["time", "model", "compiled graphs", "recompilations", "CUDA graphs", "decode states",
+                              "state MiB", "fallbacks", "prefill layers >= K"], rows) + "\n")

@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 import time
 
 from kvprune.encoders import FastAudioEncoder, fast_audio_encoder
+from kvprune.generation.prefill import prefill_layers_way
 from kvprune.generation.timing import compile_counters
 from kvprune.models.loading import LoadedModel
 
@@ -175,7 +176,7 @@ class SweepRunner:
             fast = self.config.encoder == "fast"
             encoder = model_lifetime.enter_context(fast_audio_encoder(loaded.model)) if fast else None
             threads = model_lifetime.enter_context(cpu_threads(loaded.model))
-            self._record_model(loaded, encoder, threads, executor)
+            self._record_model(loaded, encoder, threads)
             warm = False
             for task, work in plan:
                 total = _runs_in(work)
@@ -227,20 +228,20 @@ class SweepRunner:
 
     def _record_engine(self, loaded: LoadedModel, executor: Executor) -> None:
         """What decoding compiled and kept for this model (``runs.jsonl``): compiled graphs, captured CUDA
-        graphs, decode states and the memory they hold, and any run that could not use a graph and why."""
+        graphs, decode states and the memory they hold, any run that could not use a graph and why, and how the
+        prefills ran their decoder layers >= K (``compile_prefill``)."""
         engine = executor.engine
         if engine is None:
             return
         append_log_line(self.config.out, dict(
             time=now(), model=loaded.name, kind=ENGINE_RECORD, **_compiled_so_far(executor), recompiles=compile_counters()[1],
             decode_states=engine.states, decode_state_bytes=engine.state_bytes,
-            fallbacks=engine.fallbacks, unsupported=engine.unsupported,
+            fallbacks=engine.fallbacks, unsupported=engine.unsupported, prefill_layers=prefill_layers_way(engine.module),
         ))
 
-    def _record_model(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int, executor: Executor) -> None:
-        """Record what runs where (card, versions, audio encoder path, whether the engine compiles its prefill's layers
-        >= K) and each task as it runs, so that numbers can be traced and results summarised even after a task file
-        changes."""
+    def _record_model(self, loaded: LoadedModel, encoder: FastAudioEncoder | None, threads: int) -> None:
+        """Record what runs where (card, versions, audio encoder path) and each task as it runs, so
+        that numbers can be traced and results summarised even after a task file changes."""
         where = environment(self.device)
         append_log_line(self.config.out, dict(
             time=where.time,
@@ -252,7 +253,6 @@ class SweepRunner:
             encoder=self.config.encoder,
             encoder_changes=list(encoder.changes) if encoder else [],
             encoder_unchanged=list(encoder.unchanged) if encoder else [],
-            prefill_layers_compiled=bool(executor.engine and executor.engine.compile_prefill),
             config=vars(self.config),
             tasks={task.name: task.config for task in self.tasks[loaded.name]},
             settings=self.plan.settings,

@@ -92,6 +92,15 @@ AROUND_PREFILL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 COMPILED_LAYERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+def prefill_layers_way(module: nn.Module) -> str:
+    """How ``module``'s prefills run their decoder layers >= K: "compiled", "as written", or "as written: " and the
+    compiler's reason once they failed to compile (what a sweep records and reports)."""
+    layers = COMPILED_LAYERS.get(module)
+    if layers is None:
+        return "as written"
+    return "compiled" if layers.failed is None else f"as written: {layers.failed}"
+
+
 def prefill_layers_failed(module: nn.Module) -> bool:
     """Whether ``module``'s prefills were to run their layers >= K compiled, and those failed to compile (they run as
     written from then on)."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from kvprune import FastVPress, Generator, SnapKVPress
-from kvprune.generation.prefill import COMPILED_LAYERS
+from kvprune.generation.prefill import COMPILED_LAYERS, prefill_layers_way
 from kvprune.generation.prefill_layers import CompiledLayers
 from kvprune.models import resolve_family
 from tests.support.helpers import GREEDY, model
@@ -75,6 +75,23 @@ def test_a_layer_a_press_looks_inside_runs_as_written():
     (tokens,), _ = compiled_tokens(m, inputs, press, backend)
     assert torch.equal(tokens, plain)
     assert backend.calls == 0
+
+
+def test_how_the_prefill_layers_ran_is_compiled_as_written_or_as_written_with_the_compiler_s_reason():
+    m, inputs, press = model("voxtral", "sdpa"), FAMILIES["voxtral"].inputs(ROWS), FastVPress(layer=K, ratio=0.5)
+    assert prefill_layers_way(Generator(m).module) == "as written"  # the default on a CPU
+    _, compiled = compiled_tokens(m, inputs, press, CountingBackend())
+    assert compiled.failed is None
+    with pytest.warns(RuntimeWarning, match="could not compile"):
+        _, failed = compiled_tokens(m, inputs, press, FailingBackend())
+    for layers, said in ((compiled, "compiled"), (failed, "as written: ")):
+        generator = Generator(m)
+        COMPILED_LAYERS[generator.module] = layers
+        try:
+            assert prefill_layers_way(generator.module).startswith(said)
+        finally:
+            COMPILED_LAYERS.pop(generator.module)
+    assert "this backend compiles nothing" in failed.failed
 
 
 def test_a_compiler_failure_is_said_once_and_the_layers_run_as_written():

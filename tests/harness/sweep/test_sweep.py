@@ -407,7 +407,6 @@ def test_the_fast_encoder_is_on_by_default_recorded_and_changes_no_output(data_r
     fast_run = read_log(uninterrupted)[0]
     assert fast_run["encoder"] == "fast" and fast_run["config"]["encoder"] == "fast"
     assert len(fast_run["encoder_changes"]) == 1 and "(Qwen2_5OmniAudioEncoder)" in fast_run["encoder_changes"][0]
-    assert fast_run["prefill_layers_compiled"] is False  # the engine's default on a CPU, recorded as resolved
 
     out = tmp_path / "stock"
     args = sweep_args(data_root, out)
@@ -494,3 +493,38 @@ def test_each_task_s_record_counts_the_graphs_made_during_it(data_root, tmp_path
         assert record["compile_graphs"] == 0  # nothing compiles on a CPU
         assert record["host_loop_ns"] > 0  # the host's speed as the task started
     assert sum(r["cuda_graphs"] for r in tasks) == engine["cuda_graphs"] == len(calls)
+    assert engine["prefill_layers"] == "as written"  # the engine's default on a CPU
+
+
+@pytest.mark.parametrize("compiles", [True, False], ids=["compiled", "failed"])
+def test_the_engine_s_record_and_the_report_say_how_the_prefill_layers_ran(data_root, tmp_path, monkeypatch, compiles):
+    """With ``--compile-prefill``, runs.jsonl's engine line and report.md's engine table say whether the prefills'
+    layers >= K ran compiled, or as written after the compiler failed (and why); the sweep's rows are all there."""
+    from functools import partial
+
+    from kvprune.generation import generator as generator_module
+    from kvprune.generation.prefill_layers import CompiledLayers
+    from kvprune.harness.sweep.store import ENGINE_RECORD
+
+    def failing(graph, example_inputs):
+        raise RuntimeError("this backend compiles nothing")
+
+    backend = "eager" if compiles else failing  # eager stands in for Inductor (minutes on these CPUs)
+    monkeypatch.setattr(generator_module, "CompiledLayers", partial(CompiledLayers, backend=backend))
+    out = tmp_path / "out"
+    args = sweep_args(data_root, out) + ["--compile-prefill"]
+    args[args.index("--methods") + 1], args[args.index("--ratios") + 1] = "fastv", "0.5"
+    args[args.index("--tasks") + 1], args[args.index("--limit") + 1] = TASKS[0], "2"
+    if compiles:
+        assert main(args) == 0
+    else:
+        with pytest.warns(RuntimeWarning, match="could not compile"):
+            assert main(args) == 0
+    [engine] = read_log(out, kind=ENGINE_RECORD)
+    said = "compiled" if compiles else "as written: "
+    assert engine["prefill_layers"].startswith(said)
+    assert compiles or "this backend compiles nothing" in engine["prefill_layers"]
+    report = (out / "report.md").read_text()
+    assert "prefill layers >= K |" in report  # the engine table's column, and its cell:
+    assert ("| compiled |" if compiles else "this backend compiles nothing |") in report
+    assert len(result_lines(out)) == 2 * 2  # two samples, unpruned and FastV
