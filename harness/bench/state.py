@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from kvprune.generation import Generator, unpruned_split
-from kvprune.generation.prefill import prefill_layers_failed
+from kvprune.generation.prefill import prefill_layers_way
 
 from ..setup.device import default_device, release_memory, resolve_cache
 from .config import BenchConfig
@@ -46,9 +46,9 @@ class BenchState:
         return self._engines[id(model)]
 
     def prefill_compiled(self) -> bool:
-        """Whether the engine of the model being benchmarked runs its prefills' decoder layers >= K compiled (its
-        ``compile_prefill``, resolved, and the layers did not fail to compile)."""
-        return any(engine.compile_prefill and not prefill_layers_failed(engine.module) for engine in self._engines.values())
+        """Whether the engine of the model being benchmarked runs its prefills' decoder layers >= K compiled (asked, and
+        they did not fail to compile)."""
+        return any(prefill_layers_way(engine.module) == "compiled" for engine in self._engines.values())
 
     def forget_engines(self) -> None:
         self._engines.clear()
