@@ -24,9 +24,11 @@ def asks_for_demo(models) -> bool:
 
 
 def prepare_default(overrides: dict) -> dict:
-    """Fill what the user left unset with the demo's model, tasks, data and output folder."""
+    """Fill what the user left unset with the demo's model, tasks, data and output folder, and its prefill's layers
+    as written: compiling them on a GPU costs ~17 s that the demo's minute-long sweep never wins back (H100,
+    2026-12-06: 97 s against 84 s)."""
     filled = dict(overrides, models=[DEMO])
-    for name, value in (("tasks", DEMO_TASKS), ("out", DEMO_OUT)):
+    for name, value in (("tasks", DEMO_TASKS), ("out", DEMO_OUT), ("compile_prefill", False)):
         if filled.get(name) is None:
             filled[name] = value
     if filled.get("data_root") is None:

@@ -258,7 +258,7 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
         "sample instead of once for its token presses at K (default: share them; exact: the same tensors)")
     add("--compile-prefill", action=argparse.BooleanOptionalAction, help="kvprune's engine runs the prefill's decoder "
         "layers >= K compiled, or not (default: where its decoding compiles, on CUDA: 15-30 s once, then 1.1-1.2x "
-        "faster unpruned prefills on an H100)")
+        "faster unpruned prefills on an H100; not for the embedded demo model, whose short sweep never wins it back)")
     add_shared_options(
         parser,
         dict(methods=None, ratios=None, layer=None, out=None, device=None, dtype=None, attn_implementation=None,

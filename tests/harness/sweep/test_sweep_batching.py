@@ -258,3 +258,21 @@ def test_a_compile_prefill_setting_that_is_not_a_boolean_is_refused(tmp_path):
 
     with pytest.raises(SweepConfigError, match=r"compile_prefill='yes' is invalid: true, false or auto"):
         SweepConfig.build(models=["demo"], tasks=["demo_pitch"], data_root=tmp_path, compile_prefill="yes")
+
+
+@pytest.mark.parametrize("command", ["sweep", "estimate"])
+def test_the_demo_runs_its_prefill_layers_as_written_unless_asked(command):
+    """The embedded demo's tiny model never wins back the compilation of its prefill's layers in its short sweep: its
+    default is off, for the sweep and for the estimate that prices it; asked, it is on."""
+    from kvprune.harness.cli import build_parser
+    from kvprune.harness.demo.default import asks_for_demo, prepare_default
+    from kvprune.harness.estimate.config import EstimateConfig
+    from kvprune.harness.sweep.config import SweepConfig
+
+    kind = SweepConfig if command == "sweep" else EstimateConfig
+    for flag, expected in (([], False), (["--compile-prefill"], True)):
+        settings = kind.settings(None, **kind.overrides(build_parser().parse_args([command, *flag])))
+        assert asks_for_demo(settings.get("models"))
+        assert prepare_default(settings)["compile_prefill"] is expected
+    other = kind.settings(None, **kind.overrides(build_parser().parse_args([command, "--model", "some/checkpoint"])))
+    assert not asks_for_demo(other.get("models")) and "compile_prefill" not in other  # the engine's default: auto
