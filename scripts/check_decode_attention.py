@@ -3,6 +3,7 @@ attention, and its speed against the matmul path it replaces and against SDPA.
 
     python scripts/check_decode_attention.py                  # one CUDA GPU, under 2 min on an H100
     python scripts/check_decode_attention.py --no-sweep       # without the sweep of launch settings (~40 s)
+    python scripts/check_decode_attention.py --batches 1,16,64 --no-sweep   # 64 rows too: three pipeline stages
     TRITON_INTERPRET=1 python scripts/check_decode_attention.py --tiny   # small shapes on the CPU: a smoke test
 
 Shapes: the Qwen2.5-Omni-7B thinker's attention (28 heads, 4 key-value heads, head_dim 128, bfloat16),
@@ -297,6 +298,8 @@ def main(argv=None, out=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="small shapes on the CPU (needs TRITON_INTERPRET=1)")
     parser.add_argument("--no-sweep", dest="sweep", action="store_false", help="skip the sweep of launch settings")
     parser.add_argument("--budget", type=float, default=90.0, help="seconds after which the sweep stops")
+    parser.add_argument("--batches", help="comma-separated batch sizes (default: 1,16; 64 and more run the kernel "
+                        "with three pipeline stages, and take ~30 GB of input sets at 7,700 slots)")
     args = parser.parse_args(argv)
     start = time.monotonic()
     if fused.triton is None:
@@ -306,6 +309,8 @@ def main(argv=None, out=None) -> int:
         print("No CUDA device: run on a GPU, or with --tiny under TRITON_INTERPRET=1.", file=out)
         return 1
     setup = TINY if args.tiny else gpu_setup()
+    if args.batches:
+        setup = setup._replace(batches=tuple(int(size) for size in args.batches.split(",")))
     device = torch.cuda.get_device_name() if setup.graphs else "cpu (Triton interpreter)"
     print(f"{device}, torch {torch.__version__}, triton {fused.triton.__version__}", file=out)
     compiled_matmul = torch.compile(fused.matmul_attention, dynamic=True, backend="inductor" if setup.graphs else "eager")

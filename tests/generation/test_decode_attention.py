@@ -172,6 +172,14 @@ def test_the_gpu_check_runs_on_the_cpu():
     assert sum(line.endswith(" x 64") for line in lines) == 10  # every accuracy case ran, with splits
 
 
+@needs_interpreter
+def test_the_gpu_check_takes_the_batches_it_is_given():
+    out = io.StringIO()
+    assert CHECK.main(["--tiny", "--no-sweep", "--batches", "3"], out=out) == 0
+    accuracy = [line.split() for line in out.getvalue().splitlines() if line.endswith((" x 64", " x 128"))]
+    assert accuracy and {row[0] for row in accuracy} == {"3"}
+
+
 @pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
                     reason="compiles the kernels with Triton's GPU compiler: needs Triton, and not TRITON_INTERPRET=1")
 @pytest.mark.parametrize("dtype,single,stages", [("bf16", False, 2), ("bf16", True, 2), ("bf16", False, 3), ("bf16", True, 3),
