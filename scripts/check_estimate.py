@@ -224,16 +224,39 @@ def per_round(estimates: list[pd.DataFrame], sweeps: list[pd.DataFrame]) -> pd.D
                          for task, row in estimate.iterrows()])
 
 
+HOSTS_APART = 1.3  # the two sides' host loops further apart than this: a round's error is the host's
+
+
+def hosts_apart(row) -> bool:
+    """Whether the estimate and the sweep timed a task on hosts more than ``HOSTS_APART`` apart in speed (a fixed
+    loop's ns on each side; False where either side did not record it)."""
+    speeds = (row.estimated_host_ns, row.measured_host_ns)
+    if not all(pd.notna(speed) and speed > 0 for speed in speeds):
+        return False
+    return max(speeds) / min(speeds) > HOSTS_APART
+
+
 def rounds_markdown(rounds: pd.DataFrame) -> str:
-    """The rounds side by side (empty for one round: the table above is it)."""
+    """The rounds side by side (empty for one round: the table above is it), a cell marked where the two sides'
+    hosts ran at speeds far apart."""
     if rounds["round"].nunique() < 2:
         return ""
     numbers = sorted(rounds["round"].unique())
     lines = ["", "Each round, estimated / measured s:", "",
              "| task | " + " | ".join(f"round {n}" for n in numbers) + " |", "|---|" + "---|" * len(numbers)]
+    marked = False
     for task, rows in rounds.groupby("task", sort=False):
-        cells = [f"{r.estimated_s:.1f} / {'—' if pd.isna(r.measured_s) else f'{r.measured_s:.1f}'}" for r in rows.itertuples()]
+        cells = []
+        for r in rows.itertuples():
+            apart = hosts_apart(r)
+            marked |= apart
+            cells.append(f"{r.estimated_s:.1f} / {'—' if pd.isna(r.measured_s) else f'{r.measured_s:.1f}'}"
+                         + (f" † ({r.estimated_host_ns:.0f} / {r.measured_host_ns:.0f} ns)" if apart else ""))
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    if marked:
+        lines += ["", f"† the estimate's and the sweep's hosts ran more than {HOSTS_APART}x apart in speed as they timed "
+                  "this task (a fixed Python loop's ns per iteration, each side's; rounds.csv): the round's error is "
+                  "largely the host's."]
     return "\n".join(lines) + "\n"
 
 

@@ -117,22 +117,43 @@ def test_each_round_is_kept_beside_the_medians(tmp_path):
     assert "(41 s)" in check and "(95 s, median of 2 rounds: 40 s / 100 s; 42 s / 90 s)" in check
 
 
+def estimate_host_speeds(script, monkeypatch, speeds: list[float]) -> None:
+    """Each round's commands stand in for themselves (the finished work's outputs stay): the estimate's timed.csv holds
+    one batch of task a, timed on a host whose loop took the round's ``speeds`` ns."""
+    rounds = iter(speeds)
+
+    def run_part(side, command, folder):
+        if side == "estimate":
+            (folder / "estimate" / "timed.csv").write_text(f"kind,task,host_loop_ns\nbatch,a,{next(rounds)}\n")
+        return 10.0
+
+    monkeypatch.setattr(script, "run_part", run_part)
+
+
 def test_every_round_s_timed_calls_are_kept_with_their_round(tmp_path, monkeypatch):
     """Two rounds of the two commands (each stands in for its command: the estimate's timed.csv differs per round):
     estimate_timed.csv holds both rounds' rows, each with its round, not only the last round's."""
     script = load_script("check_estimate")
     work, out = tmp_path / "work", tmp_path / "out"
     finished_work(work)
-    rounds = iter(range(1, 3))
-
-    def run_part(side, command, folder):
-        if side == "estimate":
-            (folder / "estimate" / "timed.csv").write_text(f"kind,task,host_loop_ns\nbatch,a,{30 + next(rounds)}.0\n")
-        return 10.0
-
-    monkeypatch.setattr(script, "run_part", run_part)
+    estimate_host_speeds(script, monkeypatch, [31.0, 32.0])
     assert run_main(script, monkeypatch, "--out", out, "--work", work, "--rounds", 2, "--", "--tasks", "a,b") == 0
     timed = pd.read_csv(out / "estimate_timed.csv")
     assert list(timed["round"]) == [1, 2] and list(timed["host_loop_ns"]) == [31.0, 32.0] and set(timed["task"]) == {"a"}
     a = pd.read_csv(out / "rounds.csv").query("task == 'a'")  # the host's speed each side saw, round by round
     assert list(a["estimated_host_ns"]) == [31.0, 32.0] and list(a["measured_host_ns"]) == [30.0, 30.0]
+
+
+def test_a_round_timed_on_hosts_far_apart_in_speed_is_marked(tmp_path, monkeypatch):
+    """Round 2's estimate ran on a host 1.67x slower than the sweep's (a loop of 50 ns against 30): its cell for the
+    task is marked, with both speeds and a footnote; round 1's (31 against 30 ns) and a task without speeds are not."""
+    script = load_script("check_estimate")
+    work, out = tmp_path / "work", tmp_path / "out"
+    finished_work(work)
+    estimate_host_speeds(script, monkeypatch, [31.0, 50.0])
+    assert run_main(script, monkeypatch, "--out", out, "--work", work, "--rounds", 2, "--", "--tasks", "a,b") == 0
+    rows = {line.split(" | ")[0]: line for line in (out / "check.md").read_text().splitlines() if line.startswith("| ")}
+    round_1, round_2 = rows["| a"].split(" | ")[1:3]
+    assert "†" not in round_1 and round_2.endswith("† (50 / 30 ns) |")
+    assert "†" not in rows["| b"]
+    assert "more than 1.3x apart in speed" in (out / "check.md").read_text()
