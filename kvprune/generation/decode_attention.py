@@ -213,14 +213,15 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     ``block``, ``warps`` and ``stages`` override the launch defaults."""
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
-    aim = split_aim(batch, kv_heads, _processors(query.device))
+    processors = _processors(query.device)
+    aim = split_aim(batch, kv_heads, processors)
     row_splits = chunk is None and last_slots is not None
     if row_splits:  # enough programs for the longest row a buffer of this length holds; the kernel sizes each.
         # A row that may split is combined in every buffer, even one of a single split, so that its output
         # comes from one epilogue whatever the buffer (the one-split kernel divides on its own)
         splits, chunk, combined = max(1, min(aim, -(-length // block))), 0, aim > 1
     else:
-        chunk = chunk or split_sizes(batch, kv_heads, length, _processors(query.device), block)[1]
+        chunk = chunk or split_sizes(batch, kv_heads, length, processors, block)[1]
         splits = -(-length // chunk)
         combined = splits > 1
     out = query.new_empty(batch, 1, heads, dim)
@@ -231,7 +232,7 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
         acc = maxima = sums = out
     mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
     block_d = max(16, triton.next_power_of_2(dim))
-    stages = stages or pipeline_stages(batch, kv_heads, _processors(query.device), block * block_d * query.element_size())
+    stages = stages or pipeline_stages(batch, kv_heads, processors, block * block_d * query.element_size())
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
         splits, aim, scaling * LOG2_E,
