@@ -100,14 +100,15 @@ def timed_calls(estimate_out: Path) -> pd.DataFrame:
     return pd.read_csv(path) if path.exists() else pd.DataFrame()
 
 
-def estimated(estimate_out: Path) -> pd.DataFrame:
+def estimated(estimate_out: Path, timed: pd.DataFrame | None = None) -> pd.DataFrame:
     """The estimate's sweep rows per task (seconds, fastest, slowest, CUDA graphs priced), its fixed costs, and the
-    total; ``host_ns``: the host's speed before the task's timed batches (their median, from timed.csv)."""
+    total; ``host_ns``: the host's speed before the task's timed batches (their median, from ``timed``: its
+    ``timed_calls``, read here if not given)."""
     table = pd.read_csv(estimate_out / "estimate.csv")
     rows = table[(table["mode"] == "sweep") & (table["task"] != TOTAL)].set_index("task")
     rows = rows.reindex(columns=["seconds", "seconds_low", "seconds_high", "graphs"])  # graphs: NaN before they were priced
     rows.loc[TOTAL] = rows.sum(min_count=1)
-    timed = timed_calls(estimate_out)
+    timed = timed_calls(estimate_out) if timed is None else timed
     if "host_loop_ns" in timed:
         rows["host_ns"] = timed[timed["kind"] == "batch"].groupby("task")["host_loop_ns"].median()
     return rows
@@ -179,15 +180,15 @@ def main() -> int:
         if missing:
             parser.error(f"no finished {' or '.join(missing)} in {work}: run --part {missing[0]} with this --work first.")
         walls = [tuple(float((work / f"{side}.wall").read_text()) for side in commands)]
-        estimates, sweeps = [estimated(work / ESTIMATE)], [swept(work / SWEEP, walls[0][1])]
         timed = [timed_calls(work / ESTIMATE).assign(round=1)]
+        estimates, sweeps = [estimated(work / ESTIMATE, timed[0])], [swept(work / SWEEP, walls[0][1])]
     else:
         estimates, sweeps, walls, timed = [], [], [], []
         for number in range(1, args.rounds + 1):
             walls.append(tuple(run_part(side, command, work) for side, command in commands.items()))
-            estimates.append(estimated(work / ESTIMATE))
-            sweeps.append(swept(work / SWEEP, walls[-1][1]))
             timed.append(timed_calls(work / ESTIMATE).assign(round=number))  # the next round replaces the file
+            estimates.append(estimated(work / ESTIMATE, timed[-1]))
+            sweeps.append(swept(work / SWEEP, walls[-1][1]))
     write_outputs(args, work, commands, walls, estimates, sweeps, timed)
     return 0
 
