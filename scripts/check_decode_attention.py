@@ -3,7 +3,7 @@ attention, and its speed against the matmul path it replaces and against SDPA.
 
     python scripts/check_decode_attention.py                  # one CUDA GPU, under 2 min on an H100
     python scripts/check_decode_attention.py --no-sweep       # without the sweep of launch settings (~40 s)
-    python scripts/check_decode_attention.py --batches 1,16,64 --no-sweep   # 64 rows too: three pipeline stages
+    python scripts/check_decode_attention.py --batches 1,16,64 --no-sweep   # 64 rows too (~30 GB of input sets)
     TRITON_INTERPRET=1 python scripts/check_decode_attention.py --tiny   # small shapes on the CPU: a smoke test
 
 Shapes: the Qwen2.5-Omni-7B thinker's attention (28 heads, 4 key-value heads, head_dim 128, bfloat16),
@@ -265,7 +265,7 @@ def sweep(setup: Setup, out, deadline: float) -> None:
         for length in setup.lengths:
             sets = input_sets(setup, batch, length, False)
             processors = fused._processors(sets[0][0].device)
-            stages_used = fused.pipeline_stages(batch, setup.kv_heads, processors, fused.BLOCK * setup.dim * 2)  # bf16
+            stages_used = fused.pipeline_stages(fused.BLOCK * setup.dim * 2)  # bf16
             settings = [(block, warps, stages, None) for block in (32, 64, 128) for warps in (4, 8) for stages in (2, 3)]
             tiles = fused.split_sizes(batch, setup.kv_heads, length, processors)[1] // fused.BLOCK
             chunks = {}  # split count -> the fewest slots per split that give it
@@ -298,8 +298,8 @@ def main(argv=None, out=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="small shapes on the CPU (needs TRITON_INTERPRET=1)")
     parser.add_argument("--no-sweep", dest="sweep", action="store_false", help="skip the sweep of launch settings")
     parser.add_argument("--budget", type=float, default=90.0, help="seconds after which the sweep stops")
-    parser.add_argument("--batches", help="comma-separated batch sizes (default: 1,16; 64 and more run the kernel "
-                        "with three pipeline stages, and take ~30 GB of input sets at 7,700 slots)")
+    parser.add_argument("--batches", help="comma-separated batch sizes (default: 1,16; 64 rows take ~30 GB of input "
+                        "sets at 7,700 slots)")
     args = parser.parse_args(argv)
     start = time.monotonic()
     if fused.triton is None:

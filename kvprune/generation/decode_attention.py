@@ -7,8 +7,9 @@ does it in one pass over the cache, plus one small kernel when the cache is spli
 * each program takes one row, one key-value head and one *split* (a run of cache slots): it loads each
   key and value tile once for all the query heads that share the key-value head (grouped-query
   attention), and keeps an online softmax (running maximum, sum and weighted values, float32);
-* the number of splits aims at enough programs to fill the device twice over (``split_aim``), so that
-  one row with four key-value heads still reads a long cache with every multiprocessor; a second kernel
+* the number of splits aims at as many programs as the device runs at once, two per multiprocessor, and
+  no more (``split_aim``), so that one row with four key-value heads still reads a long cache with every
+  multiprocessor and no partial second wave trails the first; a second kernel
   then combines the splits of each head (none where no row splits), over ``MAX_SPLITS`` lanes;
 * given each row's last slot that may be visible (``last_slots``: the decode state's column), a program
   reads no slot after it, and splits its own slots as ``split_sizes`` would a cache of its length: in a
@@ -40,10 +41,10 @@ except ImportError:  # pragma: no cover - depends on the torch build
 
 BLOCK = 64  # cache slots per tile
 WARPS = 4
-STAGES = 2  # loads in flight per program, unless ``pipeline_stages`` says 3
+STAGES = 2  # loads in flight per program where a tile is too large for ``DEEP_STAGES`` (see ``pipeline_stages``)
 DEEP_STAGES = 3
 DEEP_TILE_BYTES = 64 * 128 * 2  # the largest key tile with which two programs of three stages share a multiprocessor
-PROGRAMS_PER_PROCESSOR = 2  # split until the grid fills every multiprocessor this many times over
+PROGRAMS_PER_PROCESSOR = 2  # programs resident on a multiprocessor at once: split until the grid fills them, no more
 MAX_SPLITS = 64  # the combining kernel holds every split of a head at once
 H100_PROCESSORS = 132
 LOG2_E = 1.4426950408889634
@@ -66,9 +67,12 @@ def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
 
 
 def split_aim(batch: int, kv_heads: int, processors: int) -> int:
-    """Splits per (row, key-value head) for ``batch * kv_heads * splits`` programs to fill ``processors``
-    twice over, at most ``MAX_SPLITS``."""
-    return min(-(-PROGRAMS_PER_PROCESSOR * processors // (batch * kv_heads)), MAX_SPLITS)
+    """Splits per (row, key-value head): the most for which the ``batch * kv_heads * splits`` programs all run at once
+    (``PROGRAMS_PER_PROCESSOR`` on each of ``processors``), at least one, at most ``MAX_SPLITS``. Programs beyond that
+    run as a second, partial wave after the first: at three stages, 16 rows x 4 key-value heads read 1.27x slower in
+    5 splits (320 programs on an H100's 264 places) than in 4, and 64 rows 1.03-1.27x slower in 2 than in 1 (H100,
+    bf16, 2026-12-06)."""
+    return max(1, min(PROGRAMS_PER_PROCESSOR * processors // (batch * kv_heads), MAX_SPLITS))
 
 
 def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: int = BLOCK) -> tuple[int, int]:
@@ -81,12 +85,13 @@ def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: 
     return -(-length // chunk), chunk
 
 
-def pipeline_stages(batch: int, kv_heads: int, processors: int, tile_bytes: int) -> int:
-    """Stages of the key and value loads: ``DEEP_STAGES`` where the (row, key-value head) programs alone give every
-    multiprocessor one (no split: each program reads a long run of tiles) and tiles of ``tile_bytes`` are small
-    enough; else ``STAGES``. H100, bf16, head dim 128, each row's own slots (2026-12-06): three stages read 1.05-1.27x
-    faster at 64-256 rows (345 against 437 us at 64 rows of 7,700 slots), two 1.07-1.19x faster at 16-32 rows."""
-    return DEEP_STAGES if batch * kv_heads >= processors and tile_bytes <= DEEP_TILE_BYTES else STAGES
+def pipeline_stages(tile_bytes: int) -> int:
+    """Stages of the key and value loads: ``DEEP_STAGES`` where two programs of key and value tiles of ``tile_bytes``
+    fit a multiprocessor's shared memory that deep (bf16 or fp16 at head dim up to 128), else ``STAGES``. With the
+    grid at most one wave (``split_aim``), three stages read as fast as two or faster at every batch measured, 1 to
+    128 rows (H100, bf16, head dim 128, each row's own slots, 2026-12-06: 1.04-1.16x faster at 2-128 rows, equal at
+    1)."""
+    return DEEP_STAGES if tile_bytes <= DEEP_TILE_BYTES else STAGES
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,7 +237,7 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
         acc = maxima = sums = out
     mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
     block_d = max(16, triton.next_power_of_2(dim))
-    stages = stages or pipeline_stages(batch, kv_heads, processors, block * block_d * query.element_size())
+    stages = stages or pipeline_stages(block * block_d * query.element_size())
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
         splits, aim, scaling * LOG2_E,

@@ -72,7 +72,7 @@ def inputs(batch, heads, kv_heads, length, dim, per_head, dtype, seed=0, transpo
 def test_split_sizes_fills_the_device_with_whole_tiles():
     for batch, kv_heads, length in [(1, 4, 7700), (1, 4, 900), (16, 4, 7700), (16, 4, 900), (1, 4, 40), (64, 32, 7700)]:
         splits, chunk = fused.split_sizes(batch, kv_heads, length, H100_PROCESSORS)
-        aim = min(-(-fused.PROGRAMS_PER_PROCESSOR * H100_PROCESSORS // (batch * kv_heads)), fused.MAX_SPLITS)
+        aim = fused.split_aim(batch, kv_heads, H100_PROCESSORS)
         assert chunk % fused.BLOCK == 0 and (splits - 1) * chunk < length <= splits * chunk  # no empty split
         assert splits <= aim  # and one tile fewer per split would overshoot the aim:
         assert chunk == fused.BLOCK or -(-length // (chunk - fused.BLOCK)) > aim
@@ -81,13 +81,24 @@ def test_split_sizes_fills_the_device_with_whole_tiles():
     assert fused.split_sizes(64, 32, 7700, H100_PROCESSORS) == (1, 7744)  # 2048 programs already: no split
 
 
-def test_three_stages_where_rows_alone_fill_the_device_and_the_tiles_are_small_enough():
+def test_split_aim_fills_the_places_of_one_wave_and_no_more():
+    """The programs of every split all run at once (two per multiprocessor), as many as fit: a second, partial wave
+    would trail the first (16 rows x 4 key-value heads: 4 splits, 256 programs on 264 places, not 5 and 320)."""
+    places = fused.PROGRAMS_PER_PROCESSOR * H100_PROCESSORS
+    for batch in (1, 2, 3, 4, 8, 16, 17, 32, 33, 64, 65, 128, 743):
+        aim = fused.split_aim(batch, 4, H100_PROCESSORS)
+        assert 1 <= aim <= fused.MAX_SPLITS
+        assert batch * 4 * aim <= places or aim == 1  # one wave, unless the rows alone take more
+        assert batch * 4 * (aim + 1) > places or aim == fused.MAX_SPLITS  # and one split more would not fit
+    assert [fused.split_aim(b, 4, H100_PROCESSORS) for b in (1, 2, 4, 8, 16, 32, 64, 128)] == [64, 33, 16, 8, 4, 2, 1, 1]
+
+
+def test_three_stages_where_the_tiles_are_small_enough():
     """Two programs of three stages of bf16 or fp16 key and value tiles (head dim up to 128) share an H100's
-    multiprocessor; once the (row, key-value head) pairs alone fill the device, they read faster than three of two."""
+    multiprocessor; larger tiles (fp32, or head dim 256) keep two stages."""
     bf16_tile = fused.BLOCK * 128 * 2
-    assert [fused.pipeline_stages(b, 4, H100_PROCESSORS, bf16_tile) for b in (1, 16, 32, 33, 64, 743)] == [2, 2, 2, 3, 3, 3]
-    assert fused.pipeline_stages(64, 4, H100_PROCESSORS, 2 * bf16_tile) == 2  # fp32, or head dim 256: two stages
-    assert fused.pipeline_stages(64, 4, 4 * H100_PROCESSORS, bf16_tile) == 2  # a device of more multiprocessors
+    assert fused.pipeline_stages(bf16_tile) == fused.pipeline_stages(fused.BLOCK * 64 * 2) == 3
+    assert fused.pipeline_stages(2 * bf16_tile) == 2
 
 
 def test_fake_implementation_gives_the_output_shape():
@@ -186,10 +197,10 @@ def test_the_gpu_check_takes_the_batches_it_is_given():
                                                  ("fp32", False, 2)])
 def test_kernels_compile_for_an_h100(dtype, single, stages):
     """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128), at every
-    number of stages ``pipeline_stages`` gives that dtype: they compile, within an H100's shared memory per block
-    (227 KiB), their loads pipelined."""
+    number of stages ``pipeline_stages`` gives that dtype and at two (what a launch may ask): they compile, within an
+    H100's shared memory per block (227 KiB), their loads pipelined."""
     tile_bytes = fused.BLOCK * 128 * (4 if dtype == "fp32" else 2)
-    assert stages in {fused.pipeline_stages(batch, 4, H100_PROCESSORS, tile_bytes) for batch in (1, 16, 64, 1024)}
+    assert stages == fused.pipeline_stages(tile_bytes) or stages == fused.STAGES  # its own, and the one that always fits
     partial = f"*{dtype}" if single else "*fp32"
     pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", last_ptr="*i64",
                     out_ptr=f"*{dtype}", acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
