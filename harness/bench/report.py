@@ -15,6 +15,7 @@ from .compare import BELOW_IDEAL_FLOOR, below_by_rounds, compiled_words, ideal_s
 from .figures import IDEAL, STOCK, UNPRUNED, plot_prefill, plot_throughput
 from .presets import PRESETS
 from .roofline import below_floor_lines, bound_line, with_decode_bound, with_encoder_bound
+from .rounds import STALL_FACTOR
 
 GROUP = ["preset", "audio_seconds"]
 MIB = 2.0**20
@@ -336,7 +337,8 @@ def markdown(frame: pd.DataFrame) -> str:
         f"- command: `{first['command']}`",
         f"- medians of {first['repeats']} rounds after {first['warmup']} warm-up rounds (which absorb compilation); "
         "each round runs every request once, starting one place later each round; a round whose encoder time "
-        "is an outlier is left out for that request; decode = "
+        f"is an outlier, or whose LLM part stalled (over {STALL_FACTOR:g}x the request's fastest round), is left out for "
+        "that request; decode = "
         f"{first['decode_tokens']} tokens",
         "- random weights built from each architecture's config (timing depends on shapes, not values)",
         "- KV MiB = the entries the cache holds after the prefill (a static cache's room for new tokens is in "

@@ -11,7 +11,11 @@ time is far from the encoder's usual time (more than 3 median absolute deviation
 median of all requests' rounds on that encoder path and batch size) caught the device disturbed,
 and that round of that request is left out, as long as at least half of its rounds remain. What
 the medians then compare, besides the whole prefill, is its LLM part (prefill minus its own encoder
-time, per round), which an encoder outlier cannot move.
+time, per round), which an encoder outlier cannot move. A round whose LLM part took more than
+``STALL_FACTOR`` times the request's fastest round stalled (the same work on the same inputs: the host
+stopped, for a second or more, between two launches) and is left out too, under the same limit; in batch
+mode such a stall of the one prefill would count once per row (H100, 2026-12-06: one round of FastV at
+16 rows read 27.7 s against 1.4 s, its median of two rounds 14.6 s).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ SKIPPED = "skipped: --max-minutes reached"
 WARMED_ONLY = (f"{SKIPPED} after its warm-up rounds (which compile), before its first timed one: give more minutes "
                "(--max-minutes) or fewer warm-up rounds (--warmup)")
 MAD_SIGMA = 1.4826  # median absolute deviation -> standard deviation, for normal noise
+STALL_FACTOR = 3.0  # a round's LLM part this many times its request's fastest: stalled (a slow host gives up to ~2x)
 
 
 @dataclass(frozen=True)
@@ -97,8 +102,8 @@ def run_rounds(requests: list[Request], rounds: int, warmup: int, *, run_one: Ca
 
 
 def disturbed(outcomes: dict[Request, Outcome]) -> dict[Request, list[bool]]:
-    """Per request and timed round, whether its encoder time marks the round as disturbed (see the
-    module's docstring); never more than half of a request's rounds."""
+    """Per request and timed round, whether its encoder time marks the round as disturbed, or its LLM part as
+    stalled (see the module's docstring); never more than half of a request's rounds."""
     pools: dict[tuple, list[float]] = {}
     for request, outcome in outcomes.items():
         pools.setdefault((request.encoder, request.batch), []).extend(
@@ -107,14 +112,21 @@ def disturbed(outcomes: dict[Request, Outcome]) -> dict[Request, list[bool]]:
     flags = {}
     for request, outcome in outcomes.items():
         pool = pools[request.encoder, request.batch]
-        if len(pool) < 3:
-            flags[request] = [False] * len(outcome.samples)
-            continue
-        centre = statistics.median(pool)
-        limit = max(3 * MAD_SIGMA * statistics.median(abs(x - centre) for x in pool), 0.05 * centre)
-        flagged = [abs(s.encoder_ms - centre) > limit for s in outcome.samples]
-        flags[request] = flagged if sum(flagged) <= len(flagged) // 2 else [False] * len(flagged)
+        encoder = [False] * len(outcome.samples)
+        if len(pool) >= 3:
+            centre = statistics.median(pool)
+            limit = max(3 * MAD_SIGMA * statistics.median(abs(x - centre) for x in pool), 0.05 * centre)
+            encoder = [abs(s.encoder_ms - centre) > limit for s in outcome.samples]
+        either = [e or s for e, s in zip(encoder, stalled(outcome.samples))]
+        flags[request] = next((f for f in (either, encoder) if sum(f) <= len(f) // 2), [False] * len(encoder))
     return flags
+
+
+def stalled(samples: list[RequestTiming]) -> list[bool]:
+    """Per round, whether its LLM part took more than ``STALL_FACTOR`` times the fastest round's."""
+    finite = [s.llm_ms for s in samples if not math.isnan(s.llm_ms)]
+    fastest = min(finite) if len(finite) >= 2 else math.inf
+    return [s.llm_ms > STALL_FACTOR * fastest for s in samples]
 
 
 def summary(outcome: Outcome, dropped: list[bool]) -> dict:

@@ -283,6 +283,21 @@ def test_a_round_with_an_outlying_encoder_time_is_left_out():
     assert disturbed(half)[Request("none", 0.0, "none")] == [False] * 4, "never more than half of a request's rounds"
 
 
+def test_a_round_whose_llm_part_stalled_is_left_out():
+    """One prefill of a 16-row batch that stalled for ~1.6 s counts 16 times (H100, 2026-12-06: 27.7 s against
+    1.4 s); its median of two rounds was the mean of both. A host twice as slow is not a stall; nor are most rounds."""
+    batch = Request("fastv", 0.9, "token", batch=16)
+    outcomes = {batch: Outcome([_timing(1447.0, 45.0), _timing(27674.0, 50.0)])}
+    flags = disturbed(outcomes)
+    assert flags == {batch: [False, True]}
+    row = summary(outcomes[batch], flags[batch])
+    assert (row["rounds"], row["dropped_rounds"], row["prefill_ms"]) == (1, 1, 1447.0)
+    slow_host = Outcome([_timing(100.0, 10.0), _timing(190.0, 10.0), _timing(101.0, 10.0)])  # LLM 90, 180, 91 ms
+    assert disturbed({batch: slow_host})[batch] == [False] * 3
+    mostly = Outcome([_timing(100.0, 10.0), _timing(400.0, 10.0), _timing(410.0, 10.0)])
+    assert disturbed({batch: mostly})[batch] == [False] * 3, "never more than half of a request's rounds"
+
+
 def test_a_press_is_set_against_its_ideal_round_by_round():
     """A host that slows in round 2 slows the press and its ideal alike: their ratio in each round cancels it. Only
     rounds both kept pair up (a dropped round, or one the deadline cut short, does not); each press pairs with the
