@@ -11,7 +11,9 @@ costs the slope of that between the two largest batch sizes timed (the rest is t
 as one prefill's activations). Before the search the engine's kept states are dropped, and the device
 can give the allocator what is free plus what it already reserved, beside what stays allocated (the
 weights). The prediction is then run (its prefill and the decoding); if that runs out of memory, 10%
-fewer rows are tried, up to ``TRIES`` times. Only on CUDA, where memory is measured.
+fewer rows are tried, up to ``TRIES`` times, and once a size runs, the size halfway to the one above it that
+did not (``REFINE`` times): the batch found is then within ~5% of the largest, not 10%, at one more
+compilation. Only on CUDA, where memory is measured.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from .measure import RequestTiming
 
 TRIES = 4
+REFINE = 1  # tries halfway between the largest size that ran and the smallest that did not
 LIMIT = 4096  # no batch beyond this is tried
 
 
@@ -58,16 +61,24 @@ def allocatable_bytes(device: torch.device) -> float:
 
 
 def largest_fitting(predicted: int, fits: Callable[[int], bool]) -> int:
-    """The prediction if it runs (``fits(batch)``: False when out of memory), else 10% fewer rows at
-    a time, ``TRIES`` tries in all; 0 if none ran."""
-    batch = predicted
+    """The prediction if it runs (``fits(batch)``: False when out of memory), else 10% fewer rows at a time,
+    ``TRIES`` tries in all, then ``REFINE`` tries halfway between the size that ran and the one above it that did
+    not; 0 if none ran."""
+    batch, failed = predicted, None
     for _ in range(TRIES):
         if batch < 1:
             return 0
         if fits(batch):
-            return batch
-        batch = int(batch * 0.9)
-    return 0
+            break
+        failed, batch = batch, int(batch * 0.9)
+    else:
+        return 0
+    for _ in range(REFINE):
+        if failed is None or failed - batch <= 1:
+            break
+        middle = (batch + failed) // 2
+        batch, failed = (middle, failed) if fits(middle) else (batch, middle)
+    return batch
 
 
 def throughput_at(timing, rows: int) -> dict:

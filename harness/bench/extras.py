@@ -130,6 +130,7 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, *, req
             if state.expired():
                 tries.append(f"{size}: not tried (--max-minutes)")
                 return False
+            state.free_memory()  # what the last try kept (a size that ran keeps its decode state)
             try:
                 prompt = preset.prompt(model, base["audio_seconds"], state.config.decode_tokens, state.config.seed,
                                        1 if engine else size)
@@ -141,7 +142,6 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, *, req
                 if not out_of_memory(error):
                     raise
                 tries.append(f"{size}: out of memory")
-            state.free_memory()  # what the failed size kept
             return False
 
         try:

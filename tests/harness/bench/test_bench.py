@@ -631,8 +631,12 @@ def test_the_largest_batch_is_predicted_from_the_peaks_then_run():
     alone = {4: samples[4]}  # one batch size: its cost per row, nothing besides
     assert batching.row_bytes(alone, {4: 0.4e9}) == (pytest.approx(7.3e9 / 4), 0.0)
     assert batching.predicted_batch(7.3e9 / 4, 16e9, 80e9) == 35
-    tried = []
-    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 26) == 25 and tried == [32, 28, 25]
+    tried = []  # 10% fewer rows until one size runs, then halfway to the size above it that did not
+    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 26) == 26 and tried == [32, 28, 25, 26]
+    tried.clear()
+    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 25) == 25 and tried == [32, 28, 25, 26]
+    tried.clear()
+    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 40) == 32 and tried == [32]  # no size above
     assert batching.largest_fitting(32, lambda b: False) == 0 and batching.predicted_batch(float("nan"), 0, 1) == 0
     assert batching.row_bytes({}, {}) == (pytest.approx(float("nan"), nan_ok=True), 0.0)
 
