@@ -49,11 +49,15 @@ class CommandConfig:
         """Raise ``error`` naming the first setting that cannot run, and how to fix it."""
 
     def check_shared(self) -> None:
-        """The settings every command has: the audio encoder path, the decoding cache, the device."""
+        """The settings every command has: the audio encoder path, the decoding cache, the prefill's compiled layers,
+        the device."""
         if self.encoder not in ENCODERS:
             raise self.error(f"encoder={self.encoder!r} is invalid: choose {' or '.join(ENCODERS)} (--stock-encoder).")
         if self.cache not in CACHES:
             raise self.error(f"cache={self.cache!r} is invalid: choose one of {', '.join(CACHES)} (--decoding).")
+        if not (isinstance(self.compile_prefill, bool) or self.compile_prefill == "auto"):
+            raise self.error(f"compile_prefill={self.compile_prefill!r} is invalid: true, false or auto, the engine's "
+                             "default (--compile-prefill / --no-compile-prefill).")
         from .device import check_device  # imports torch: after every other check
 
         check_device(self.device)

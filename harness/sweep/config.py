@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from kvprune.specs import MethodSpec
 
 BASELINE = "none"  # the method name of the unpruned run, done once per model x task
-AUTO = "auto"  # --batch-size auto: chosen by the estimate before the sweep runs; --compile-prefill: the engine's default
+AUTO = "auto"  # --batch-size auto: chosen by the estimate before the sweep runs
 
 
 def default_methods() -> list[MethodSpec]:
@@ -133,9 +133,6 @@ class SweepConfig(CommandConfig):
             if not isinstance(getattr(self, name), bool):
                 raise SweepConfigError(f"{name}={getattr(self, name)!r} is invalid: true or false "
                                        f"(--no-{name.replace('_', '-')}).")
-        if not (isinstance(self.compile_prefill, bool) or self.compile_prefill == AUTO):
-            raise SweepConfigError(f"compile_prefill={self.compile_prefill!r} is invalid: true, false or auto, the engine's "
-                                   "default (--compile-prefill / --no-compile-prefill).")
         if self.judge is not None:
             try:
                 parse_judge_spec(self.judge)

@@ -838,6 +838,8 @@ def test_methods_are_specs_of_any_press_with_one_token_layer():
         BenchConfig(compare_stock=True, batch_sizes=[1, 2], presets=["tiny-aero"])
     with pytest.raises(ValueError, match="--largest-batch predicts from the batch sizes measured"):
         BenchConfig(largest_batch=True, presets=["tiny-aero"])
+    with pytest.raises(ValueError, match=r"compile_prefill='yes' is invalid: true, false or auto"):
+        BenchConfig(compile_prefill="yes", presets=["tiny-aero"])  # from a YAML file: not read as True
 
 
 def test_the_encoder_column_says_which_audio_encoder_path_ran(bench):
