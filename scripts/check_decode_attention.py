@@ -265,7 +265,7 @@ def sweep(setup: Setup, out, deadline: float) -> None:
         for length in setup.lengths:
             sets = input_sets(setup, batch, length, False)
             processors = fused._processors(sets[0][0].device)
-            stages_used = fused.pipeline_stages(fused.BLOCK * setup.dim * 2)  # bf16
+            stages_used = fused.default_stages(sets[0][0])
             settings = [(block, warps, stages, None) for block in (32, 64, 128) for warps in (4, 8) for stages in (2, 3)]
             tiles = fused.split_sizes(batch, setup.kv_heads, length, processors)[1] // fused.BLOCK
             chunks = {}  # split count -> the fewest slots per split that give it

@@ -94,6 +94,17 @@ def pipeline_stages(tile_bytes: int) -> int:
     return DEEP_STAGES if tile_bytes <= DEEP_TILE_BYTES else STAGES
 
 
+def default_stages(query: torch.Tensor, block: int = BLOCK) -> int:
+    """The stages ``flash_decode`` launches with for ``query`` unless told: ``pipeline_stages`` of its key tiles
+    (``block`` slots of the head dim as the kernel pads it, in the query's dtype)."""
+    return pipeline_stages(block * _padded_dim(query.shape[-1]) * query.element_size())
+
+
+def _padded_dim(dim: int) -> int:
+    """The head dim as the kernels tile it: a power of two, at least 16."""
+    return max(16, triton.next_power_of_2(dim))
+
+
 @functools.lru_cache(maxsize=None)
 def _processors(device: torch.device) -> int:
     """A CUDA device's multiprocessors; elsewhere (Triton's interpreter, on the CPU) an H100's, so that
@@ -236,8 +247,8 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     else:  # not read: the kernel writes the output itself
         acc = maxima = sums = out
     mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
-    block_d = max(16, triton.next_power_of_2(dim))
-    stages = stages or pipeline_stages(block * block_d * query.element_size())
+    block_d = _padded_dim(dim)
+    stages = stages or default_stages(query, block)
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
         splits, aim, scaling * LOG2_E,
