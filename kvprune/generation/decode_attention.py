@@ -33,6 +33,8 @@ import functools
 
 import torch
 
+from .dependent_launch import dependent_launch
+
 try:  # Triton comes with CUDA builds of torch; the CPU build has none
     import triton
     import triton.language as tl
@@ -131,7 +133,7 @@ if triton is not None:
         stride_vb, stride_vh, stride_vc, stride_vd, stride_mb, stride_mh, stride_mc,
         HEADS: tl.constexpr, GROUPS: tl.constexpr, DIM: tl.constexpr, SINGLE: tl.constexpr, PRECISION: tl.constexpr,
         UPCAST: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        ROW_ENDS: tl.constexpr, ROW_SPLITS: tl.constexpr,
+        ROW_ENDS: tl.constexpr, ROW_SPLITS: tl.constexpr, PDL: tl.constexpr = False,
     ):
         """Slots ``split*chunk ..`` of one row and key-value head for its query heads (none after the row's
         last slot where ``ROW_ENDS``; ``chunk`` from the row's own slots and ``aim`` where ``ROW_SPLITS``, as
@@ -141,6 +143,9 @@ if triton is not None:
         b = (tl.program_id(0) // kv_heads).to(tl.int64)
         kv = (tl.program_id(0) % kv_heads).to(tl.int64)
         split = tl.program_id(1)
+        if PDL:  # a dependent launch (``dependent_launch``): the queries are the kernel before's output
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         g = tl.arange(0, BLOCK_G)
         d = tl.arange(0, BLOCK_D)
         head = kv * GROUPS + g  # the query heads of this key-value head
@@ -190,11 +195,14 @@ if triton is not None:
 
     @triton.jit
     def _combine_kernel(acc_ptr, max_ptr, sum_ptr, out_ptr, splits, DIM: tl.constexpr, BLOCK_S: tl.constexpr,
-                        BLOCK_D: tl.constexpr):
+                        BLOCK_D: tl.constexpr, PDL: tl.constexpr = False):
         """One (row, query head): its splits' weighted values, rescaled to the overall maximum, over their sums
         (``BLOCK_S`` lanes, ``MAX_SPLITS`` for any split count up to it: lanes with nothing add exact zeros, in the
         same order)."""
         vector = tl.program_id(0).to(tl.int64)
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         s = tl.arange(0, BLOCK_S)
         d = tl.arange(0, BLOCK_D)
         in_s, in_d = s < splits, d < DIM
@@ -249,6 +257,7 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
     block_d = _padded_dim(dim)
     stages = stages or default_stages(query, block)
+    pdl = dict(PDL=True, launch_pdl=True) if dependent_launch(query.device) else {}
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
         splits, aim, scaling * LOG2_E,
@@ -258,12 +267,12 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         UPCAST=not query.is_cuda,  # Triton's interpreter (CPU) multiplies bfloat16 as integers
         BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_D=block_d, BLOCK_N=block,
-        ROW_ENDS=last_slots is not None, ROW_SPLITS=row_splits, num_warps=warps, num_stages=stages,
+        ROW_ENDS=last_slots is not None, ROW_SPLITS=row_splits, num_warps=warps, num_stages=stages, **pdl,
     )
     if combined:
         _combine_kernel[(batch * heads,)](acc, maxima, sums, out, splits, DIM=dim,
                                           BLOCK_S=max(MAX_SPLITS, triton.next_power_of_2(splits)),
-                                          BLOCK_D=block_d, num_warps=4)
+                                          BLOCK_D=block_d, num_warps=4, **pdl)
     return out
 
 

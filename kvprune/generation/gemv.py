@@ -30,6 +30,8 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from .dependent_launch import dependent_launch
+
 #: rows (batch x tokens) up to which the kernels beat cuBLAS; beyond, cuBLAS is used (measured on the 7B decode
 #: step's linear layers, 28 layers and the head in one CUDA graph, at 1-128 rows: the module's docstring)
 MAX_ROWS = 64
@@ -102,8 +104,12 @@ if triton is not None:
     @triton.jit
     def _grouped_kernel(x_ptr, w0, b0, y0, n0, w1, b1, y1, n1, w2, b2, y2, n2, N_TOTAL, K, ROWS,
                         ROWS_P: tl.constexpr, GROUPS: tl.constexpr, BIAS0: tl.constexpr, BIAS1: tl.constexpr,
-                        BIAS2: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Up to three weights' outputs, one program per ``BLOCK_N`` outputs of one of them."""
+                        BIAS2: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
+        """Up to three weights' outputs, one program per ``BLOCK_N`` outputs of one of them (``PDL``: launched as a
+        dependent, ``dependent_launch``: it waits for the kernel before it, then lets the next one in)."""
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         pid = tl.program_id(0)
         blocks0 = tl.cdiv(n0, BLOCK_N)
         blocks1 = tl.cdiv(n1, BLOCK_N)
@@ -171,10 +177,11 @@ def launch(kernel, flat: torch.Tensor, weights: list[torch.Tensor], biases: list
     slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
     arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
+    pdl = dict(PDL=True, launch_pdl=True) if dependent_launch(flat.device) else {}
     kernel[grid](
         flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=padded_rows(rows), GROUPS=len(weights),
         BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
-        BIAS2=len(biases) > 2 and biases[2] is not None, **blocks,
+        BIAS2=len(biases) > 2 and biases[2] is not None, **pdl, **blocks,
     )
     return outputs
 

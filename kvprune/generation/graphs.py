@@ -18,6 +18,7 @@ import torch
 from ..compiling import (compiler_failures_unlogged, from_compiler, out_of_memory, reason, recompile_room,
                          warm_up_on_side_stream)
 from .decode_state import DecodeState
+from .dependent_launch import inductor_patches
 
 
 def _pool_keeper(pool) -> torch.cuda.CUDAGraph:
@@ -69,7 +70,9 @@ class StepRunner:
 
         from .gemv import GroupLinearsPass
 
-        patches = dict(pre_grad_custom_pass=GroupLinearsPass()) if self.group_linears else {}
+        patches = inductor_patches(state.tokens.device)
+        if self.group_linears:
+            patches["pre_grad_custom_pass"] = GroupLinearsPass()
         state.mark_lengths_dynamic()
         try:
             with recompile_room(), inductor_config.patch(**patches), _distinct_lengths(), compiler_failures_unlogged():
