@@ -9,8 +9,8 @@ does it in one pass over the cache, plus one small kernel when the cache is spli
   attention), and keeps an online softmax (running maximum, sum and weighted values, float32);
 * the number of splits aims at as many programs as the device runs at once, two per multiprocessor, and
   no more (``split_aim``), so that one row with four key-value heads still reads a long cache with every
-  multiprocessor and no partial second wave trails the first; a second kernel
-  then combines the splits of each head (none where no row splits), over ``MAX_SPLITS`` lanes;
+  multiprocessor and no partial second wave trails the first; where the rows alone take more than one wave,
+  splits shrink a nearly empty last wave (``tail_splits``); a second kernel then combines the splits of each head (none where no row splits), over ``MAX_SPLITS`` lanes;
 * given each row's last slot that may be visible (``last_slots``: the decode state's column), a program
   reads no slot after it, and splits its own slots as ``split_sizes`` would a cache of its length: in a
   batch of prompts of different lengths, a row pays for its own entries, not for the bucket the longest
@@ -48,6 +48,10 @@ DEEP_STAGES = 3
 DEEP_TILE_BYTES = 64 * 128 * 2  # the largest key tile with which two programs of three stages share a multiprocessor
 PROGRAMS_PER_PROCESSOR = 2  # programs resident on a multiprocessor at once: split until the grid fills them, no more
 MAX_SPLITS = 64  # the combining kernel holds every split of a head at once
+TAIL_SPLITS = 8  # beyond one wave of programs, the most splits ``tail_splits`` weighs
+TAIL_SLACK = 0.03  # ``tail_splits`` takes the fewest splits within this share of the fewest waves per unit of work
+TAIL_GAIN = 0.1  # ... and only where they save at least this share of the waves of one split
+TAIL_MIN_TILES = 16  # beyond one wave, the fewest tiles a split keeps (``split_floor``)
 H100_PROCESSORS = 132
 LOG2_E = 1.4426950408889634
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what the kernels take (``kernel_fits``)
@@ -69,12 +73,39 @@ def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
 
 
 def split_aim(batch: int, kv_heads: int, processors: int) -> int:
-    """Splits per (row, key-value head): the most for which the ``batch * kv_heads * splits`` programs all run at once
-    (``PROGRAMS_PER_PROCESSOR`` on each of ``processors``), at least one, at most ``MAX_SPLITS``. Programs beyond that
-    run as a second, partial wave after the first: at three stages, 16 rows x 4 key-value heads read 1.27x slower in
-    5 splits (320 programs on an H100's 264 places) than in 4, and 64 rows 1.03-1.27x slower in 2 than in 1 (H100,
-    bf16, 2026-12-06)."""
-    return max(1, min(PROGRAMS_PER_PROCESSOR * processors // (batch * kv_heads), MAX_SPLITS))
+    """Splits per (row, key-value head). Where the ``batch * kv_heads`` programs fit one wave (``PROGRAMS_PER_PROCESSOR``
+    on each of ``processors``): the most splits whose programs all run at once, at most ``MAX_SPLITS`` (programs
+    beyond run as a second, partial wave after the first: at three stages, 16 rows x 4 key-value heads read 1.27x
+    slower in 5 splits, 320 programs on an H100's 264 places, than in 4). Beyond one wave: ``tail_splits``."""
+    places, programs = PROGRAMS_PER_PROCESSOR * processors, batch * kv_heads
+    if programs > places:
+        return tail_splits(programs, places)
+    return max(1, min(places // programs, MAX_SPLITS))
+
+
+def tail_splits(programs: int, places: int) -> int:
+    """Splits for more programs than one wave has places: the last wave may be nearly empty and take as long as a
+    full one (139 rows x 4 key-value heads at 7,700 slots: 556 programs, 2 waves and 28 programs, read 1.33x slower
+    than 132 rows; H100, 2026-12-06). Splitting cuts every program's work, so that the last wave's share shrinks: the
+    fewest splits (at most ``TAIL_SPLITS``) within ``TAIL_SLACK`` of the fewest waves per unit of work, taken only where
+    that saves at least ``TAIL_GAIN`` of the waves one split takes (a split costs its combining pass and ~3%)."""
+    waves = {splits: -(-programs * splits // places) / splits for splits in range(1, TAIL_SPLITS + 1)}
+    fewest = min(waves.values())
+    splits = min(s for s, w in waves.items() if w <= fewest * (1 + TAIL_SLACK))
+    return splits if waves[splits] <= (1 - TAIL_GAIN) * waves[1] else 1
+
+
+def split_floor(batch: int, kv_heads: int, processors: int) -> int:
+    """Tiles a split keeps at least: one within a wave; ``TAIL_MIN_TILES`` beyond it, where splitting a short cache
+    costs more than the last wave's share it saves (FastV 0.9's layers >= K, ~1,000 slots, at 139 rows: 1.2% slower
+    in six splits; H100, 2026-12-06)."""
+    return TAIL_MIN_TILES if batch * kv_heads > PROGRAMS_PER_PROCESSOR * processors else 1
+
+
+def splits_of(tiles: int, aim: int, floor: int) -> int:
+    """Splits of a cache of ``tiles`` tiles: at most ``aim``, each at least ``floor`` tiles (one at least). The
+    kernel sizes each row's splits so from its own slots."""
+    return max(1, min(aim, tiles // floor))
 
 
 def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: int = BLOCK) -> tuple[int, int]:
@@ -82,7 +113,7 @@ def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: 
     whole tiles as that aim allows; so no split is empty, and a long cache splits more than a short one.
     The kernel splits each row's own slots by the same rule where it is given the rows' ends."""
     tiles = -(-length // block)
-    splits = max(1, min(split_aim(batch, kv_heads, processors), tiles))
+    splits = splits_of(tiles, split_aim(batch, kv_heads, processors), split_floor(batch, kv_heads, processors))
     chunk = -(-tiles // splits) * block
     return -(-length // chunk), chunk
 
@@ -128,7 +159,8 @@ if triton is not None:
     # and float32 outputs then round otherwise in a buffer of another length (seen on an H100: 1 ulp)
     @triton.jit(do_not_specialize=["length", "stride_mb", "stride_mh"])
     def _split_kernel(
-        q_ptr, k_ptr, v_ptr, mask_ptr, last_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, aim, qk_scale,
+        q_ptr, k_ptr, v_ptr, mask_ptr, last_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, aim, min_tiles,
+        qk_scale,
         stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kc, stride_kd,
         stride_vb, stride_vh, stride_vc, stride_vd, stride_mb, stride_mh, stride_mc,
         HEADS: tl.constexpr, GROUPS: tl.constexpr, DIM: tl.constexpr, SINGLE: tl.constexpr, PRECISION: tl.constexpr,
@@ -136,7 +168,7 @@ if triton is not None:
         ROW_ENDS: tl.constexpr, ROW_SPLITS: tl.constexpr, PDL: tl.constexpr = False,
     ):
         """Slots ``split*chunk ..`` of one row and key-value head for its query heads (none after the row's
-        last slot where ``ROW_ENDS``; ``chunk`` from the row's own slots and ``aim`` where ``ROW_SPLITS``, as
+        last slot where ``ROW_ENDS``; ``chunk`` from the row's own slots, ``aim`` and ``min_tiles`` where ``ROW_SPLITS``, as
         ``split_sizes`` would for a cache of that length): the final output if there is one split
         (``SINGLE``), else the split's running maximum, sum and weighted values."""
         kv_heads: tl.constexpr = HEADS // GROUPS
@@ -162,7 +194,7 @@ if triton is not None:
             row_end = tl.load(last_ptr + b).to(tl.int32) + 1
             if ROW_SPLITS:
                 tiles = tl.cdiv(row_end, BLOCK_N)
-                chunk = tl.cdiv(tiles, tl.maximum(tl.minimum(aim, tiles), 1)) * BLOCK_N
+                chunk = tl.cdiv(tiles, tl.maximum(tl.minimum(aim, tiles // min_tiles), 1)) * BLOCK_N  # ``splits_of``
         start = split * chunk
         end = tl.minimum(start + chunk, length)
         if ROW_ENDS:
@@ -238,12 +270,12 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     processors = _processors(query.device)
-    aim = split_aim(batch, kv_heads, processors)
+    aim, floor = split_aim(batch, kv_heads, processors), split_floor(batch, kv_heads, processors)
     row_splits = chunk is None and last_slots is not None
     if row_splits:  # enough programs for the longest row a buffer of this length holds; the kernel sizes each.
         # A row that may split is combined in every buffer, even one of a single split, so that its output
         # comes from one epilogue whatever the buffer (the one-split kernel divides on its own)
-        splits, chunk, combined = max(1, min(aim, -(-length // block))), 0, aim > 1
+        splits, chunk, combined = splits_of(-(-length // block), aim, floor), 0, aim > 1
     else:
         chunk = chunk or split_sizes(batch, kv_heads, length, processors, block)[1]
         splits = -(-length // chunk)
@@ -260,7 +292,7 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     pdl = dict(PDL=True, launch_pdl=True) if dependent_launch(query.device) else {}
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
-        splits, aim, scaling * LOG2_E,
+        splits, aim, floor, scaling * LOG2_E,
         query.stride(0), query.stride(1), query.stride(3), *key.stride(), *value.stride(),
         mask.stride(0), mask.stride(1) if mask.shape[1] > 1 else 0, mask.stride(3),
         HEADS=heads, GROUPS=heads // kv_heads, DIM=dim, SINGLE=not combined,

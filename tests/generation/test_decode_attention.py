@@ -15,6 +15,7 @@ rounds to nearest (up to 1.07e-2 measured over 12 seeds; PyTorch's matmul path: 
 from __future__ import annotations
 
 import io
+import math
 import os
 
 import pytest
@@ -91,6 +92,21 @@ def test_split_aim_fills_the_places_of_one_wave_and_no_more():
         assert batch * 4 * aim <= places or aim == 1  # one wave, unless the rows alone take more
         assert batch * 4 * (aim + 1) > places or aim == fused.MAX_SPLITS  # and one split more would not fit
     assert [fused.split_aim(b, 4, H100_PROCESSORS) for b in (1, 2, 4, 8, 16, 32, 64, 128)] == [64, 33, 16, 8, 4, 2, 1, 1]
+
+
+def test_beyond_one_wave_splits_shrink_a_nearly_empty_last_wave():
+    """132 rows x 4 key-value heads fill two waves of an H100's 264 places exactly; 139 rows leave 28 programs in a
+    third (read 1.33x slower, not 1.05x) and split, as far as splitting saves a tenth of the waves per unit of work;
+    batches whose last wave is full enough (242, 264, 743, 784 rows: measured fastest unsplit) keep one split."""
+    places = fused.PROGRAMS_PER_PROCESSOR * H100_PROCESSORS
+    assert [fused.split_aim(b, 4, H100_PROCESSORS) for b in (128, 132, 242, 264, 743, 784)] == [1] * 6
+    assert fused.split_aim(139, 4, H100_PROCESSORS) > 1 and fused.split_aim(146, 4, H100_PROCESSORS) > 1
+    for batch in range(67, 1200):
+        programs, aim = batch * 4, fused.split_aim(batch, 4, H100_PROCESSORS)
+        assert 1 <= aim <= fused.TAIL_SPLITS
+        one_split = math.ceil(programs / places)
+        if aim > 1:  # it pays: at least a tenth fewer waves per unit of work than one split
+            assert math.ceil(programs * aim / places) / aim <= 0.9 * one_split
 
 
 def test_three_stages_where_the_tiles_are_small_enough():
@@ -300,3 +316,29 @@ def test_each_row_is_split_as_split_sizes_splits_a_cache_of_its_length():
         assert torch.equal(output[row], alone[row])
         coarser = fused.flash_decode(query, key, value, mask, dim**-0.5, last, chunk=chunk * 2)
         assert not torch.equal(output[row], coarser[row])
+
+
+@needs_kernels
+def test_beyond_one_wave_a_row_splits_by_its_own_length_and_only_into_long_splits():
+    """Beyond one wave (134 rows x 2 key-value heads: 268 programs for an H100's 264 places) a row splits only as far
+    as each split keeps ``TAIL_MIN_TILES`` tiles of its own slots: a long row splits, a short one does not; each row's
+    output equals a launch with its own chunk for every row, and the same rows in a buffer twice as long give the
+    same bits (float32 outputs show the order of the sums), the float64 attention within rounding."""
+    batch, heads, kv_heads, dim, block, length = 134, 4, 2, 16, 16, 544
+    aim, floor = fused.split_aim(batch, kv_heads, H100_PROCESSORS), fused.split_floor(batch, kv_heads, H100_PROCESSORS)
+    assert aim > 1 and floor == fused.TAIL_MIN_TILES
+    query, key, value, mask = inputs(batch, heads, kv_heads, length, dim, False, torch.float32)
+    mask[..., 0] = True  # every row sees something
+    last = torch.randint(8, 64, (batch,), generator=torch.Generator().manual_seed(1)).to(DEVICE)  # short rows, and
+    last[:2] = torch.tensor([length - 1, 300])  # a long one (34 tiles: splits) and one of 19 tiles (no split)
+    mask &= torch.arange(length, device=DEVICE) <= last.view(-1, 1, 1, 1)
+    output = fused.flash_decode(query, key, value, mask, dim**-0.5, last, block=block)
+    roomier = fused.flash_decode(query, *_rows_in_buffer(key, value, mask, last, 2 * length), dim**-0.5, last, block=block)
+    assert torch.equal(output, roomier)
+    assert relative_error(output, reference(query, key, value, mask, dim**-0.5)) <= TOLERANCE[torch.float32]
+    for row, splits in ((0, fused.splits_of(length // block, aim, floor)), (1, 1)):
+        assert (splits > 1) == (row == 0)
+        tiles = -(-(int(last[row]) + 1) // block)
+        chunk = -(-tiles // splits) * block
+        alone = fused.flash_decode(query, key, value, mask, dim**-0.5, last, chunk=chunk, block=block)
+        assert torch.equal(output[row], alone[row])
