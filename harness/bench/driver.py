@@ -41,7 +41,7 @@ def run_bench(config: BenchConfig) -> pd.DataFrame:
     state = BenchState(config)
     meta = _run_record(state)
     try:
-        check_fits(config, state.device, state.dtype)
+        check_fits(config, state.device, state.dtype, state.cache)
         meta["gemm_tflops"] = _rate(gemm_tflops, state, state.dtype)
         meta["copy_tb_s"] = _rate(copy_tb_s, state)
         with recompile_room():  # one compiled decode step per cache shape of stock generate's static-cache compile

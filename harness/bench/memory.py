@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
+from ..setup.options import ENGINE_CACHE
 from .presets import PRESETS, TEXT_AFTER, TEXT_BEFORE, Preset
 
 GIB = 2**30
@@ -38,21 +39,24 @@ class MemoryEstimate:
                 f"activations {self.activations / GIB:.1f}, plus {MARGIN - 1:.0%}")
 
 
-def estimate(preset: Preset, seconds: float, dtype: torch.dtype, decode_tokens: int = 0, batch: int = 1) -> MemoryEstimate:
-    """What ``preset`` needs for ``batch`` prompts of ``seconds`` of audio in ``dtype``."""
+def estimate(preset: Preset, seconds: float, dtype: torch.dtype, decode_tokens: int = 0, batch: int = 1,
+             prefilled: int | None = None) -> MemoryEstimate:
+    """What ``preset`` needs for ``batch`` rows of ``seconds`` of audio in ``dtype``, ``prefilled`` of them at once
+    (default: all; the engine prefills a batch's one prompt once and copies its cache into every row)."""
     with torch.device("meta"):
         model = preset.family.build(preset.config(), dtype=dtype)
     size = torch.tensor([], dtype=dtype).element_size()
     weights = sum(p.numel() for p in model.parameters()) * size
     config, audio = model.config, preset.family.prompting.audio_format
     audio_tokens = audio.tokens(config, audio.frames(config, seconds))
-    tokens = batch * (TEXT_BEFORE + TEXT_AFTER + len(audio.placeholders(config, 0, audio_tokens)) + decode_tokens)  # markers too
+    row = TEXT_BEFORE + TEXT_AFTER + len(audio.placeholders(config, 0, audio_tokens)) + decode_tokens  # markers too
+    tokens, prefill_tokens = batch * row, (batch if prefilled is None else prefilled) * row
     text = preset.family.decoder(model).config
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     per_token_layer = 2 * text.num_key_value_heads * head_dim * size  # keys and values
     kv_cache = text.num_hidden_layers * tokens * per_token_layer
-    activations = tokens * size * (4 * text.hidden_size + 3 * text.intermediate_size + text.vocab_size // 8) \
-        + tokens * per_token_layer
+    activations = prefill_tokens * size * (4 * text.hidden_size + 3 * text.intermediate_size + text.vocab_size // 8) \
+        + prefill_tokens * per_token_layer
     return MemoryEstimate(weights, kv_cache, activations)
 
 
@@ -65,9 +69,10 @@ def available_bytes(device: torch.device) -> int | None:
     return None
 
 
-def check_fits(config, device: torch.device, dtype: torch.dtype) -> None:
+def check_fits(config, device: torch.device, dtype: torch.dtype, cache: str = ENGINE_CACHE) -> None:
     """Refuse a bench whose largest preset x audio length cannot fit ``device`` at its smallest batch size,
-    naming the estimate (larger batches that do not fit are the batch mode's own finding, recorded as rows)."""
+    naming the estimate (larger batches that do not fit are the batch mode's own finding, recorded as rows).
+    ``cache``: the decoding path; on the engine a batch prefills one prompt, elsewhere all its rows at once."""
     available = available_bytes(device)
     if available is None:
         return
@@ -75,11 +80,12 @@ def check_fits(config, device: torch.device, dtype: torch.dtype) -> None:
     batch = min(config.batch_sizes or [1])
     for name in config.presets:
         try:
-            needed = estimate(PRESETS.get(name), longest, dtype, config.decode_tokens, batch)
+            needed = estimate(PRESETS.get(name), longest, dtype, config.decode_tokens, batch,
+                              prefilled=1 if cache == ENGINE_CACHE else batch)
         except Exception:  # a preset that cannot even be laid out fails when it is built, as a row
             continue
         if needed.total > available:
-            prompts = f" x {batch} prompts" if batch > 1 else ""
+            prompts = f" x {batch} rows" if batch > 1 else ""
             raise ValueError(
                 f"preset {name} at {longest:g} s of audio{prompts} needs {needed.describe()} ({dtype}), but {device} has "
                 f"{available / GIB:.1f} GiB free: it would not fit (on a CPU the system would kill it). Run it on a "

@@ -11,6 +11,7 @@ from kvprune.harness.bench.config import BenchConfig
 from kvprune.harness.bench.presets import PRESETS
 from kvprune.harness.cli import main
 from kvprune.generation.timing import kv_cache_bytes
+from kvprune.harness.setup.options import ENGINE_CACHE
 
 GIB = 2**30
 
@@ -44,12 +45,18 @@ def test_a_preset_that_cannot_fit_is_refused_up_front_with_its_estimate(monkeypa
 
 
 def test_the_batch_mode_is_refused_only_when_its_smallest_batch_cannot_fit(monkeypatch):
+    """Off the engine a batch prefills all its rows at once; on it, one prompt whose cache every row copies, so that
+    only the KV cache grows with the rows (``--batch-sizes 64`` of the 7B at 300 s was refused on an 80 GB GPU for
+    83 GiB of activations it never allocates)."""
     preset = PRESETS.get("tiny-omni")
     one, four = (memory.estimate(preset, 2.0, torch.float32, decode_tokens=32, batch=b) for b in (1, 4))
     assert four.weights == one.weights and four.kv_cache == 4 * one.kv_cache and four.activations == 4 * one.activations
-    monkeypatch.setattr(memory, "available_bytes", lambda device: (one.total + four.total) // 2)
+    engine = memory.estimate(preset, 2.0, torch.float32, decode_tokens=32, batch=4, prefilled=1)
+    assert engine.kv_cache == four.kv_cache and engine.activations == one.activations
+    monkeypatch.setattr(memory, "available_bytes", lambda device: (engine.total + four.total) // 2)
     config = BenchConfig(presets=["tiny-omni"], audio_seconds=[2.0], out=None, progress=False, device="cpu")
-    memory.check_fits(config, torch.device("cpu"), torch.float32)  # batch 1 fits
+    memory.check_fits(config, torch.device("cpu"), torch.float32, "static")  # batch 1 fits
     config = BenchConfig(presets=["tiny-omni"], audio_seconds=[2.0], out=None, progress=False, device="cpu", batch_sizes=[16, 4])
-    with pytest.raises(ValueError, match="preset tiny-omni at 2 s of audio x 4 prompts needs"):
-        memory.check_fits(config, torch.device("cpu"), torch.float32)
+    memory.check_fits(config, torch.device("cpu"), torch.float32, ENGINE_CACHE)  # 4 rows of one prefill fit
+    with pytest.raises(ValueError, match="preset tiny-omni at 2 s of audio x 4 rows needs"):
+        memory.check_fits(config, torch.device("cpu"), torch.float32, "static")  # 4 prefills do not
