@@ -109,6 +109,21 @@ def test_beyond_one_wave_splits_shrink_a_nearly_empty_last_wave():
             assert math.ceil(programs * aim / places) / aim <= 0.9 * one_split
 
 
+
+def test_beyond_one_wave_a_split_keeps_at_least_its_floor_of_tiles():
+    """Splitting a short cache beyond one wave cost more than it saved (FastV's layers >= K, ~1,000 slots, at 139 rows):
+    there each split keeps ``TAIL_MIN_TILES`` tiles, so a 1,024-slot cache stays whole and a 7,700-slot one splits;
+    within one wave a split keeps one tile at least, as before."""
+    assert fused.split_floor(139, 4, H100_PROCESSORS) == fused.TAIL_MIN_TILES
+    assert fused.split_floor(66, 4, H100_PROCESSORS) == 1  # 264 programs: one wave exactly
+    assert fused.split_sizes(139, 4, 1024, H100_PROCESSORS)[0] == 1
+    assert fused.split_sizes(139, 4, 7700, H100_PROCESSORS)[0] == fused.split_aim(139, 4, H100_PROCESSORS) == 6
+    assert fused.split_sizes(16, 4, 1024, H100_PROCESSORS)[0] == 4  # within one wave: 4 splits of 4 tiles
+    for tiles in range(1, 200):
+        splits = fused.splits_of(tiles, 6, fused.TAIL_MIN_TILES)
+        assert splits == 1 or tiles // splits >= fused.TAIL_MIN_TILES
+
+
 def test_three_stages_where_the_tiles_are_small_enough():
     """Two programs of three stages of bf16 or fp16 key and value tiles (head dim up to 128) share an H100's
     multiprocessor; larger tiles (fp32, or head dim 256) keep two stages."""
