@@ -79,9 +79,15 @@ def split_aim(batch: int, kv_heads: int, processors: int) -> int:
     beyond run as a second, partial wave after the first: at three stages, 16 rows x 4 key-value heads read 1.27x
     slower in 5 splits, 320 programs on an H100's 264 places, than in 4). Beyond one wave: ``tail_splits``."""
     places, programs = PROGRAMS_PER_PROCESSOR * processors, batch * kv_heads
-    if programs > places:
+    if not one_wave(batch, kv_heads, processors):
         return tail_splits(programs, places)
     return max(1, min(places // programs, MAX_SPLITS))
+
+
+def one_wave(batch: int, kv_heads: int, processors: int) -> bool:
+    """Whether the (row, key-value head) programs unsplit run at once (``PROGRAMS_PER_PROCESSOR`` on each of
+    ``processors``): the splits then fill the wave (``split_aim``), else they shrink its last (``tail_splits``)."""
+    return batch * kv_heads <= PROGRAMS_PER_PROCESSOR * processors
 
 
 def tail_splits(programs: int, places: int) -> int:
@@ -100,7 +106,7 @@ def split_floor(batch: int, kv_heads: int, processors: int) -> int:
     """Tiles a split keeps at least: one within a wave; ``TAIL_MIN_TILES`` beyond it, where splitting a short cache
     costs more than the last wave's share it saves (FastV 0.9's layers >= K, ~1,000 slots, at 139 rows: 1.2% slower
     in six splits; H100, 2026-12-06)."""
-    return TAIL_MIN_TILES if batch * kv_heads > PROGRAMS_PER_PROCESSOR * processors else 1
+    return 1 if one_wave(batch, kv_heads, processors) else TAIL_MIN_TILES
 
 
 def splits_of(tiles: int, aim: int, floor: int) -> int:
