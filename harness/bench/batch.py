@@ -12,8 +12,8 @@ as one prefill's activations). Before the search the engine's kept states are dr
 can give the allocator what is free plus what it already reserved, beside what stays allocated (the
 weights). The prediction is then run (its prefill and the decoding); if that runs out of memory, 10%
 fewer rows are tried, up to ``TRIES`` times, and once a size runs, the size halfway to the one above it that
-did not (``REFINE`` times): the batch found is then within ~5% of the largest, not 10%, at one more
-compilation. Only on CUDA, where memory is measured.
+did not (``REFINE`` times): the batch found is then within ~2.5% of the largest, not 10%, at two more
+compilations. Only on CUDA, where memory is measured.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from .measure import RequestTiming
 
 TRIES = 4
-REFINE = 1  # tries halfway between the largest size that ran and the smallest that did not
+REFINE = 2  # tries halfway between the largest size that ran and the smallest that did not
 LIMIT = 4096  # no batch beyond this is tried
 
 

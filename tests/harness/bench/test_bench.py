@@ -632,9 +632,11 @@ def test_the_largest_batch_is_predicted_from_the_peaks_then_run():
     assert batching.row_bytes(alone, {4: 0.4e9}) == (pytest.approx(7.3e9 / 4), 0.0)
     assert batching.predicted_batch(7.3e9 / 4, 16e9, 80e9) == 35
     tried = []  # 10% fewer rows until one size runs, then halfway to the size above it that did not
-    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 26) == 26 and tried == [32, 28, 25, 26]
+    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 26) == 26 and tried == [32, 28, 25, 26, 27]
     tried.clear()
     assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 25) == 25 and tried == [32, 28, 25, 26]
+    tried.clear()  # each refinement halves the gap again: twice
+    assert batching.largest_fitting(100, lambda b: tried.append(b) or b <= 95) == 95 and tried == [100, 90, 95, 97]
     tried.clear()
     assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 40) == 32 and tried == [32]  # no size above
     assert batching.largest_fitting(32, lambda b: False) == 0 and batching.predicted_batch(float("nan"), 0, 1) == 0
