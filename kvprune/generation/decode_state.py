@@ -21,6 +21,7 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 from ..press import TOKEN_LAYER
+from .column_write import write_column
 from .prefill import Prefill
 
 
@@ -30,23 +31,6 @@ def bucket_length(n: int, per_octave: int = 8, minimum: int = 64) -> int:
         return minimum
     step = max(1, 1 << (n.bit_length() - 1 - (per_octave.bit_length() - 1)))
     return -(-n // step) * step
-
-
-@torch.library.custom_op("kvprune::write_column", mutates_args=("keys", "values"))
-def write_column(keys: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, key_states: torch.Tensor,
-                 value_states: torch.Tensor) -> None:
-    """Each row's new key and value at its own column, in place. An operator that declares what it mutates,
-    so that a compiled step writes into the cache where it lies: written as a ``scatter_`` in the step, the
-    compiler made a new copy of every layer's whole cache per token for the attention to read (3x the
-    cache's bytes per step: at batch 64 and 5 min of audio, most of the step)."""
-    index = columns.view(-1, 1, 1, 1)
-    keys.scatter_(2, index.expand(-1, key_states.shape[1], 1, key_states.shape[-1]), key_states)
-    values.scatter_(2, index.expand(-1, value_states.shape[1], 1, value_states.shape[-1]), value_states)
-
-
-@write_column.register_fake
-def _(keys, values, columns, key_states, value_states) -> None:
-    return None
 
 
 class DecodeLayer(StaticLayer):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kvprune.generation import decode_attention as fused
-from kvprune.generation import dependent_launch, gemv, graphs
+from kvprune.generation import column_write, dependent_launch, gemv, graphs
 from tests.support.triton_kernels import compile_for_h100
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -48,8 +48,15 @@ def _combine(pdl: bool):
                             warps=4, stages=fused.STAGES)
 
 
+def _write(pdl: bool):
+    pointers = dict.fromkeys(["keys", "values", "new_keys", "new_values"], "*bf16") | dict(columns="*i64")
+    constants = dict(DIM_K=128, DIM_V=128, BLOCK_K=128, BLOCK_V=128, PDL=pdl)
+    return compile_for_h100(column_write._write_kernel, pointers, constants, warps=1, stages=1)
+
+
 @compiles_for_gpu
-@pytest.mark.parametrize("compile_kernel", [_grouped, _split, _combine], ids=["linear", "attention", "combine"])
+@pytest.mark.parametrize("compile_kernel", [_grouped, _split, _combine, _write],
+                         ids=["linear", "attention", "combine", "cache write"])
 def test_a_dependent_kernel_waits_for_the_one_before_until_it_reads_memory(compile_kernel):
     """As a dependent, each kernel's first instruction that reads global memory comes after ``griddepcontrol.wait``
     (it may start while the kernel before still writes its input); launched as usual, it has no such instruction."""
@@ -103,6 +110,18 @@ def test_attention_launches_ask_for_a_dependent_launch_where_the_device_takes_it
     for kernel in (split, combine):
         (named,) = kernel.launches
         assert (named.get("PDL", False), named.get("launch_pdl", False)) == (dependent, dependent)
+
+
+@needs_triton
+@pytest.mark.parametrize("dependent", [True, False])
+def test_cache_write_launches_ask_for_a_dependent_launch_where_the_device_takes_it(monkeypatch, dependent):
+    kernel = _Recorder()
+    monkeypatch.setattr(column_write, "dependent_launch", lambda device: dependent)
+    monkeypatch.setattr(column_write, "_write_kernel", kernel)
+    keys, new = torch.zeros(2, 3, 8, 16), torch.ones(2, 3, 1, 16)
+    column_write.launch(keys, keys, torch.tensor([1, 4]), new, new)
+    (named,) = kernel.launches
+    assert (named.get("PDL", False), named.get("launch_pdl", False)) == (dependent, dependent)
 
 
 @pytest.mark.parametrize("dependent", [True, False])

@@ -1,4 +1,4 @@
-"""The decode attention kernel's tests that run its Triton kernels, in Triton's interpreter on the CPU.
+"""The tests of the decode attention's and the cache write's Triton kernels, in Triton's interpreter on the CPU.
 
 Triton reads ``TRITON_INTERPRET`` when a kernel is defined (at import), so those tests skip in a plain run on a CPU;
 here they run in a pytest process of their own with it set, so that CI (which installs Triton with the dev extra)
@@ -19,9 +19,10 @@ COMPILE_ONLY = "compiles the kernels with Triton's GPU compiler"  # the one skip
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs Triton (the dev extra installs it)")
-def test_the_decode_attention_kernels_pass_in_the_interpreter():
+def test_the_decode_kernels_pass_in_the_interpreter():
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/generation/test_decode_attention.py"],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/generation/test_decode_attention.py",
+         "tests/generation/test_column_write.py"],
         cwd=REPO, capture_output=True, text=True, timeout=900, env={**os.environ, "TRITON_INTERPRET": "1"},
     )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
