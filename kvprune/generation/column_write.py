@@ -49,12 +49,15 @@ if triton is not None:
         tl.store(values + row.to(tl.int64) * v_b + head * v_h + column * v_s + dv * v_d, value,
                  mask=dv < DIM_V * written)
 
+
 def kernel_fits(keys: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, key_states: torch.Tensor,
                 value_states: torch.Tensor) -> bool:
-    """Whether ``launch`` takes these tensors: CUDA and Triton, one new entry per row and head, one column per row."""
+    """Whether ``launch`` takes these tensors: CUDA and Triton, all on one device, one new entry per row and head,
+    one column per row."""
     batch, heads = keys.shape[:2]
+    on_one_device = all(t.device == keys.device for t in (values, columns, key_states, value_states))
     return (
-        triton is not None and keys.is_cuda and keys.dim() == values.dim() == 4
+        triton is not None and keys.is_cuda and on_one_device and keys.dim() == values.dim() == 4
         and key_states.shape == (batch, heads, 1, keys.shape[-1]) and value_states.shape == (batch, heads, 1, values.shape[-1])
         and values.shape[:3] == keys.shape[:3] and key_states.dtype == keys.dtype and value_states.dtype == values.dtype
         and columns.numel() == batch and columns.dtype == torch.long
@@ -80,7 +83,8 @@ def launch(keys: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, key_
 def write_column(keys: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, key_states: torch.Tensor,
                  value_states: torch.Tensor) -> None:
     """Row ``b``'s new key and value (``key_states[b]``, ``value_states[b]``: one entry per head) at column
-    ``columns[b]`` of ``keys`` and ``values`` (batch, heads, slots, dim), in place."""
+    ``columns[b]`` of ``keys`` and ``values`` (batch, heads, slots, dim), in place. The decode state leaves room
+    for every token it decodes; a column outside the cache is not written by the kernel (``scatter_`` raises)."""
     if kernel_fits(keys, values, columns, key_states, value_states):
         launch(keys, values, columns, key_states, value_states)
         return

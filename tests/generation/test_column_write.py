@@ -50,6 +50,13 @@ def test_the_operator_writes_each_row_at_its_own_column_and_nothing_else():
     assert torch.equal(keys, expected[0]) and torch.equal(values, expected[1])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the operator takes the kernel, which skips such a column")
+def test_off_cuda_a_column_outside_the_cache_raises():
+    keys, values, columns, new_keys, new_values = _case(columns=(10, 0, 3))  # 10 slots
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        torch.ops.kvprune.write_column(keys, values, columns, new_keys, new_values)
+
+
 def test_the_kernel_is_taken_only_on_cuda_for_one_entry_per_row_and_head():
     keys, values, columns, new_keys, new_values = [t.cpu() for t in _case()]
     assert not column_write.kernel_fits(keys, values, columns, new_keys, new_values)  # the CPU: scatter_
