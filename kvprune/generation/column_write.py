@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .dependent_launch import dependent_launch
+from .dependent_launch import launch_options
 
 try:  # Triton comes with CUDA builds of torch; the CPU build has none
     import triton
@@ -69,7 +69,7 @@ def launch(keys: torch.Tensor, values: torch.Tensor, columns: torch.Tensor, key_
     """``write_column`` in one Triton kernel (tensors that ``kernel_fits``, or any device in Triton's interpreter)."""
     batch, heads, length = keys.shape[:3]
     dim_k, dim_v = keys.shape[-1], values.shape[-1]
-    pdl = dict(PDL=True, launch_pdl=True) if dependent_launch(keys.device) else {}
+    pdl = launch_options(keys.device)
     _write_kernel[(batch * heads,)](
         keys, values, columns, key_states, value_states, heads, length, *keys.stride(), *values.stride(),
         key_states.stride(0), key_states.stride(1), key_states.stride(3),

@@ -34,7 +34,7 @@ import functools
 
 import torch
 
-from .dependent_launch import dependent_launch
+from .dependent_launch import launch_options
 
 try:  # Triton comes with CUDA builds of torch; the CPU build has none
     import triton
@@ -296,7 +296,7 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     mask = mask.view(torch.uint8)  # the same bytes; Triton loads them as integers
     block_d = _padded_dim(dim)
     stages = stages or default_stages(query, block)
-    pdl = dict(PDL=True, launch_pdl=True) if dependent_launch(query.device) else {}
+    pdl = launch_options(query.device)
     _split_kernel[(batch * kv_heads, splits)](
         query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
         splits, aim, floor, scaling * LOG2_E,

@@ -7,9 +7,9 @@ memory; a kernel that starts its dependents early (``griddepcontrol.launch_depen
 wait returns once the kernel before has completed and its writes are visible, so the results are those of the usual
 launch, bit for bit.
 
-kvprune's Triton kernels (``gemv``, ``decode_attention``) take ``PDL`` as a compile-time flag and are launched with
-``launch_pdl`` where ``dependent_launch`` says so; the compiled step asks Inductor for the same in its own kernels
-(``inductor_patches``).
+kvprune's Triton kernels (``gemv``, ``decode_attention``, ``column_write``) take ``PDL`` as a compile-time flag and
+are launched with ``launch_pdl`` where ``dependent_launch`` says so (``launch_options``); the compiled step asks
+Inductor for the same in its own kernels (``inductor_patches``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,12 @@ def dependent_launch(device: torch.device) -> bool:
     """Whether kernels on ``device`` are launched as dependents of the kernel before them (CUDA, Hopper or later,
     a Triton with griddepcontrol, ``ENABLED``)."""
     return ENABLED and _capable(torch.device(device))
+
+
+def launch_options(device: torch.device) -> dict:
+    """What a launch of one of kvprune's kernels on ``device`` adds: its ``PDL`` flag and Triton's ``launch_pdl``
+    where ``dependent_launch`` says so, nothing elsewhere."""
+    return dict(PDL=True, launch_pdl=True) if dependent_launch(device) else {}
 
 
 def inductor_patches(device: torch.device) -> dict:

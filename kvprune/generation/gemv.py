@@ -30,7 +30,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-from .dependent_launch import dependent_launch
+from .dependent_launch import launch_options
 
 #: rows (batch x tokens) up to which the kernels beat cuBLAS; beyond, cuBLAS is used (measured on the 7B decode
 #: step's linear layers, 28 layers and the head in one CUDA graph, at 1-128 rows: the module's docstring)
@@ -177,7 +177,7 @@ def launch(kernel, flat: torch.Tensor, weights: list[torch.Tensor], biases: list
     slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
     arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
-    pdl = dict(PDL=True, launch_pdl=True) if dependent_launch(flat.device) else {}
+    pdl = launch_options(flat.device)
     kernel[grid](
         flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=padded_rows(rows), GROUPS=len(weights),
         BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,

@@ -90,7 +90,7 @@ class _Recorder:
 @needs_triton
 @pytest.mark.parametrize("dependent", [True, False])
 def test_linear_launches_ask_for_a_dependent_launch_where_the_device_takes_it(monkeypatch, dependent):
-    monkeypatch.setattr(gemv, "dependent_launch", lambda device: dependent)
+    monkeypatch.setattr(dependent_launch, "dependent_launch", lambda device: dependent)
     kernel = _Recorder()
     gemv.launch(kernel, torch.randn(3, 8), [torch.randn(5, 8)], [None], BLOCK_N=16, BLOCK_K=64)
     (named,) = kernel.launches
@@ -102,7 +102,7 @@ def test_linear_launches_ask_for_a_dependent_launch_where_the_device_takes_it(mo
 def test_attention_launches_ask_for_a_dependent_launch_where_the_device_takes_it(monkeypatch, dependent):
     """Both kernels of a split cache (the split one and the combining one) are launched alike."""
     split, combine = _Recorder(), _Recorder()
-    monkeypatch.setattr(fused, "dependent_launch", lambda device: dependent)
+    monkeypatch.setattr(dependent_launch, "dependent_launch", lambda device: dependent)
     monkeypatch.setattr(fused, "_split_kernel", split)
     monkeypatch.setattr(fused, "_combine_kernel", combine)
     query, key = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 512, 16)
@@ -116,7 +116,7 @@ def test_attention_launches_ask_for_a_dependent_launch_where_the_device_takes_it
 @pytest.mark.parametrize("dependent", [True, False])
 def test_cache_write_launches_ask_for_a_dependent_launch_where_the_device_takes_it(monkeypatch, dependent):
     kernel = _Recorder()
-    monkeypatch.setattr(column_write, "dependent_launch", lambda device: dependent)
+    monkeypatch.setattr(dependent_launch, "dependent_launch", lambda device: dependent)
     monkeypatch.setattr(column_write, "_write_kernel", kernel)
     keys, new = torch.zeros(2, 3, 8, 16), torch.ones(2, 3, 1, 16)
     column_write.launch(keys, keys, torch.tensor([1, 4]), new, new)
