@@ -16,12 +16,7 @@ from __future__ import annotations
 import torch
 
 from .dependent_launch import launch_options
-
-try:  # Triton comes with CUDA builds of torch; the CPU build has none
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the torch build
-    triton = None
+from .triton_support import tl, triton
 
 
 if triton is not None:

@@ -35,12 +35,7 @@ import functools
 import torch
 
 from .dependent_launch import launch_options
-
-try:  # Triton comes with CUDA builds of torch; the CPU build has none
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the torch build
-    triton = None
+from .triton_support import tl, triton
 
 BLOCK = 64  # cache slots per tile
 WARPS = 4

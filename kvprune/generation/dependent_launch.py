@@ -18,6 +18,8 @@ import functools
 
 import torch
 
+from .triton_support import tl
+
 #: dependent launches where the device takes them (a switch for measuring the step without them)
 ENABLED = True
 #: the first compute capability with griddepcontrol (Hopper)
@@ -26,11 +28,7 @@ FIRST_CAPABILITY = 9
 
 @functools.lru_cache(maxsize=None)
 def _capable(device: torch.device) -> bool:
-    if device.type != "cuda":
-        return False
-    try:
-        import triton.language as tl
-    except ImportError:  # pragma: no cover - depends on the torch build
+    if device.type != "cuda" or tl is None:
         return False
     return hasattr(tl.extra.cuda, "gdc_wait") and torch.cuda.get_device_capability(device)[0] >= FIRST_CAPABILITY
 

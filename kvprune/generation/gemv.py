@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .dependent_launch import launch_options
+from .triton_support import tl, triton
 
 #: rows (batch x tokens) up to which the kernels beat cuBLAS; beyond, cuBLAS is used (measured on the 7B decode
 #: step's linear layers, 28 layers and the head in one CUDA graph, at 1-128 rows: the module's docstring)
@@ -41,12 +42,6 @@ TILE_ROWS = 16
 VECTOR_CONFIGS = [(4, 512, 4, 2), (4, 512, 4, 3), (8, 1024, 8, 2), (8, 1024, 8, 4), (4, 1024, 8, 3), (16, 512, 4, 3)]
 TILE_CONFIGS = [(16, 256, 4, 4), (16, 128, 4, 4), (16, 64, 4, 6), (32, 128, 4, 5), (32, 128, 4, 3), (32, 256, 4, 3),
                 (64, 128, 4, 4), (64, 64, 4, 4), (32, 64, 4, 4)]
-
-try:  # Triton comes with CUDA builds of torch; the CPU build has none
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the torch build
-    triton = None
 
 
 if triton is not None:
