@@ -36,6 +36,11 @@ from .triton_support import tl, triton
 #: rows (batch x tokens) up to which the kernels beat cuBLAS; beyond, cuBLAS is used (measured on the 7B decode
 #: step's linear layers, 28 layers and the head in one CUDA graph, at 1-128 rows: the module's docstring)
 MAX_ROWS = 64
+#: the row blocks whose launches are dependent (``dependent_launch``) where the device takes them. At 16 and 32 rows
+#: the tile kernel streams the 7B step's weights in 6.03 and 5.95 ms as a dependent launch, 5.05 and 5.24 as a usual
+#: one; at 64 rows in 5.42 against 5.50; at one row 4.93 against 4.83, but the whole step gained 0.2 ms with it (H100,
+#: 2026-12-06)
+DEPENDENT_ROW_BLOCKS = (1, 64)
 #: the smallest row tile of ``tl.dot`` (tensor-core fragments): fewer rows are padded to it
 TILE_ROWS = 16
 #: (BLOCK_N, BLOCK_K, warps, stages) the autotuner tries: the matrix-vector kernel's, then the tile kernel's
@@ -172,7 +177,7 @@ def launch(kernel, flat: torch.Tensor, weights: list[torch.Tensor], biases: list
     slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
     arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
-    pdl = launch_options(flat.device)
+    pdl = launch_options(flat.device) if padded_rows(rows) in DEPENDENT_ROW_BLOCKS else {}
     kernel[grid](
         flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=padded_rows(rows), GROUPS=len(weights),
         BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,

@@ -89,12 +89,16 @@ class _Recorder:
 
 @needs_triton
 @pytest.mark.parametrize("dependent", [True, False])
-def test_linear_launches_ask_for_a_dependent_launch_where_the_device_takes_it(monkeypatch, dependent):
+@pytest.mark.parametrize("rows", [1, 3, 17, 33, 64])
+def test_linear_launches_ask_for_a_dependent_launch_where_the_device_and_the_row_block_take_it(monkeypatch, dependent,
+                                                                                              rows):
+    """One row and the 64-row block are dependent launches; the 16- and 32-row blocks (3 and 17 rows) never are."""
     monkeypatch.setattr(dependent_launch, "dependent_launch", lambda device: dependent)
     kernel = _Recorder()
-    gemv.launch(kernel, torch.randn(3, 8), [torch.randn(5, 8)], [None], BLOCK_N=16, BLOCK_K=64)
+    gemv.launch(kernel, torch.randn(rows, 8), [torch.randn(5, 8)], [None], BLOCK_N=16, BLOCK_K=64)
     (named,) = kernel.launches
-    assert (named.get("PDL", False), named.get("launch_pdl", False)) == (dependent, dependent)
+    expected = dependent and rows in (1, 33, 64)
+    assert (named.get("PDL", False), named.get("launch_pdl", False)) == (expected, expected)
 
 
 @needs_triton
