@@ -172,14 +172,15 @@ def launch(kernel, flat: torch.Tensor, weights: list[torch.Tensor], biases: list
     """``kernel`` (``_grouped_kernel``, autotuned or given its ``BLOCK_N`` and ``BLOCK_K`` in ``blocks``) on the
     ``(rows, K)`` input ``flat``: one ``(rows, N_i)`` output per weight."""
     rows, k = flat.shape
+    rows_p = padded_rows(rows)
     outputs = [torch.empty(rows, w.shape[0], dtype=flat.dtype, device=flat.device) for w in weights]
     slots = [(w, b, y, w.shape[0]) for w, b, y in zip(weights, biases, outputs)]
     slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
     arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
-    pdl = launch_options(flat.device) if padded_rows(rows) in DEPENDENT_ROW_BLOCKS else {}
+    pdl = launch_options(flat.device) if rows_p in DEPENDENT_ROW_BLOCKS else {}
     kernel[grid](
-        flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=padded_rows(rows), GROUPS=len(weights),
+        flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=rows_p, GROUPS=len(weights),
         BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
         BIAS2=len(biases) > 2 and biases[2] is not None, **pdl, **blocks,
     )
