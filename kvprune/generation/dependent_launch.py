@@ -8,9 +8,8 @@ wait returns once the kernel before has completed and its writes are visible, so
 launch, bit for bit.
 
 kvprune's Triton kernels (``gemv``, ``decode_attention``, ``column_write``) take ``PDL`` as a compile-time flag and
-are launched with ``launch_pdl`` where ``dependent_launch`` says so (``launch_options``; the linear kernels only in
-the row blocks where that measured faster, ``gemv.DEPENDENT_ROW_BLOCKS``); the compiled step asks Inductor for the
-same in its own kernels (``inductor_patches``).
+are launched with ``launch_pdl`` where ``dependent_launch`` says so (``launch_options``); the compiled step asks
+Inductor for the same in its own kernels (``inductor_patches``).
 """
 
 from __future__ import annotations

@@ -36,11 +36,6 @@ from .triton_support import tl, triton
 #: rows (batch x tokens) up to which the kernels beat cuBLAS; beyond, cuBLAS is used (measured on the 7B decode
 #: step's linear layers, 28 layers and the head in one CUDA graph, at 1-128 rows: the module's docstring)
 MAX_ROWS = 64
-#: the row blocks whose launches are dependent (``dependent_launch``) where the device takes them. At 16 and 32 rows
-#: the tile kernel streams the 7B step's weights in 6.03 and 5.95 ms as a dependent launch, 5.05 and 5.24 as a usual
-#: one; at 64 rows in 5.42 against 5.50; at one row 4.93 against 4.83, but the whole step gained 0.2 ms with it (H100,
-#: 2026-12-06)
-DEPENDENT_ROW_BLOCKS = (1, 64)
 #: the smallest row tile of ``tl.dot`` (tensor-core fragments): fewer rows are padded to it
 TILE_ROWS = 16
 #: (BLOCK_N, BLOCK_K, warps, stages) the autotuner tries: the matrix-vector kernel's, then the tile kernel's
@@ -172,15 +167,16 @@ def launch(kernel, flat: torch.Tensor, weights: list[torch.Tensor], biases: list
     """``kernel`` (``_grouped_kernel``, autotuned or given its ``BLOCK_N`` and ``BLOCK_K`` in ``blocks``) on the
     ``(rows, K)`` input ``flat``: one ``(rows, N_i)`` output per weight."""
     rows, k = flat.shape
-    rows_p = padded_rows(rows)
     outputs = [torch.empty(rows, w.shape[0], dtype=flat.dtype, device=flat.device) for w in weights]
     slots = [(w, b, y, w.shape[0]) for w, b, y in zip(weights, biases, outputs)]
     slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
     arguments = [value if value is not None else slot[0] for slot in slots for value in slot]
     grid = lambda meta: (sum(triton.cdiv(w.shape[0], meta["BLOCK_N"]) for w in weights),)  # noqa: E731
-    pdl = launch_options(flat.device) if rows_p in DEPENDENT_ROW_BLOCKS else {}
+    # dependent at every row count: at 16-32 rows the linears alone stream 1 ms slower a step as dependents, yet the
+    # whole step is 0.05-0.07 ms faster with them (H100, 2026-12-06: docs/bench/h100_2026-12-06h)
+    pdl = launch_options(flat.device)
     kernel[grid](
-        flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=rows_p, GROUPS=len(weights),
+        flat, *arguments, sum(w.shape[0] for w in weights), k, rows, ROWS_P=padded_rows(rows), GROUPS=len(weights),
         BIAS0=biases[0] is not None, BIAS1=len(biases) > 1 and biases[1] is not None,
         BIAS2=len(biases) > 2 and biases[2] is not None, **pdl, **blocks,
     )
