@@ -17,18 +17,21 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def test_each_case_gets_one_steps_operators_and_a_table(tmp_path, monkeypatch):
     script = load_script("profile_decode_step", monkeypatch)
     monkeypatch.setattr(dependent_launch, "ENABLED", dependent_launch.ENABLED)  # the script sets it for its process
-    results = script.main(["--tiny", "--cases", "fastv:2,none:1", "--seconds", "2", "--short", "2", "--long", "5",
-                           "--out", str(tmp_path)])
+    results = script.main(["--tiny", "--methods", "fastv,none", "--batch-sizes", "2", "--seconds", "2", "--short", "2",
+                           "--long", "5", "--out", str(tmp_path)])
     layers = PRESETS.get("tiny-omni").config().get_text_config().num_hidden_layers
-    assert [(r["press"], r["rows"]) for r in results] == [("fastv", 2), ("none", 1)]
+    assert [(r["method"], r["rows"]) for r in results] == [("fastv", 2), ("none", 2)]
     for result in results:  # q, k, v, o, gate, up and down per layer, then the head: once per step, not per call
         assert result["kernels"]["aten::linear"]["calls"] == 7 * layers + 1
         assert result["step_ms"] > 0
-        assert "aten::linear" in (tmp_path / f"profile_{result['press']}_{result['rows']}.md").read_text()
-    assert json.loads((tmp_path / "profile.json").read_text())["cases"][1]["press"] == "none"
+        assert "aten::linear" in (tmp_path / f"profile_{result['method']}_{result['rows']}.md").read_text()
+    assert json.loads((tmp_path / "profile.json").read_text())["cases"][1]["method"] == "none"
 
 
-@pytest.mark.parametrize("argv, problem", [(["--cases", "fastv"], "press:rows"), (["--short", "9", "--long", "9"], "--long")])
+@pytest.mark.parametrize("argv, problem", [(["--methods", "fastvv"], "unknown press 'fastvv'"),
+                                           (["--batch-sizes", "0"], "positive whole numbers"),
+                                           (["--batch-sizes", "a"], "positive whole numbers"),
+                                           (["--short", "9", "--long", "9"], "--long")])
 def test_bad_arguments_say_what_to_write(tmp_path, monkeypatch, argv, problem):
     script = load_script("profile_decode_step", monkeypatch)
     with pytest.raises(SystemExit, match=problem):
