@@ -26,32 +26,33 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from kvprune import parse_method
 from kvprune.generation import dependent_launch
 from kvprune.generation.generator import Generator
 from kvprune.harness.bench.presets import PRESETS
+from kvprune.harness.setup.options import name_list
 from kvprune.models import resolve_family
-from kvprune.specs import MethodSpecError
+from kvprune.specs import MethodSpecError, parse_methods
 
 
 def parse_cases(methods: str, batch_sizes: str, ratio: float) -> list[tuple[str, object, int]]:
-    """(label, press or None, rows) for every method at every batch size; a method's own ratio wins over ``ratio``."""
+    """(label, press or None, rows) for every method at every batch size, in the order given; the methods are
+    ``kvprune bench``'s (parsed by ``parse_methods``, so a press's own parameters may hold commas), ``none`` the
+    unpruned model; a method's own ratio wins over ``ratio``."""
     try:
-        sizes = [int(size) for size in batch_sizes.split(",")]
+        sizes = [int(size) for size in name_list(batch_sizes)]
     except ValueError:
-        sizes = [0]
-    if min(sizes) < 1:
+        sizes = []
+    if not sizes or min(sizes) < 1:
         raise SystemExit(f"--batch-sizes {batch_sizes!r}: write positive whole numbers, comma-separated, e.g. 16,64")
     presses = []
-    for text in methods.split(","):
-        if text == "none":
+    for i, between in enumerate(re.split(r"(?:^|,)\s*none\s*(?=,|$)", methods)):  # the text around each "none"
+        if i:
             presses.append(("none", None))
-            continue
         try:
-            method = parse_method(text)
+            parsed = parse_methods(between) if between.strip(", ") else []
         except MethodSpecError as error:
             raise SystemExit(f"--methods: {error}") from None
-        presses.append((method.label, method.build((method.own_ratios or (ratio,))[0])))
+        presses += [(method.label, method.build((method.own_ratios or (ratio,))[0])) for method in parsed]
     return [(label, press, rows) for label, press in presses for rows in sizes]
 
 
