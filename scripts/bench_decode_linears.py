@@ -7,7 +7,8 @@ kernel), the figures behind ``gemv.MAX_ROWS``.
 
 One decode step's linear layers at a preset's text shape (``--preset``: a decoder with separate q, k and v
 projections, Qwen2 or Llama style; random weights in bf16): per layer q, k and v (with Qwen2's biases) in one
-call, o, gate and up in one call, down; then the LM head. Each layer has weights of its own, so every weight is read from memory as in the step. Per row count
+call, o, gate and up in one call (the compiled step fuses that call with the activation, ``gemv.gated_linear``: the same
+kernel with one output; here the products alone), down; then the LM head. Each layer has weights of its own, so every weight is read from memory as in the step. Per row count
 and variant, the layers run once (the kernels autotune), then are captured in one CUDA graph and replayed
 ``--repeats`` times (the bench's ``Meter``: CUDA events, the median); ``TB/s`` is the weights' bytes over that time, and the largest
 difference from float32 over one layer of each kind is given relative to its largest value. On the CPU

@@ -197,3 +197,30 @@ def test_the_compilation_timing_script_compiles_the_press_s_call_again_only_with
     unpruned, fastv = calls["unpruned"], calls["fastv 0.5"]
     assert unpruned["compilations"] > 0 and (fastv["compilations"] > 0) is recompiles
     assert unpruned["same_tokens"] and fastv["same_tokens"]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_the_step_through_the_linear_pass_runs_each_mlp_as_one_gated_call_and_decodes_the_same_tokens(monkeypatch):
+    """``fast_linear`` on the CPU (the operators take ``F.linear`` there): the real model's compiled step, every
+    layer's MLP one ``gated_linear`` call and its other projections grouped, decodes what the eager model does."""
+    from kvprune.generation import gemv
+
+    calls = {True: 0, False: 0}
+    run = gemv._run
+
+    def counting(x, weights, biases, gated, fallback):
+        calls[gated] += 1
+        return run(x, weights, biases, gated, fallback)
+
+    monkeypatch.setattr(gemv, "_run", counting)
+    family = "qwen2_5_omni"
+    m = model(family, "sdpa")
+    inputs = FAMILIES[family].inputs([[("text", 3), ("audio", 20), ("text", 2)]])
+    press = FastVPress(layer=2, ratio=0.5)
+    fast = Generator(m, compile=True, fast_linear=True, cuda_graphs=False).generate(inputs, max_new_tokens=5, press=press,
+                                                                                    **NO_STOP)
+    eager = Generator(m, compile=False).generate(inputs, max_new_tokens=5, press=press, **NO_STOP)
+    layers = m.config.get_text_config().num_hidden_layers
+    assert fast.step_compiled and torch.equal(fast.new_tokens, eager.new_tokens)
+    assert calls[True] > 0 and calls[True] % layers == 0  # a gated call per layer and step
+    assert calls[False] == calls[True] // layers * (3 * layers + 1)  # q/k/v, o and down per layer, the head

@@ -26,11 +26,17 @@ compiles_for_gpu = pytest.mark.skipif(importlib.util.find_spec("triton") is None
 GLOBAL_READ = re.compile(r"\b(ld\.global|cp\.async|cp\.async\.bulk)")
 
 
-def _grouped(pdl: bool):
+def _grouped(pdl: bool, gated: bool = False):
+    """The linear kernel over three weights with biases (``gated``: the gated MLP's two, without)."""
     pointers = dict.fromkeys(["x_ptr", "w0", "b0", "y0", "w1", "b1", "y1", "w2", "b2", "y2"], "*bf16")
-    constants = dict(ROWS_P=64, GROUPS=3, BIAS0=True, BIAS1=True, BIAS2=True, BLOCK_N=16, BLOCK_K=128, PDL=pdl)
+    constants = dict(ROWS_P=64, GROUPS=2 if gated else 3, BIAS0=not gated, BIAS1=not gated, BIAS2=not gated,
+                     BLOCK_N=16, BLOCK_K=128, PDL=pdl, GATED=gated)
     return compile_for_h100(gemv._grouped_kernel, pointers, constants, warps=4, stages=4,
                             aligned=("n0", "n1", "n2", "N_TOTAL", "K"))
+
+
+def _gated(pdl: bool):
+    return _grouped(pdl, gated=True)
 
 
 def _split(pdl: bool):
@@ -55,8 +61,8 @@ def _write(pdl: bool):
 
 
 @compiles_for_gpu
-@pytest.mark.parametrize("compile_kernel", [_grouped, _split, _combine, _write],
-                         ids=["linear", "attention", "combine", "cache write"])
+@pytest.mark.parametrize("compile_kernel", [_grouped, _gated, _split, _combine, _write],
+                         ids=["linear", "gated linear", "attention", "combine", "cache write"])
 def test_a_dependent_kernel_waits_for_the_one_before_until_it_reads_memory(compile_kernel):
     """As a dependent, each kernel's first instruction that reads global memory comes after ``griddepcontrol.wait``
     (it may start while the kernel before still writes its input); launched as usual, it has no such instruction."""

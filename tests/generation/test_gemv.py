@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -32,6 +33,62 @@ class _Projections(torch.nn.Module):
     def forward(self, x):
         h = x * 2
         return self.o(self.q(h) + torch.cat([self.k(h), self.v(h)], dim=-1))
+
+
+class _GatedMLP(torch.nn.Module):
+    """A gated MLP as transformers writes it (``act_fn(gate(x)) * up(x)``, then down), with ``extra`` another use
+    of the gate's product, which keeps it apart."""
+
+    def __init__(self, extra: bool = False):
+        super().__init__()
+        from transformers.activations import ACT2FN
+
+        self.gate, self.up, self.down = (torch.nn.Linear(8, 16, bias=False), torch.nn.Linear(8, 16, bias=False),
+                                         torch.nn.Linear(16, 8, bias=False))
+        self.act_fn, self.extra = ACT2FN["silu"], extra
+
+    def forward(self, x):
+        gate = self.gate(x)
+        out = self.down(self.act_fn(gate) * self.up(x))
+        return out + gate[..., :8] if self.extra else out
+
+
+def _compiled_calls(module, x, targets):
+    """``module`` compiled through ``GroupLinearsPass``: its output, and the kvprune calls of its graph."""
+    calls = []
+
+    def backend(graph_module, example_inputs):
+        gemv.GroupLinearsPass()(graph_module.graph)
+        graph_module.recompile()
+        calls.extend(n.target for n in graph_module.graph.nodes if n.target in targets)
+        return graph_module.forward
+
+    return torch.compile(module, backend=backend, fullgraph=True)(x), calls
+
+
+@pytest.mark.parametrize("extra", [False, True], ids=["fused", "gate used twice"])
+def test_a_gated_mlp_becomes_one_gated_call(extra):
+    """The gate, the activation, the up projection and their product become one ``gated_linear`` call; the down
+    projection stays a (grouped) linear. Where the gate's product is used again, nothing fuses."""
+    torch.manual_seed(0)
+    module, x = _GatedMLP(extra), torch.randn(2, 1, 8)
+    gated, grouped = torch.ops.kvprune.gated_linear.default, torch.ops.kvprune.grouped_linear.default
+    out, calls = _compiled_calls(module, x, (gated, grouped))
+    assert calls == ([grouped, grouped] if extra else [gated, grouped])
+    torch.testing.assert_close(out, module(x))
+
+
+def test_without_fuse_gates_the_pass_only_groups(monkeypatch):
+    monkeypatch.setattr(gemv, "FUSE_GATES", False)
+    gated = torch.ops.kvprune.gated_linear.default
+    assert _compiled_calls(_GatedMLP(), torch.randn(2, 1, 8), (gated,))[1] == []
+    assert gemv.GroupLinearsPass().uuid().endswith("gates=False")
+
+
+def test_gated_linear_equals_silu_of_gate_times_up():
+    torch.manual_seed(0)
+    x, gate, up = torch.randn(3, 1, 8), torch.randn(5, 8), torch.randn(5, 8)
+    torch.testing.assert_close(torch.ops.kvprune.gated_linear(x, gate, up), F.silu(F.linear(x, gate)) * F.linear(x, up))
 
 
 def test_linears_reading_one_input_become_one_grouped_call():
@@ -70,11 +127,13 @@ def test_every_row_count_up_to_max_rows_gets_a_block_triton_builds():
     assert not gemv._kernel_fits(torch.randn(gemv.MAX_ROWS + 1, 8), [torch.randn(4, 8)])
 
 
-def _compile_block(rows_p: int, config: tuple[int, int, int, int]):
-    """The grouped kernel at one row block and configuration, three weights with biases, compiled for an H100."""
+def _compile_block(rows_p: int, config: tuple[int, int, int, int], gated: bool = False):
+    """The grouped kernel at one row block and configuration, three weights with biases (``gated``: two without),
+    compiled for an H100."""
     block_n, block_k, warps, stages = config
     pointers = dict.fromkeys(["x_ptr", "w0", "b0", "y0", "w1", "b1", "y1", "w2", "b2", "y2"], "*bf16")
-    constants = dict(ROWS_P=rows_p, GROUPS=3, BIAS0=True, BIAS1=True, BIAS2=True, BLOCK_N=block_n, BLOCK_K=block_k)
+    constants = dict(ROWS_P=rows_p, GROUPS=2 if gated else 3, BIAS0=not gated, BIAS1=not gated, BIAS2=not gated,
+                     BLOCK_N=block_n, BLOCK_K=block_k, GATED=gated)
     return compile_for_h100(gemv._grouped_kernel, pointers, constants, warps=warps, stages=stages,
                             aligned=("n0", "n1", "n2", "N_TOTAL", "K"))
 
@@ -89,6 +148,23 @@ def test_each_row_block_has_a_configuration_that_fits_an_h100():
         configs = gemv.VECTOR_CONFIGS if rows_p == 1 else gemv.TILE_CONFIGS
         assert any(_compile_block(rows_p, c).metadata.shared <= H100_SHARED_BYTES for c in configs[::-1]), rows_p
     assert _compile_block(64, (16, 256, 4, 4)).metadata.shared > H100_SHARED_BYTES  # the GPU's failure, seen here
+
+
+@needs_triton
+@pytest.mark.parametrize("rows_p", [1, 16, 64])
+def test_the_gated_kernel_fits_an_h100(rows_p):
+    """Two weights' blocks a program: one configuration of each row block still fits an H100's shared memory."""
+    configs = gemv.VECTOR_CONFIGS if rows_p == 1 else gemv.TILE_CONFIGS
+    assert any(_compile_block(rows_p, c, gated=True).metadata.shared <= H100_SHARED_BYTES for c in configs[::-1])
+
+
+@needs_triton
+def test_the_activation_kernel_builds_for_an_h100_with_wide_loads():
+    """``silu_mul_``'s kernel (the gated MLP beyond ``MAX_ROWS`` rows) compiles for sm_90 and reads its two inputs
+    with 16-byte vector loads: one pass over the products at the card's copy rate."""
+    ptx = compile_for_h100(gemv._silu_mul_kernel, dict(gate_ptr="*bf16", up_ptr="*bf16"), dict(BLOCK=gemv.SILU_BLOCK),
+                           warps=4, stages=1, aligned=("n",)).asm["ptx"]
+    assert len(re.findall(r"ld\.global(\.\w+)*\.v4\.b32", ptx)) >= 2
 
 
 @needs_triton
@@ -138,14 +214,24 @@ _INTERPRETED = textwrap.dedent("""
             expected = F.linear(x.float(), w.float(), None if b is None else b.float())
             error = float((y.float() - expected).abs().max() / expected.abs().max())
             assert error < 2e-3, (rows, tuple(w.shape), error)
+        gate, up = weights[0], torch.randn(40, K, dtype=torch.float16)
+        (y,) = gemv.launch(gemv._grouped_kernel, x, [gate, up], [None, None], gated=True, BLOCK_N=block_n, BLOCK_K=64)
+        g, u = (F.linear(x.float(), w.float()).half().float() for w in (gate, up))  # the products as linears leave them
+        expected = F.silu(g) * u
+        error = float((y.float() - expected).abs().max() / expected.abs().max())
+        assert y.shape == (rows, 40) and error < 2e-3, (rows, "gated", error)
+    gate, up = torch.randn(3, 700, dtype=torch.bfloat16), torch.randn(3, 700, dtype=torch.bfloat16)  # 2,100: 3 blocks
+    expected = (F.silu(gate.float()) * up.float()).bfloat16()  # rounded once
+    out = gemv.silu_mul_(gate, up)
+    assert out is gate and torch.allclose(out.float(), expected.float(), rtol=8e-3, atol=1e-6), "silu_mul_"
     print("ok")
 """)
 
 
 @needs_triton
 def test_the_triton_kernels_equal_linear_in_the_interpreter():
-    """Both kernels, grouped over three weights (with and without bias), against float32 ``F.linear``, with
-    outputs, inputs and rows that end inside a block. ``TRITON_INTERPRET`` is read when a kernel is defined,
+    """Both kernels, grouped over three weights (with and without bias) and gated, against float32 ``F.linear``,
+    with outputs, inputs and rows that end inside a block; the activation's own kernel against torch's. ``TRITON_INTERPRET`` is read when a kernel is defined,
     so they run in a process of their own."""
     result = subprocess.run([sys.executable, "-c", _INTERPRETED], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "TRITON_INTERPRET": "1"})
