@@ -57,9 +57,8 @@ class Generator:
 
     * ``compile``: compile the decode step with ``torch.compile`` ("auto": on CUDA).
     * ``cuda_graphs``: capture each decode state's step as a CUDA graph ("auto": on CUDA).
-    * ``fast_linear``: run the compiled step's linear layers through ``gemv.grouped_linear`` (Triton kernels for up
-      to ``gemv.MAX_ROWS`` rows, projections of one input in one launch) and its gated MLPs through
-      ``gemv.gated_linear`` (both products and the activation in one launch); "auto": when compiling on CUDA.
+    * ``fast_linear``: the compiled step's linear layers on ``gemv``'s Triton kernels up to ``gemv.MAX_ROWS`` rows
+      (projections of one input, or a gated MLP with its activation, in one launch); "auto": when compiling on CUDA.
     * ``fused_attention``: the decode step's attention as fused Triton kernels on CUDA (``decode_attention``); False:
       two matrix products and a softmax, as on the CPU.
     * ``per_octave``: length buckets per power of two (more: less padding, more shapes).
