@@ -20,40 +20,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import re
-from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from kvprune.generation import dependent_launch
 from kvprune.generation.generator import Generator
-from kvprune.harness.bench.presets import PRESETS
-from kvprune.harness.setup.options import name_list
-from kvprune.models import resolve_family
-from kvprune.specs import MethodSpecError, parse_methods
-
-
-def parse_cases(methods: str, batch_sizes: str, ratio: float) -> list[tuple[str, object, int]]:
-    """(label, press or None, rows) for every method at every batch size, in the order given; the methods are
-    ``kvprune bench``'s (parsed by ``parse_methods``, so a press's own parameters may hold commas), ``none`` the
-    unpruned model; a method's own ratio wins over ``ratio``."""
-    try:
-        sizes = [int(size) for size in name_list(batch_sizes)]
-    except ValueError:
-        sizes = []
-    if not sizes or min(sizes) < 1:
-        raise SystemExit(f"--batch-sizes {batch_sizes!r}: write positive whole numbers, comma-separated, e.g. 16,64")
-    presses = []
-    for i, between in enumerate(re.split(r"(?:^|,)\s*none\s*(?=,|$)", methods)):  # the text around each "none"
-        if i:
-            presses.append(("none", None))
-        try:
-            parsed = parse_methods(between) if between.strip(", ") else []
-        except MethodSpecError as error:
-            raise SystemExit(f"--methods: {error}") from None
-        presses += [(method.label, method.build((method.own_ratios or (ratio,))[0])) for method in parsed]
-    return [(label, press, rows) for label, press in presses for rows in sizes]
+from kvprune.harness.bench.step_cases import StepModel, add_case_arguments, file_label, parse_cases, step_ms
 
 
 def kernel_times(generate, tokens: int, cuda: bool) -> tuple[collections.Counter, collections.Counter, object]:
@@ -71,12 +44,11 @@ def kernel_times(generate, tokens: int, cuda: bool) -> tuple[collections.Counter
     return times, calls, out
 
 
-def profile_case(generator, prompt, label, press, rows, args, suppress, cuda) -> dict:
+def profile_case(generator, setup: StepModel, label, press, rows, args, cuda) -> dict:
     """One case's per-step kernels: warm calls at both lengths (compilation, capture), then one profiled call each."""
-    kwargs = dict(press=press, eos_token_id=[], suppress_tokens=suppress, pad_token_id=0)
 
     def generate(tokens):
-        return generator.generate([prompt.inputs] * rows, max_new_tokens=tokens, **kwargs)
+        return setup.generate(generator, press, rows, tokens)
 
     generator.forget_states()
     for tokens in (args.short, args.long):
@@ -87,8 +59,7 @@ def profile_case(generator, prompt, label, press, rows, args, suppress, cuda) ->
     kernels = {name: dict(us=(long[name] - short[name]) / steps, calls=(long_calls[name] - short_calls[name]) / steps)
                for name in long}
     kernels = dict(sorted(((k, v) for k, v in kernels.items() if v["us"] > 0.5), key=lambda kv: -kv[1]["us"]))
-    return dict(method=label, rows=rows, step_ms=1000 * out.timing.decode_s / (out.new_tokens.shape[1] - 1),
-                compiled=out.step_compiled, kernels=kernels)
+    return dict(method=label, rows=rows, step_ms=step_ms(out), compiled=out.step_compiled, kernels=kernels)
 
 
 def table(case: dict, top: int) -> str:
@@ -104,38 +75,28 @@ def table(case: dict, top: int) -> str:
 
 def main(argv=None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--methods", default="none,fastv", help="kvprune bench's methods, comma-separated (none: unpruned)")
-    parser.add_argument("--batch-sizes", default="64", help="rows decoded together, comma-separated")
-    parser.add_argument("--preset", default="qwen2.5-omni-7b", help="a bench preset's name")
-    parser.add_argument("--seconds", type=float, default=300, help="audio seconds in the prompt")
-    parser.add_argument("--ratio", type=float, default=0.9, help="the ratio of methods that set none")
+    add_case_arguments(parser, methods="none,fastv", batch_sizes="64")
     parser.add_argument("--short", type=int, default=9, help="new tokens of the shorter call")
     parser.add_argument("--long", type=int, default=41, help="new tokens of the longer call")
     parser.add_argument("--dependent-launch", choices=("on", "off"), default="off",
                         help="keep Hopper's dependent launches in the profile (their spans then overlap)")
     parser.add_argument("--top", type=int, default=30, help="kernels per table")
-    parser.add_argument("--tiny", action="store_true", help="the tiny-omni preset on the CPU in float32")
     args = parser.parse_args(argv)
     if args.long <= args.short:
         raise SystemExit(f"--long ({args.long}) must exceed --short ({args.short}): the steps between them are profiled")
     cases = parse_cases(args.methods, args.batch_sizes, args.ratio)
     cuda = not args.tiny
-    device = torch.device("cuda" if cuda else "cpu")
     dependent_launch.ENABLED = args.dependent_launch == "on"
-    preset = PRESETS.get("tiny-omni" if args.tiny else args.preset)
-    model = preset.build(device, torch.bfloat16 if cuda else torch.float32, "sdpa")
-    prompt = preset.prompt(model, args.seconds, decode_tokens=1)
-    suppress = [resolve_family(model).audio_token_id(model)]
-    generator = Generator(model, state_room=1)
+    setup = StepModel.build(args.preset, args.seconds, args.tiny)
+    generator = Generator(setup.model, state_room=1)
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for label, press, rows in cases:
-        results.append(profile_case(generator, prompt, label, press, rows, args, suppress, cuda))
+        results.append(profile_case(generator, setup, label, press, rows, args, cuda))
         text = table(results[-1], args.top)
         print(text, flush=True)
-        (args.out / f"profile_{re.sub(r'[^A-Za-z0-9_.=+-]', '_', label)}_{rows}.md").write_text(text)
-    (args.out / "profile.json").write_text(json.dumps(dict(preset=preset.name, seconds=args.seconds, cases=results,
+        (args.out / f"profile_{file_label(label)}_{rows}.md").write_text(text)
+    (args.out / "profile.json").write_text(json.dumps(dict(preset=setup.preset.name, seconds=args.seconds, cases=results,
                                                            dependent_launch=args.dependent_launch), indent=1))
     return results
 

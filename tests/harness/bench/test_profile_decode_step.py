@@ -9,6 +9,7 @@ import pytest
 
 from kvprune.generation import dependent_launch
 from kvprune.harness.bench.presets import PRESETS
+from kvprune.harness.bench.step_cases import parse_cases
 from tests.support.paths import load_script
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -28,9 +29,8 @@ def test_each_case_gets_one_steps_operators_and_a_table(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "profile.json").read_text())["cases"][1]["method"] == "none"
 
 
-def test_methods_are_the_bench_s_with_commas_inside_a_press_and_none_where_it_stands(monkeypatch):
-    script = load_script("profile_decode_step", monkeypatch)
-    cases = script.parse_cases("snapkv:window=32,kernel=7, none ,frame+knorm", "2,1", 0.5)
+def test_methods_are_the_bench_s_with_commas_inside_a_press_and_none_where_it_stands():
+    cases = parse_cases("snapkv:window=32,kernel=7, none ,frame+knorm", "2,1", 0.5)
     assert [(label, rows) for label, _, rows in cases] == [("snapkv:window=32,kernel=7", 2), ("snapkv:window=32,kernel=7", 1),
                                                            ("none", 2), ("none", 1), ("frame+knorm", 2), ("frame+knorm", 1)]
     assert cases[2][1] is None and cases[0][1].window == 32 and cases[0][1].ratio == 0.5
