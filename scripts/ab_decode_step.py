@@ -92,10 +92,9 @@ def run_variant(setup: StepModel, cases, args, first_tokens: dict) -> list[dict]
         outs = [setup.generate(generator, press, rows, args.steps + 1) for _ in range(args.repeats)]
         tokens = outs[-1].new_tokens.cpu()
         same = bool(torch.equal(first_tokens.setdefault((label, rows), tokens), tokens))
-        fallbacks = {k: v for runner in generator._runners.values() for k, v in runner.fallbacks.items()}
         rows_out.append(dict(method=label, rows=rows, step_ms=[step_ms(out) for out in outs],
                              median_ms=statistics.median(step_ms(out) for out in outs), warm_s=round(warm_s, 1),
-                             compiled=outs[-1].step_compiled, fallbacks=fallbacks, tokens_equal_first=same))
+                             compiled=outs[-1].step_compiled, fallbacks=generator.fallbacks, tokens_equal_first=same))
     return rows_out
 
 
