@@ -117,6 +117,12 @@ if triton is not None:
                      mask=(rows < ROWS)[:, None] & in_n[None, :])
 
     @triton.jit
+    def _silu_product(gate, up):
+        """``silu(gate) * up`` in float32, rounded once where it is stored (as Inductor fuses the two)."""
+        gate = gate.to(tl.float32)
+        return gate * tl.sigmoid(gate) * up.to(tl.float32)
+
+    @triton.jit
     def _block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, ROWS, ROWS_P: tl.constexpr, HAS_BIAS: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
         accumulator = _sums(x_ptr, w_ptr, block, N, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K)
@@ -140,8 +146,7 @@ if triton is not None:
         if GATED:
             gate = _sums(x_ptr, w0, pid, n0, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K).to(y0.dtype.element_ty)
             up = _sums(x_ptr, w1, pid, n0, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K).to(y0.dtype.element_ty)
-            gate, up = gate.to(tl.float32), up.to(tl.float32)
-            _store(y0, b0, gate * tl.sigmoid(gate) * up, pid, n0, ROWS, ROWS_P, False, BLOCK_N)
+            _store(y0, b0, _silu_product(gate, up), pid, n0, ROWS, ROWS_P, False, BLOCK_N)
         elif pid < blocks0:
             _block(x_ptr, w0, b0, y0, pid, n0, K, ROWS, ROWS_P, BIAS0, BLOCK_N, BLOCK_K)
         elif GROUPS > 1 and pid < blocks0 + blocks1:
@@ -149,15 +154,14 @@ if triton is not None:
         elif GROUPS > 2:
             _block(x_ptr, w2, b2, y2, pid - blocks0 - blocks1, n2, K, ROWS, ROWS_P, BIAS2, BLOCK_N, BLOCK_K)
 
-
     @triton.jit
     def _silu_mul_kernel(gate_ptr, up_ptr, n, BLOCK: tl.constexpr):
         """``silu(gate) * up`` into ``gate``, ``BLOCK`` elements a program."""
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         inside = offs < n
-        gate = tl.load(gate_ptr + offs, mask=inside).to(tl.float32)
-        up = tl.load(up_ptr + offs, mask=inside).to(tl.float32)
-        tl.store(gate_ptr + offs, (gate * tl.sigmoid(gate) * up).to(gate_ptr.dtype.element_ty), mask=inside)
+        gate = tl.load(gate_ptr + offs, mask=inside)
+        up = tl.load(up_ptr + offs, mask=inside)
+        tl.store(gate_ptr + offs, _silu_product(gate, up).to(gate_ptr.dtype.element_ty), mask=inside)
 
 
 _TUNED: dict[int, object] = {}  # padded rows -> the grouped kernel autotuned over that row block's configurations
@@ -245,10 +249,11 @@ def launch(kernel, flat: torch.Tensor, weights: list[torch.Tensor], biases: list
     ``(rows, K)`` input ``flat``: one ``(rows, N_i)`` output per weight; ``gated``: one, ``silu(gate) * up`` of the
     two weights'."""
     rows, k = flat.shape
-    outputs = [torch.empty(rows, w.shape[0], dtype=flat.dtype, device=flat.device) for w in weights[: 1 if gated else 3]]
-    targets = outputs * len(weights) if gated else outputs
-    slots = [(w, y if b is None else b, y, w.shape[0])
-             for w, b, y in zip(weights, biases, targets)]  # a missing bias's pointer is its output's (never read)
+    widths = [w.shape[0] for w in (weights[:1] if gated else weights)]
+    outputs = [torch.empty(rows, n, dtype=flat.dtype, device=flat.device) for n in widths]
+    targets = outputs * len(weights) if gated else outputs  # gated: both weights' slots name the one output
+    # a missing bias's pointer is its output's (never read)
+    slots = [(w, y if b is None else b, y, w.shape[0]) for w, b, y in zip(weights, biases, targets)]
     slots += [slots[0]] * (3 - len(slots))  # unused slots repeat the first (never reached)
     arguments = [value for slot in slots for value in slot]
     n_total = sum(y.shape[1] for y in outputs)
