@@ -14,7 +14,7 @@ import torch
 
 from kvprune.generation import decode_attention as fused
 from kvprune.generation import column_write, dependent_launch, gemv, graphs
-from tests.support.triton_kernels import compile_for_h100
+from tests.support.triton_kernels import compile_for_h100, compile_linear_for_h100
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="needs Triton (the dev extra installs it; CPU builds of torch come without)")
@@ -26,17 +26,12 @@ compiles_for_gpu = pytest.mark.skipif(importlib.util.find_spec("triton") is None
 GLOBAL_READ = re.compile(r"\b(ld\.global|cp\.async|cp\.async\.bulk)")
 
 
-def _grouped(pdl: bool, gated: bool = False):
-    """The linear kernel over three weights with biases (``gated``: the gated MLP's two, without)."""
-    pointers = dict.fromkeys(["x_ptr", "w0", "b0", "y0", "w1", "b1", "y1", "w2", "b2", "y2"], "*bf16")
-    constants = dict(ROWS_P=64, GROUPS=2 if gated else 3, BIAS0=not gated, BIAS1=not gated, BIAS2=not gated,
-                     BLOCK_N=16, BLOCK_K=128, PDL=pdl, GATED=gated)
-    return compile_for_h100(gemv._grouped_kernel, pointers, constants, warps=4, stages=4,
-                            aligned=("n0", "n1", "n2", "N_TOTAL", "K"))
+def _grouped(pdl: bool):
+    return compile_linear_for_h100(64, (16, 128, 4, 4), pdl=pdl)
 
 
 def _gated(pdl: bool):
-    return _grouped(pdl, gated=True)
+    return compile_linear_for_h100(64, (16, 128, 4, 4), gated=True, pdl=pdl)
 
 
 def _split(pdl: bool):

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from kvprune.generation import gemv
-from tests.support.triton_kernels import H100_SHARED_BYTES, compile_for_h100
+from tests.support.triton_kernels import H100_SHARED_BYTES, compile_for_h100, compile_linear_for_h100
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
                                   reason="needs Triton (the dev extra installs it; CPU builds of torch come without)")
@@ -127,17 +127,6 @@ def test_every_row_count_up_to_max_rows_gets_a_block_triton_builds():
     assert not gemv._kernel_fits(torch.randn(gemv.MAX_ROWS + 1, 8), [torch.randn(4, 8)])
 
 
-def _compile_block(rows_p: int, config: tuple[int, int, int, int], gated: bool = False):
-    """The grouped kernel at one row block and configuration, three weights with biases (``gated``: two without),
-    compiled for an H100."""
-    block_n, block_k, warps, stages = config
-    pointers = dict.fromkeys(["x_ptr", "w0", "b0", "y0", "w1", "b1", "y1", "w2", "b2", "y2"], "*bf16")
-    constants = dict(ROWS_P=rows_p, GROUPS=2 if gated else 3, BIAS0=not gated, BIAS1=not gated, BIAS2=not gated,
-                     BLOCK_N=block_n, BLOCK_K=block_k, GATED=gated)
-    return compile_for_h100(gemv._grouped_kernel, pointers, constants, warps=warps, stages=stages,
-                            aligned=("n0", "n1", "n2", "N_TOTAL", "K"))
-
-
 @needs_triton
 def test_each_row_block_has_a_configuration_that_fits_an_h100():
     """Triton's shared memory for one configuration differs between versions (327,680 bytes on the H100's for BLOCK_N
@@ -146,8 +135,8 @@ def test_each_row_block_has_a_configuration_that_fits_an_h100():
     operator failed on the GPU."""
     for rows_p in sorted({gemv.padded_rows(rows) for rows in range(1, gemv.MAX_ROWS + 1)}):
         configs = gemv.VECTOR_CONFIGS if rows_p == 1 else gemv.TILE_CONFIGS
-        assert any(_compile_block(rows_p, c).metadata.shared <= H100_SHARED_BYTES for c in configs[::-1]), rows_p
-    assert _compile_block(64, (16, 256, 4, 4)).metadata.shared > H100_SHARED_BYTES  # the GPU's failure, seen here
+        assert any(compile_linear_for_h100(rows_p, c).metadata.shared <= H100_SHARED_BYTES for c in configs[::-1]), rows_p
+    assert compile_linear_for_h100(64, (16, 256, 4, 4)).metadata.shared > H100_SHARED_BYTES  # the GPU's failure, seen here
 
 
 @needs_triton
@@ -155,7 +144,7 @@ def test_each_row_block_has_a_configuration_that_fits_an_h100():
 def test_the_gated_kernel_fits_an_h100(rows_p):
     """Two weights' blocks a program: one configuration of each row block still fits an H100's shared memory."""
     configs = gemv.VECTOR_CONFIGS if rows_p == 1 else gemv.TILE_CONFIGS
-    assert any(_compile_block(rows_p, c, gated=True).metadata.shared <= H100_SHARED_BYTES for c in configs[::-1])
+    assert any(compile_linear_for_h100(rows_p, c, gated=True).metadata.shared <= H100_SHARED_BYTES for c in configs[::-1])
 
 
 @needs_triton
