@@ -56,7 +56,7 @@ def parse_variants(text: str) -> list[tuple[str, dict[tuple[str, str], object]]]
                 values[(module, attribute)] = ast.literal_eval(value.strip())
             except (ValueError, SyntaxError):
                 raise SystemExit(f"--variants: {value.strip()!r} (for {target.strip()}) is no Python literal: write e.g. "
-                                 "1, False, 'text' or (1, 2)") from None
+                                 "1, 0.5, False or 'text' (a value holds no comma)") from None
         variants.append((name.strip(), values))
     names = [name for name, _ in variants]
     if not names or len(set(names)) < len(names) or "" in names:
