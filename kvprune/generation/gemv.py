@@ -24,7 +24,7 @@ Two operators and the compiler passes that call them:
   ``torch.compile``'s ``pre_grad_custom_pass``) that replace each gated MLP by one ``gated_linear`` call and the
   linear calls reading the same input by one ``grouped_linear`` call.
 
-Nothing in the model changes; the pass applies only to the step kvprune compiles.
+Nothing in the model changes; the passes apply only to the step kvprune compiles (``step_passes.StepPasses``).
 """
 
 from __future__ import annotations
@@ -331,15 +331,3 @@ def _replace(graph: torch.fx.Graph, linears: list[torch.fx.Node]) -> None:
         node.replace_all_uses_with(output)
         graph.erase_node(node)
 
-
-class GroupLinearsPass:
-    """``fuse_gates`` (where ``FUSE_GATES``) then ``group_linears`` as an Inductor custom pass (it names itself, so
-    compiled graphs can be cached)."""
-
-    def __call__(self, graph: torch.fx.Graph) -> None:
-        if FUSE_GATES:
-            fuse_gates(graph)
-        group_linears(graph)
-
-    def uuid(self) -> str:
-        return f"kvprune.group_linears.v2.gates={FUSE_GATES}"

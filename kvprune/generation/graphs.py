@@ -47,7 +47,7 @@ class StepRunner:
     compile: bool
     cuda_graphs: bool
     compile_mode: str | None = None
-    group_linears: bool = False  # compile with ``gemv.GroupLinearsPass`` (decode GEMV kernels)
+    group_linears: bool = False  # compile with ``gemv``'s passes (decode GEMV kernels; ``step_passes.StepPasses``)
     captures: int = 0  # CUDA graphs captured so far
     fallbacks: dict[str, int] = field(default_factory=dict)  # why a state or the step fell back, by reason: how often
     _compiled: Callable | None = None
@@ -68,11 +68,9 @@ class StepRunner:
             return self.step(state)
         import torch._inductor.config as inductor_config
 
-        from .gemv import GroupLinearsPass
+        from .step_passes import StepPasses
 
-        patches = inductor_patches(state.tokens.device)
-        if self.group_linears:
-            patches["pre_grad_custom_pass"] = GroupLinearsPass()
+        patches = inductor_patches(state.tokens.device) | {"pre_grad_custom_pass": StepPasses(self.group_linears)}
         state.mark_lengths_dynamic()
         try:
             with recompile_room(), inductor_config.patch(**patches), _distinct_lengths(), compiler_failures_unlogged():

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from kvprune.generation import gemv
+from kvprune.generation.step_passes import StepPasses
 from tests.support.triton_kernels import H100_SHARED_BYTES, compile_for_h100, compile_linear_for_h100
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -54,11 +55,12 @@ class _GatedMLP(torch.nn.Module):
 
 
 def _compiled_calls(module, x, targets):
-    """``module`` compiled through ``GroupLinearsPass``: its output, and the kvprune calls of its graph."""
+    """``module`` compiled through the step's passes with ``fast_linear``: its output, and the kvprune calls of its
+    graph."""
     calls = []
 
     def backend(graph_module, example_inputs):
-        gemv.GroupLinearsPass()(graph_module.graph)
+        StepPasses(fast_linear=True)(graph_module.graph)
         graph_module.recompile()
         calls.extend(n.target for n in graph_module.graph.nodes if n.target in targets)
         return graph_module.forward
@@ -82,7 +84,7 @@ def test_without_fuse_gates_the_pass_only_groups(monkeypatch):
     monkeypatch.setattr(gemv, "FUSE_GATES", False)
     gated = torch.ops.kvprune.gated_linear.default
     assert _compiled_calls(_GatedMLP(), torch.randn(2, 1, 8), (gated,))[1] == []
-    assert gemv.GroupLinearsPass().uuid().endswith("gates=False")
+    assert StepPasses(fast_linear=True).uuid().endswith("gates=False")
 
 
 def test_gated_linear_equals_silu_of_gate_times_up():
