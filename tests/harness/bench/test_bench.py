@@ -638,7 +638,15 @@ def test_the_largest_batch_is_predicted_from_the_peaks_then_run():
     tried.clear()  # each refinement halves the gap again: twice
     assert batching.largest_fitting(100, lambda b: tried.append(b) or b <= 95) == 95 and tried == [100, 90, 95, 97]
     tried.clear()
-    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 40) == 32 and tried == [32]  # no size above
+    # a prediction that runs: 10% more rows until one does not, then halfway as above
+    assert batching.largest_fitting(32, lambda b: tried.append(b) or b <= 40) == 40 and tried == [32, 35, 38, 41, 39, 40]
+    tried.clear()  # TRIES sizes that all run: the last of them
+    assert batching.largest_fitting(32, lambda b: tried.append(b) or True) == 41 and tried == [32, 35, 38, 41]
+    tried.clear()  # never beyond LIMIT
+    limit = batching.LIMIT
+    assert batching.largest_fitting(limit - 100, lambda b: tried.append(b) or True) == limit and tried == [limit - 100, limit]
+    tried.clear()
+    assert batching.largest_fitting(2 * limit, lambda b: tried.append(b) or b < limit) == 3993 and tried == [limit, 3686, 3891, 3993]
     assert batching.largest_fitting(32, lambda b: False) == 0 and batching.predicted_batch(float("nan"), 0, 1) == 0
     assert batching.row_bytes({}, {}) == (pytest.approx(float("nan"), nan_ok=True), 0.0)
 
