@@ -18,10 +18,9 @@ import pytest
 import torch
 
 from kvprune import AdaKVPress, ComposedPress, FastVPress, FramePress, Generator, KNormPress, PyramidKVPress
-from tests.support.helpers import GREEDY, model
+from tests.support.helpers import NO_STOP, model
 from tests.support.tiny_models import FAMILIES
 
-NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 INT32_MAX = torch.iinfo(torch.int32).max
 # the dimensions a decode state marks dynamic (bucket lengths), and the pad token (a 0-d tensor Dynamo reads as a number)
 BUCKET_LENGTH = re.compile(

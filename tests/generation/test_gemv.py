@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from kvprune.generation import gemv
 from kvprune.generation.step_passes import StepPasses
+from tests.support.helpers import compiled_through
 from tests.support.triton_kernels import H100_SHARED_BYTES, compile_for_h100, compile_linear_for_h100
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -57,15 +58,8 @@ class _GatedMLP(torch.nn.Module):
 def _compiled_calls(module, x, targets):
     """``module`` compiled through the step's passes with ``fast_linear``: its output, and the kvprune calls of its
     graph."""
-    calls = []
-
-    def backend(graph_module, example_inputs):
-        StepPasses(fast_linear=True)(graph_module.graph)
-        graph_module.recompile()
-        calls.extend(n.target for n in graph_module.graph.nodes if n.target in targets)
-        return graph_module.forward
-
-    return torch.compile(module, backend=backend, fullgraph=True)(x), calls
+    out, nodes = compiled_through(StepPasses(fast_linear=True), module, x)
+    return out, [n.target for n in nodes if n.target in targets]
 
 
 @pytest.mark.parametrize("extra", [False, True], ids=["fused", "gate used twice"])
@@ -96,15 +90,8 @@ def test_gated_linear_equals_silu_of_gate_times_up():
 def test_linears_reading_one_input_become_one_grouped_call():
     torch.manual_seed(0)
     module, x = _Projections(), torch.randn(1, 1, 8)
-    calls = []
-
-    def backend(graph_module, example_inputs):
-        gemv.group_linears(graph_module.graph)
-        graph_module.recompile()
-        calls.extend(n.args[1] for n in graph_module.graph.nodes if n.target == torch.ops.kvprune.grouped_linear.default)
-        return graph_module.forward
-
-    out = torch.compile(module, backend=backend, fullgraph=True)(x)
+    out, nodes = compiled_through(gemv.group_linears, module, x)
+    calls = [n.args[1] for n in nodes if n.target == torch.ops.kvprune.grouped_linear.default]
     assert [len(weights) for weights in calls] == [3, 1]  # q, k, v share one call; o has its own
     torch.testing.assert_close(out, module(x))
 

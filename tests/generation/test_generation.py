@@ -21,13 +21,11 @@ from kvprune.generation.decode_attention import fused_kernels_run
 from kvprune.generation.kept_states import FUSED_ROOM, ROOM
 from kvprune.generation.step import Sampling, Stopping, choose
 from kvprune.harness.demo import DEMO_MODEL_DIR
-from tests.support.helpers import GREEDY, model
+from tests.support.helpers import GREEDY, NO_STOP, model
 from tests.support.tiny_models import FAMILIES
 
 ROWS = [[("text", 3), ("audio", 12), ("text", 4)], [("text", 6), ("audio", 8), ("text", 2)]]
 NEW = 8
-# the engine's spelling of GREEDY: never a placeholder, never end of sequence (so every step is compared)
-NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 PRESSES = {
     "none": None,
     "fastv": FastVPress(layer=2, ratio=0.5),

@@ -10,11 +10,10 @@ import torch
 from kvprune import ComposedPress, DARTPress, FastVPress, FramePress, Generator, KNormPress, RandomPress
 from kvprune.generation.layer_reuse import LayerReuse, share_layers_below, shared_layers
 from kvprune.generation.prefill import run_prefill
-from tests.support.helpers import GREEDY, model
+from tests.support.helpers import NO_STOP, model
 from tests.support.tiny_models import FAMILIES
 
 ROWS = [[("text", 3), ("audio", 12), ("text", 4)], [("text", 6), ("audio", 8), ("text", 2)]]
-NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 K = 2
 # every token press, as a sweep runs them: each at several ratios, all at the same K
 PRESSES = [press(layer=K, ratio=ratio) for press in (FastVPress, RandomPress, FramePress, DARTPress) for ratio in (0.3, 0.7)]

@@ -13,11 +13,10 @@ from kvprune import FastVPress, Generator, SnapKVPress
 from kvprune.generation.prefill import COMPILED_LAYERS, prefill_layers_way
 from kvprune.generation.prefill_layers import CompiledLayers
 from kvprune.models import resolve_family
-from tests.support.helpers import GREEDY, model
+from tests.support.helpers import NO_STOP, model
 from tests.support.tiny_models import FAMILIES
 
 ROWS = [[("text", 3), ("audio", 12), ("text", 4)], [("text", 6), ("audio", 8), ("text", 2)]]
-NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 K = 2
 
 

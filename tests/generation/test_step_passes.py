@@ -12,7 +12,7 @@ import torch
 from kvprune import FastVPress, Generator
 from kvprune.generation import step_passes
 from kvprune.generation.step_passes import StepPasses
-from tests.support.helpers import GREEDY, model
+from tests.support.helpers import NO_STOP, compiled_through, model
 from tests.support.tiny_models import FAMILIES
 
 REALIZED = torch.ops.kvprune.realized.default
@@ -31,25 +31,13 @@ class _RotaryLayers(torch.nn.Module):
         return x
 
 
-def _compiled(passes, module, *inputs):
-    """``module`` compiled through ``passes``: its output and the targets of its graph's calls."""
-    targets = []
-
-    def backend(graph_module, example_inputs):
-        passes(graph_module.graph)
-        graph_module.recompile()
-        targets.extend(node.target for node in graph_module.graph.nodes)
-        return graph_module.forward
-
-    return torch.compile(module, backend=backend, fullgraph=True)(*inputs), targets
-
-
 @pytest.mark.parametrize("realize", [True, False])
 def test_each_rotary_table_is_stored_once_before_its_users(monkeypatch, realize):
     monkeypatch.setattr(step_passes, "REALIZE_ROTARY", realize)
     torch.manual_seed(0)
     module, x, positions = _RotaryLayers(), torch.randn(2, 1, 8), torch.tensor([[7], [3]])
-    out, targets = _compiled(StepPasses(fast_linear=False), module, x, positions)
+    out, nodes = compiled_through(StepPasses(fast_linear=False), module, x, positions)
+    targets = [node.target for node in nodes]
     assert targets.count(REALIZED) == (2 if realize else 0)
     assert torch.equal(out, module(x, positions))
     assert StepPasses(fast_linear=False).uuid().startswith(f"kvprune.step_passes.v1.rotary={realize}.linear=False")
@@ -64,10 +52,9 @@ def test_the_compiled_step_stores_the_tables_once_and_decodes_the_same_tokens():
     family = "qwen2_5_omni"
     m = model(family, "sdpa")
     inputs = FAMILIES[family].inputs([[("text", 3), ("audio", 20), ("text", 2)]])
-    no_stop = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
     press = FastVPress(layer=2, ratio=0.5)
     compiled = Generator(m, compile=True, cuda_graphs=False)
-    fast, codes = run_and_get_code(lambda: compiled.generate(inputs, max_new_tokens=4, press=press, **no_stop))
-    eager = Generator(m, compile=False).generate(inputs, max_new_tokens=4, press=press, **no_stop)
+    fast, codes = run_and_get_code(lambda: compiled.generate(inputs, max_new_tokens=4, press=press, **NO_STOP))
+    eager = Generator(m, compile=False).generate(inputs, max_new_tokens=4, press=press, **NO_STOP)
     assert fast.step_compiled and torch.equal(fast.new_tokens, eager.new_tokens)
     assert codes and all(len(re.findall(r"torch\.ops\.kvprune\.realized\.default\(", code)) == 2 for code in codes)

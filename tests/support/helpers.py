@@ -18,6 +18,8 @@ from tests.support.tiny_models import AUDIO, FAMILIES, PAD
 # end of sequence: a row generated alone would stop there while its batch goes on padding it, and every
 # comparison of decoding would cover fewer steps.
 GREEDY = dict(do_sample=False, pad_token_id=PAD, suppress_tokens=[*tiny.SPECIAL_IDS, tiny.TEXT["eos_token_id"]])
+# the engine's spelling of GREEDY: never a placeholder, never end of sequence (so every step is compared)
+NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 ATTENTION = ["sdpa", "eager"]
 K = 2
 
@@ -132,3 +134,17 @@ def audio_clips(input_ids_row: torch.Tensor) -> list[list[int]]:
     if current:
         clips.append(current)
     return clips
+
+
+def compiled_through(passes, module: nn.Module, *inputs) -> tuple[torch.Tensor, list[torch.fx.Node]]:
+    """``module`` compiled (whole graph) with ``passes`` run over its FX graph before it executes as written: its
+    output on ``inputs``, and the graph's nodes after the passes."""
+    nodes = []
+
+    def backend(graph_module, example_inputs):
+        passes(graph_module.graph)
+        graph_module.recompile()
+        nodes.extend(graph_module.graph.nodes)
+        return graph_module.forward
+
+    return torch.compile(module, backend=backend, fullgraph=True)(*inputs), nodes

@@ -16,12 +16,11 @@ from kvprune.harness.sweep import samples as samples_module
 from kvprune.harness.sweep.source import Checkpoints
 from kvprune.harness.sweep.store import TIMING_PASS
 from tests.support import task_fixtures
-from tests.support.helpers import GREEDY, model
+from tests.support.helpers import NO_STOP, model
 from tests.support.tiny_checkpoints import qwen2_audio_checkpoint
 from tests.support.tiny_models import FAMILIES
 from tests.support.results import line_key, result_lines
 
-NO_STOP = dict(pad_token_id=GREEDY["pad_token_id"], suppress_tokens=GREEDY["suppress_tokens"], eos_token_id=[])
 COMPARED = ["task", "method", "ratio", "sample_id", "output", "parsed", "kept_tokens", "error"]
 
 
