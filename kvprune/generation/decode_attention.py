@@ -110,10 +110,12 @@ def splits_of(tiles: int, aim: int, floor: int) -> int:
     return max(1, min(aim, tiles // floor))
 
 
-def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: int = BLOCK) -> tuple[int, int]:
+def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: int | None = None) -> tuple[int, int]:
     """(splits, slots per split) for a cache of ``length`` slots: at most ``split_aim`` splits, each as few
     whole tiles as that aim allows; so no split is empty, and a long cache splits more than a short one.
-    The kernel splits each row's own slots by the same rule where it is given the rows' ends."""
+    The kernel splits each row's own slots by the same rule where it is given the rows' ends. ``block``: ``BLOCK``
+    unless told (read at the call, as every launch default here, so that setting the module's value changes them)."""
+    block = block or BLOCK
     tiles = -(-length // block)
     splits = splits_of(tiles, split_aim(batch, kv_heads, processors), split_floor(batch, kv_heads, processors))
     chunk = -(-tiles // splits) * block
@@ -129,10 +131,10 @@ def pipeline_stages(tile_bytes: int) -> int:
     return DEEP_STAGES if tile_bytes <= DEEP_TILE_BYTES else STAGES
 
 
-def default_stages(query: torch.Tensor, block: int = BLOCK) -> int:
+def default_stages(query: torch.Tensor, block: int | None = None) -> int:
     """The stages ``flash_decode`` launches with for ``query`` unless told: ``pipeline_stages`` of its key tiles
-    (``block`` slots of the head dim as the kernel pads it, in the query's dtype)."""
-    return pipeline_stages(block * _padded_dim(query.shape[-1]) * query.element_size())
+    (``block`` slots, ``BLOCK`` unless told, of the head dim as the kernel pads it, in the query's dtype)."""
+    return pipeline_stages((block or BLOCK) * _padded_dim(query.shape[-1]) * query.element_size())
 
 
 def _padded_dim(dim: int) -> int:
@@ -264,11 +266,13 @@ def kernel_fits(query, key, value, mask, last_slots=None) -> bool:
 
 
 def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tensor | None = None, *,
-                 chunk: int | None = None, block: int = BLOCK, warps: int = WARPS, stages: int | None = None) -> torch.Tensor:
+                 chunk: int | None = None, block: int | None = None, warps: int | None = None,
+                 stages: int | None = None) -> torch.Tensor:
     """``matmul_attention`` by the Triton kernels (tensors that ``kernel_fits``), reading no slot of a row
     after ``last_slots[row]`` if given (no slot after it may be visible), each row split by its own length
     unless ``chunk`` is given. ``chunk`` (slots per split for every row, a multiple of ``block``),
-    ``block``, ``warps`` and ``stages`` override the launch defaults."""
+    ``block``, ``warps`` and ``stages`` override the launch defaults (the module's values, read at the call)."""
+    block, warps = block or BLOCK, warps or WARPS
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     processors = _processors(query.device)

@@ -132,6 +132,18 @@ def test_three_stages_where_the_tiles_are_small_enough():
     assert fused.pipeline_stages(2 * bf16_tile) == 2
 
 
+def test_launch_defaults_are_the_module_values_at_the_call(monkeypatch):
+    """``scripts/ab_decode_step.py`` times variants by setting module attributes: a default bound when the module
+    was imported would time the old value under the new name."""
+    query = torch.empty(2, 28, 1, 128, dtype=torch.bfloat16)
+    before = fused.split_sizes(64, 4, 900, H100_PROCESSORS), fused.default_stages(query)
+    monkeypatch.setattr(fused, "BLOCK", 2 * fused.BLOCK)
+    assert fused.split_sizes(64, 4, 900, H100_PROCESSORS) == fused.split_sizes(64, 4, 900, H100_PROCESSORS, fused.BLOCK)
+    wide = fused.BLOCK
+    assert before[0] == (1, 960) and fused.split_sizes(64, 4, 900, H100_PROCESSORS) == (1, -(-900 // wide) * wide)  # 1024
+    assert fused.default_stages(query) == fused.STAGES < before[1]  # the wider tile no longer fits three stages
+
+
 def test_fake_implementation_gives_the_output_shape():
     with FakeTensorMode():
         query = torch.empty(2, 28, 1, 128, dtype=torch.bfloat16)
