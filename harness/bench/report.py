@@ -274,7 +274,9 @@ def _largest_batch_table(rows: pd.DataFrame) -> str:
         "bytes bound ms": _column("max_batch_bytes_bound_ms", "{:.2f}"),
         "step / larger bound": _column("max_batch_vs_bound", "{:.2f}x"), "tries": _column("max_batch_tries", str),
     }
-    table = ("Largest batch that fits (predicted from the peaks above, then run; its throughput from a second, warm run). "
+    table = ("Largest batch that fits (predicted from the peaks above, then searched from the prediction, down while "
+             "nothing runs, up while each size runs, then halved between; each size in `tries`; its throughput from a "
+             "second, warm run). "
              "Its decode step beside its two bounds: the step's matrix products at the matrix rate and its bytes "
              "(weights, every row's keys and values) at the copy bandwidth, both measured in this run; a step "
              "whose two kinds of work run one after the other takes their sum:\n\n")
