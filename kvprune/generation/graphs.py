@@ -47,7 +47,7 @@ class StepRunner:
     compile: bool
     cuda_graphs: bool
     compile_mode: str | None = None
-    group_linears: bool = False  # compile with ``gemv``'s passes (decode GEMV kernels; ``step_passes.StepPasses``)
+    fast_linear: bool = False  # the Generator's: compile with ``gemv``'s passes too (``step_passes.StepPasses``)
     captures: int = 0  # CUDA graphs captured so far
     fallbacks: dict[str, int] = field(default_factory=dict)  # why a state or the step fell back, by reason: how often
     _compiled: Callable | None = None
@@ -70,7 +70,7 @@ class StepRunner:
 
         from .step_passes import StepPasses
 
-        patches = inductor_patches(state.tokens.device) | {"pre_grad_custom_pass": StepPasses(self.group_linears)}
+        patches = inductor_patches(state.tokens.device) | {"pre_grad_custom_pass": StepPasses(self.fast_linear)}
         state.mark_lengths_dynamic()
         try:
             with recompile_room(), inductor_config.patch(**patches), _distinct_lengths(), compiler_failures_unlogged():
