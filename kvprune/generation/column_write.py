@@ -1,4 +1,6 @@
-"""The decode step's cache write: each row's new key and value at its own column of the layer's cache, in place.
+"""The decode step's cache write: each row's new key and value at its own column of the layer's cache, in place,
+where the attention's kernel does not store them itself (``decode_attention.write_and_attend``: the fused kernels
+on CUDA); so on the matmul path, under eager attention, and off CUDA.
 
 ``write_column`` is an operator that declares what it mutates, so that a compiled step writes into the cache
 where it lies: written as a ``scatter_`` in the step, the compiler made a new copy of every layer's whole cache

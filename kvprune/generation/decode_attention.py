@@ -34,6 +34,7 @@ import functools
 
 import torch
 
+from .column_write import write_column
 from .dependent_launch import launch_options
 from .triton_support import tl, triton
 
@@ -51,6 +52,7 @@ TAIL_MIN_TILES = 16  # beyond one wave, the fewest tiles a split keeps (``split_
 H100_PROCESSORS = 132
 LOG2_E = 1.4426950408889634
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what the kernels take (``kernel_fits``)
+WRITE_IN_KERNEL = True  # a decode step's new keys and values stored by the attention's kernel, not one of their own
 
 
 def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
@@ -164,18 +166,21 @@ if triton is not None:
     # and float32 outputs then round otherwise in a buffer of another length (seen on an H100: 1 ulp)
     @triton.jit(do_not_specialize=["length", "stride_mb", "stride_mh"])
     def _split_kernel(
-        q_ptr, k_ptr, v_ptr, mask_ptr, last_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, length, chunk, splits, aim, min_tiles,
-        qk_scale,
+        q_ptr, k_ptr, v_ptr, mask_ptr, last_ptr, out_ptr, acc_ptr, max_ptr, sum_ptr, new_k_ptr, new_v_ptr, length, chunk,
+        splits, aim, min_tiles, qk_scale,
         stride_qb, stride_qh, stride_qd, stride_kb, stride_kh, stride_kc, stride_kd,
-        stride_vb, stride_vh, stride_vc, stride_vd, stride_mb, stride_mh, stride_mc,
+        stride_vb, stride_vh, stride_vc, stride_vd, stride_mb, stride_mh, stride_mc, stride_nkb, stride_nkh, stride_nkd,
+        stride_nvb, stride_nvh, stride_nvd,
         HEADS: tl.constexpr, GROUPS: tl.constexpr, DIM: tl.constexpr, SINGLE: tl.constexpr, PRECISION: tl.constexpr,
         UPCAST: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-        ROW_ENDS: tl.constexpr, ROW_SPLITS: tl.constexpr, PDL: tl.constexpr = False,
+        ROW_ENDS: tl.constexpr, ROW_SPLITS: tl.constexpr, WRITE: tl.constexpr = False, PDL: tl.constexpr = False,
     ):
         """Slots ``split*chunk ..`` of one row and key-value head for its query heads (none after the row's
         last slot where ``ROW_ENDS``; ``chunk`` from the row's own slots, ``aim`` and ``min_tiles`` where ``ROW_SPLITS``, as
         ``split_sizes`` would for a cache of that length): the final output if there is one split
-        (``SINGLE``), else the split's running maximum, sum and weighted values."""
+        (``SINGLE``), else the split's running maximum, sum and weighted values. ``WRITE`` (with ``ROW_ENDS``): the
+        program whose slots hold the row's last slot first stores the row's new key and value there, as
+        ``column_write`` would, then reads its slots as written (one kernel a layer fewer)."""
         kv_heads: tl.constexpr = HEADS // GROUPS
         b = (tl.program_id(0) // kv_heads).to(tl.int64)
         kv = (tl.program_id(0) % kv_heads).to(tl.int64)
@@ -204,6 +209,14 @@ if triton is not None:
         end = tl.minimum(start + chunk, length)
         if ROW_ENDS:
             end = tl.minimum(end, row_end)
+        if WRITE:  # a column outside this program's slots, or outside the cache, writes nothing
+            column = row_end - 1
+            here = tl.where((column >= start) & (column < end), 1, 0)
+            new_k = tl.load(new_k_ptr + b * stride_nkb + kv * stride_nkh + d * stride_nkd, mask=in_d)
+            tl.store(k_ptr + b * stride_kb + kv * stride_kh + column * stride_kc + d * stride_kd, new_k, mask=d < DIM * here)
+            new_v = tl.load(new_v_ptr + b * stride_nvb + kv * stride_nvh + d * stride_nvd, mask=in_d)
+            tl.store(v_ptr + b * stride_vb + kv * stride_vh + column * stride_vc + d * stride_vd, new_v, mask=d < DIM * here)
+            tl.debug_barrier()  # every thread of the program reads the slot as stored
         for n0 in range(start, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
             in_n = n < end
@@ -252,11 +265,14 @@ if triton is not None:
         tl.store(out_ptr + vector * DIM + d, out.to(out_ptr.dtype.element_ty), mask=in_d)
 
 
-def kernel_fits(query, key, value, mask, last_slots=None) -> bool:
+def kernel_fits(query, key, value, mask, last_slots=None, new_entries=None) -> bool:
     """Whether ``flash_decode`` takes these tensors (else ``decode_attention`` computes ``matmul_attention``)."""
     batch, heads, tokens, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     if last_slots is not None and (last_slots.shape != (batch,) or last_slots.dtype != torch.long):
+        return False
+    if new_entries is not None and (last_slots is None or any(
+            t.shape != (batch, kv_heads, 1, dim) or t.dtype != key.dtype or t.device != key.device for t in new_entries)):
         return False
     return (
         triton is not None and query.is_cuda and tokens == 1 and query.dtype in KERNEL_DTYPES
@@ -267,12 +283,17 @@ def kernel_fits(query, key, value, mask, last_slots=None) -> bool:
 
 
 def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tensor | None = None, *,
-                 chunk: int | None = None, block: int | None = None, warps: int | None = None,
-                 stages: int | None = None) -> torch.Tensor:
+                 new_entries: tuple[torch.Tensor, torch.Tensor] | None = None, chunk: int | None = None,
+                 block: int | None = None, warps: int | None = None, stages: int | None = None) -> torch.Tensor:
     """``matmul_attention`` by the Triton kernels (tensors that ``kernel_fits``), reading no slot of a row
     after ``last_slots[row]`` if given (no slot after it may be visible), each row split by its own length
-    unless ``chunk`` is given. ``chunk`` (slots per split for every row, a multiple of ``block``),
-    ``block``, ``warps`` and ``stages`` override the launch defaults (the module's values, read at the call)."""
+    unless ``chunk`` is given. ``new_entries`` (each row's new key and value, (B, kv_heads, 1, D), with
+    ``last_slots``): written at the row's last slot first, in place, as ``column_write.write_column`` would.
+    ``chunk`` (slots per split for every row, a multiple of ``block``), ``block``, ``warps`` and ``stages``
+    override the launch defaults (the module's values, read at the call)."""
+    if new_entries is not None and last_slots is None:
+        raise ValueError("flash_decode: new_entries are written at each row's last slot; give last_slots.")
+    new_key, new_value = (query, query) if new_entries is None else new_entries  # not read without new entries
     block, warps = block or BLOCK, warps or WARPS
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
@@ -298,15 +319,17 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     stages = stages or default_stages(query, block)
     pdl = launch_options(query.device)
     _split_kernel[(batch * kv_heads, splits)](
-        query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, length, chunk,
-        splits, aim, floor, scaling * LOG2_E,
+        query, key, value, mask, mask if last_slots is None else last_slots, out, acc, maxima, sums, new_key, new_value,
+        length, chunk, splits, aim, floor, scaling * LOG2_E,
         query.stride(0), query.stride(1), query.stride(3), *key.stride(), *value.stride(),
         mask.stride(0), mask.stride(1) if mask.shape[1] > 1 else 0, mask.stride(3),
+        new_key.stride(0), new_key.stride(1), new_key.stride(3), new_value.stride(0), new_value.stride(1), new_value.stride(3),
         HEADS=heads, GROUPS=heads // kv_heads, DIM=dim, SINGLE=not combined,
         PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
         UPCAST=not query.is_cuda,  # Triton's interpreter (CPU) multiplies bfloat16 as integers
         BLOCK_G=max(16, triton.next_power_of_2(heads // kv_heads)), BLOCK_D=block_d, BLOCK_N=block,
-        ROW_ENDS=last_slots is not None, ROW_SPLITS=row_splits, num_warps=warps, num_stages=stages, **pdl,
+        ROW_ENDS=last_slots is not None, ROW_SPLITS=row_splits, WRITE=new_entries is not None, num_warps=warps,
+        num_stages=stages, **pdl,
     )
     if combined:
         _combine_kernel[(batch * heads,)](acc, maxima, sums, out, splits, DIM=dim,
@@ -331,6 +354,24 @@ def _(query, key, value, mask, scaling, last_slots=None):
     return query.new_empty(batch, 1, heads, dim)
 
 
+@torch.library.custom_op("kvprune::write_and_attend", mutates_args=("key", "value"))
+def write_and_attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                     last_slots: torch.Tensor, new_entries: list[torch.Tensor], *, scaling: float) -> torch.Tensor:
+    """Each row's new key and value (``new_entries``) written at its slot ``last_slots[row]``, then
+    ``fused_decode_attention``: in the attention's one kernel where ``kernel_fits`` (the cache write's launch saved:
+    28 a step at the 7B shape)."""
+    if kernel_fits(query, key, value, mask, last_slots, new_entries):
+        return flash_decode(query, key, value, mask, scaling, last_slots, new_entries=tuple(new_entries))
+    write_column(key, value, last_slots, *new_entries)
+    return matmul_attention(query, key, value, mask, scaling)
+
+
+@write_and_attend.register_fake
+def _(query, key, value, mask, last_slots, new_entries, *, scaling):
+    batch, heads, _, dim = query.shape
+    return query.new_empty(batch, 1, heads, dim)
+
+
 def fused_kernels_run(device: torch.device, fused: bool = True, dtype: torch.dtype | None = None) -> bool:
     """Whether ``decode_attention`` on ``device`` runs the fused kernels (for queries, keys and values of ``dtype``
     if given: the kernels take ``KERNEL_DTYPES``), which split each row by its own length: a row's numbers then do
@@ -339,12 +380,19 @@ def fused_kernels_run(device: torch.device, fused: bool = True, dtype: torch.dty
 
 
 def decode_attention(query, key, value, mask, scaling: float | None = None, *, fused: bool = True,
-                     last_slots: torch.Tensor | None = None) -> torch.Tensor:
+                     last_slots: torch.Tensor | None = None,
+                     new_entries: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """Attention of one new token per row over a static cache (see ``matmul_attention``; ``scaling``
     defaults to head_dim ** -0.5): the fused kernels on CUDA with Triton (which read each row's slots up
     to ``last_slots`` only, where given: the mask makes none after it visible), else ``matmul_attention``
-    itself, which a compiled step on the CPU fuses with its neighbours."""
+    itself, which a compiled step on the CPU fuses with its neighbours. ``new_entries`` (each row's new key and
+    value, with ``last_slots``): written at the row's last slot first (by the attention's kernel where
+    ``WRITE_IN_KERNEL`` and the kernels run, else by ``column_write.write_column``)."""
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if new_entries is not None:
+        if WRITE_IN_KERNEL and fused_kernels_run(query.device, fused):
+            return write_and_attend(query, key, value, mask, last_slots, list(new_entries), scaling=scaling)
+        write_column(key, value, last_slots, *new_entries)
     if fused_kernels_run(query.device, fused):
         return fused_decode_attention(query, key, value, mask, scaling, last_slots)
     return matmul_attention(query, key, value, mask, scaling)

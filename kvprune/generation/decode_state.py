@@ -21,7 +21,6 @@ import torch
 from transformers.cache_utils import Cache, StaticLayer
 
 from ..press import TOKEN_LAYER
-from .column_write import write_column
 from .prefill import Prefill
 
 
@@ -48,12 +47,20 @@ class DecodeLayer(StaticLayer):
         self.batch_size, self.num_heads = keys.shape[:2]
         self.k_head_dim, self.v_head_dim = keys.shape[-1], values.shape[-1]
         self.is_initialized = True
+        self.new_entries = None
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """The buffers, with the new entries held for the attention to write (``take_new_entries``): its kernel
+        stores them where it runs, one launch a layer fewer than a write of their own."""
         if key_states.shape[-2] != 1:
             raise RuntimeError("kvprune's decode cache takes one new token per row and call.")
-        write_column(self.keys, self.values, self.columns, key_states, value_states)
+        self.new_entries = (key_states, value_states)
         return self.keys, self.values
+
+    def take_new_entries(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The new key and value ``update`` held (None once taken): the taker writes them at ``columns``."""
+        entries, self.new_entries = self.new_entries, None
+        return entries
 
     def get_seq_length(self) -> int:
         return 1  # decoding continues a prompt: never an empty cache

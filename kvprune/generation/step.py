@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 from ..engine.slots import to_device
-from .attention import FUSED_KWARG, LAST_SLOTS_KWARG, MASKS_KWARG
+from .attention import CACHE_LAYERS_KWARG, FUSED_KWARG, LAST_SLOTS_KWARG, MASKS_KWARG
 from .decode_state import DecodeState
 
 
@@ -94,8 +94,14 @@ def decode_step(module: nn.Module, state: DecodeState, sampling: Sampling, stopp
     masks = state.layer_masks
     output = module(
         input_ids=state.tokens, position_ids=state.positions, attention_mask=masks[0], use_cache=True,
-        **{cache_name: state.cache, MASKS_KWARG: masks, LAST_SLOTS_KWARG: state.layer_columns, FUSED_KWARG: fused_attention},
+        **{cache_name: state.cache, MASKS_KWARG: masks, LAST_SLOTS_KWARG: state.layer_columns, FUSED_KWARG: fused_attention,
+           CACHE_LAYERS_KWARG: state.cache.layers},
     )
+    unwritten = [i for i, layer in enumerate(state.cache.layers) if layer.new_entries is not None]
+    if unwritten:  # a check while tracing or running Python, not on the device
+        raise RuntimeError(f"decoder layers {unwritten} did not pass their new keys and values to kvprune's decode "
+                           "attention (their attention module drops its keyword arguments): this model cannot decode on "
+                           "kvprune's engine; decode it with generate's own loop.")
     token = choose(output.logits[:, -1, :].float(), sampling, stopping)
     token, done = finish(token, state.done, stopping)
     state.done.copy_(done)

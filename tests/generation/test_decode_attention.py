@@ -236,21 +236,23 @@ def test_the_gpu_check_takes_the_batches_it_is_given():
 
 @pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
                     reason="compiles the kernels with Triton's GPU compiler: needs Triton, and not TRITON_INTERPRET=1")
-@pytest.mark.parametrize("dtype,single,stages", [("bf16", False, 2), ("bf16", True, 2), ("bf16", False, 3), ("bf16", True, 3),
-                                                 ("fp32", False, 2)])
-def test_kernels_compile_for_an_h100(dtype, single, stages):
+@pytest.mark.parametrize("dtype,single,stages,write", [("bf16", False, 2, False), ("bf16", True, 2, True),
+                                                       ("bf16", False, 3, True), ("bf16", True, 3, False),
+                                                       ("fp32", False, 2, True)])
+def test_kernels_compile_for_an_h100(dtype, single, stages, write):
     """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128), at every
-    number of stages ``pipeline_stages`` gives that dtype and at two (what a launch may ask): they compile, within an
-    H100's shared memory per block (227 KiB), their loads pipelined."""
+    number of stages ``pipeline_stages`` gives that dtype and at two (what a launch may ask), writing the step's new
+    entries or not: they compile, within an H100's shared memory per block (227 KiB), their loads pipelined."""
     tile_bytes = fused.BLOCK * 128 * (4 if dtype == "fp32" else 2)
     assert stages == fused.pipeline_stages(tile_bytes) or stages == fused.STAGES  # its own, and the one that always fits
     partial = f"*{dtype}" if single else "*fp32"
     pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", last_ptr="*i64",
-                    out_ptr=f"*{dtype}", acc_ptr=partial, max_ptr=partial, sum_ptr=partial)
+                    out_ptr=f"*{dtype}", acc_ptr=partial, max_ptr=partial, sum_ptr=partial, new_k_ptr=f"*{dtype}",
+                    new_v_ptr=f"*{dtype}")
     unit_strides = dict.fromkeys(["stride_qd", "stride_kd", "stride_vd", "stride_mc"], 1)  # Triton specialises 1s
     constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=single, PRECISION="ieee" if dtype == "fp32" else "tf32",
                      UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, ROW_ENDS=True, ROW_SPLITS=True,
-                     **unit_strides)
+                     WRITE=write, **unit_strides)
     strides = [n for n in fused._split_kernel.arg_names if n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
     split = compile_for_h100(fused._split_kernel, pointers, constants, warps=fused.WARPS, stages=stages,
                              aligned=strides, floats=("qk_scale",))
@@ -369,3 +371,70 @@ def test_beyond_one_wave_a_row_splits_by_its_own_length_and_only_into_long_split
         chunk = -(-tiles // splits) * block
         alone = fused.flash_decode(query, key, value, mask, dim**-0.5, last, chunk=chunk, block=block)
         assert torch.equal(output[row], alone[row])
+
+
+def _written(key, value, columns, new):
+    """Copies of ``key`` and ``value`` with row b's new entries at slot ``columns[b]`` (none past the cache)."""
+    key, value = key.clone(), value.clone()
+    for row, column in enumerate(columns.tolist()):
+        if column < key.shape[2]:
+            key[row, :, column], value[row, :, column] = new[0][row, :, 0], new[1][row, :, 0]
+    return key, value
+
+
+WRITES = {  # each row's column (its last slot); the slots a split takes (None: each row's own splits)
+    "own-splits": ([3, 40, 299, 130], None),
+    "fixed-splits": ([3, 64, 200, 127], 64),  # columns at a split's first and last slot
+    "outside-the-cache": ([3, 300, 17, 299], 128),  # a column past the buffer: nothing written, as column_write
+}
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("columns,chunk", WRITES.values(), ids=WRITES.keys())
+def test_writing_the_new_entries_in_the_attention_kernel_equals_writing_them_first(columns, chunk, dtype):
+    """The kernel that stores each row's new key and value at its column, then attends, gives what the cache write
+    and then the attention give: the same cache bits and the same output bits."""
+    batch, heads, kv_heads, length, dim = 4, 14, 2, 300, 64
+    query, key, value, mask = inputs(batch, heads, kv_heads, length, dim, False, dtype)
+    last = torch.tensor(columns, device=DEVICE)
+    mask = mask & (torch.arange(length, device=DEVICE) <= last.view(-1, 1, 1, 1))
+    mask[..., 0] = True
+    mask.scatter_(-1, last.clamp(max=length - 1).view(-1, 1, 1, 1), True)  # the new column is visible
+    generator = torch.Generator().manual_seed(1)
+    new = tuple(torch.randn(batch, kv_heads, 1, dim, generator=generator).to(DEVICE, dtype) for _ in range(2))
+    first_key, first_value = _written(key, value, last, new)
+    expected = fused.flash_decode(query, first_key, first_value, mask, dim**-0.5, last, chunk=chunk)
+    output = fused.flash_decode(query, key, value, mask, dim**-0.5, last, new_entries=new, chunk=chunk)
+    assert torch.equal(key, first_key) and torch.equal(value, first_value)
+    assert torch.equal(output, expected)
+    assert not torch.equal(key, inputs(batch, heads, kv_heads, length, dim, False, dtype)[1])  # something was written
+
+
+def test_new_entries_are_written_at_each_row_s_column_on_every_path(monkeypatch):
+    """``decode_attention`` given new entries writes them before it attends, on the matmul path (the CPU here) as in
+    the kernel: the output is the matmul attention over the cache as written."""
+    query, key, value, mask = (t.cpu() for t in inputs(2, 6, 2, 20, 16, False, torch.float32))
+    last = torch.tensor([5, 19])
+    new = tuple(torch.randn(2, 2, 1, 16) for _ in range(2))
+    written_key, written_value = _written(key, value, last, new)
+    expected = fused.matmul_attention(query, written_key, written_value, mask, 0.25)
+    output = decode_attention(query, key, value, mask, 0.25, last_slots=last, new_entries=new)
+    assert torch.equal(key, written_key) and torch.equal(value, written_value)
+    assert torch.equal(output, expected)
+    assert torch.equal(fused.write_and_attend(query, key.clone(), value.clone(), mask, last, list(new), scaling=0.25), expected)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_compiled_step_writes_the_new_entries_in_place_through_the_operator():
+    """Compiled, the operator that writes and attends (as a CUDA step calls it) still writes into the caller's cache:
+    the compiler keeps the mutation it declares."""
+    query, key, value, mask = (t.cpu() for t in inputs(2, 6, 2, 20, 16, False, torch.float32))
+    last = torch.tensor([5, 19])
+    new = [torch.randn(2, 2, 1, 16) for _ in range(2)]
+    written_key, written_value = _written(key, value, last, new)
+    expected = fused.matmul_attention(query, written_key, written_value, mask, 0.25)
+    step = torch.compile(lambda q, k, v: fused.write_and_attend(q, k, v, mask, last, new, scaling=0.25) * 2, fullgraph=True)
+    output = step(query, key, value)
+    assert torch.equal(key, written_key) and torch.equal(value, written_value)
+    assert torch.allclose(output, expected * 2)

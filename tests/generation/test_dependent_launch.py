@@ -36,9 +36,9 @@ def _gated(pdl: bool):
 
 def _split(pdl: bool):
     pointers = dict(q_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", mask_ptr="*u8", last_ptr="*i64", out_ptr="*bf16",
-                    acc_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32")
+                    acc_ptr="*fp32", max_ptr="*fp32", sum_ptr="*fp32", new_k_ptr="*bf16", new_v_ptr="*bf16")
     constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=False, PRECISION="tf32", UPCAST=False, BLOCK_G=16, BLOCK_D=128,
-                     BLOCK_N=fused.BLOCK, ROW_ENDS=True, ROW_SPLITS=True, PDL=pdl)
+                     BLOCK_N=fused.BLOCK, ROW_ENDS=True, ROW_SPLITS=True, WRITE=True, PDL=pdl)  # as the decode step runs it
     return compile_for_h100(fused._split_kernel, pointers, constants, warps=fused.WARPS, stages=fused.DEEP_STAGES,
                             floats=("qk_scale",))
 
