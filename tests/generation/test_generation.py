@@ -479,3 +479,16 @@ def _raise_from_dynamo(state):
 
     code = compile("raise RuntimeError('sources must not be empty for symbol s31')", eval_frame.__file__, "exec")
     exec(code, {})
+
+
+def test_a_model_whose_attention_drops_the_engine_s_arguments_is_stopped_with_the_fix(monkeypatch):
+    """Each layer's new key and value wait in the decode cache for kvprune's attention to write them: a step after
+    which any still waits (an attention module that did not hand kvprune's keyword arguments down) stops with the
+    layers it names and the way out, rather than decoding over a cache without its new tokens."""
+    from kvprune.generation import attention
+
+    monkeypatch.setattr(attention, "_new_entries", lambda module, kwargs: (None, None))  # nothing taken, nothing written
+    m = model("qwen2_5_omni", "sdpa")
+    inputs = FAMILIES["qwen2_5_omni"].inputs([[("text", 3), ("audio", 8), ("text", 2)]])
+    with pytest.raises(RuntimeError, match=r"decoder layers \[0, 1.*generate's own loop"):
+        Generator(m, compile=False).generate(inputs, max_new_tokens=3, **NO_STOP)
