@@ -411,9 +411,9 @@ def test_writing_the_new_entries_in_the_attention_kernel_equals_writing_them_fir
     assert not torch.equal(key, inputs(batch, heads, kv_heads, length, dim, False, dtype)[1])  # something was written
 
 
-def test_new_entries_are_written_at_each_row_s_column_on_every_path(monkeypatch):
-    """``decode_attention`` given new entries writes them before it attends, on the matmul path (the CPU here) as in
-    the kernel: the output is the matmul attention over the cache as written."""
+def test_off_the_kernels_new_entries_are_written_before_the_matmul_attention():
+    """``decode_attention`` and the write-and-attend operator, given new entries on the matmul path (CPU tensors), write
+    them at each row's column, then attend: the output is the matmul attention over the cache as written."""
     query, key, value, mask = (t.cpu() for t in inputs(2, 6, 2, 20, 16, False, torch.float32))
     last = torch.tensor([5, 19])
     new = tuple(torch.randn(2, 2, 1, 16) for _ in range(2))
