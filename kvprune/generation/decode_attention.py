@@ -213,11 +213,11 @@ if triton is not None:
             end = tl.minimum(end, row_end)
         if WRITE:  # a column outside this program's slots, or outside the cache, writes nothing
             column = row_end - 1
-            here = tl.where((column >= start) & (column < end), 1, 0)
-            new_k = tl.load(new_k_ptr + b * stride_nkb + kv * stride_nkh + d * stride_nkd, mask=in_d)
-            tl.store(k_ptr + b * stride_kb + kv * stride_kh + column * stride_kc + d * stride_kd, new_k, mask=d < DIM * here)
-            new_v = tl.load(new_v_ptr + b * stride_nvb + kv * stride_nvh + d * stride_nvd, mask=in_d)
-            tl.store(v_ptr + b * stride_vb + kv * stride_vh + column * stride_vc + d * stride_vd, new_v, mask=d < DIM * here)
+            written = d < DIM * tl.where((column >= start) & (column < end), 1, 0)  # read only by the program storing
+            new_k = tl.load(new_k_ptr + b * stride_nkb + kv * stride_nkh + d * stride_nkd, mask=written)
+            tl.store(k_ptr + b * stride_kb + kv * stride_kh + column * stride_kc + d * stride_kd, new_k, mask=written)
+            new_v = tl.load(new_v_ptr + b * stride_nvb + kv * stride_nvh + d * stride_nvd, mask=written)
+            tl.store(v_ptr + b * stride_vb + kv * stride_vh + column * stride_vc + d * stride_vd, new_v, mask=written)
             tl.debug_barrier()  # every thread of the program reads the slot as stored
         for n0 in range(start, end, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
