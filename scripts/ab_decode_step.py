@@ -9,10 +9,12 @@ alternated, compare.
 
 ``--variants``: ``;``-separated, each ``name`` (the code as it is) or ``name:module.attribute=value,...`` with
 Python literals for values, e.g. ``cublas:kvprune.generation.gemv.MAX_ROWS=1``; each variant's settings hold for
-its own rounds only. ``--methods`` and ``--batch-sizes`` are ``kvprune bench``'s (``none``: unpruned). Per round and
-variant: ``torch._dynamo.reset()``, the linear kernels' tuning forgotten, a new ``Generator``; per case a warm call,
-then ``--repeats`` timed calls of ``--steps`` decode steps. Writes ``ab.jsonl`` (a line per variant, round and case)
-and ``ab.md`` (medians, a column per variant) to ``--out``.
+its own runs only. ``--methods`` and ``--batch-sizes`` are ``kvprune bench``'s (``none``: unpruned). Each round takes
+the cases in turn and runs every variant on a case before the next case (a run cut short by ``--budget-s`` or a time
+limit still has each case it reached under every variant); per case and variant: ``torch._dynamo.reset()``, the
+linear kernels' tuning forgotten, a new ``Generator``, a warm call (the compilation), then ``--repeats`` timed calls
+of ``--steps`` decode steps. Writes ``ab.jsonl`` (a line per variant, round and case) and ``ab.md`` (medians, a column
+per variant) to ``--out``.
 """
 
 from __future__ import annotations
@@ -119,8 +121,8 @@ def main(argv=None) -> list[dict]:
     add_case_arguments(parser, methods="fastv", batch_sizes="16,64")
     parser.add_argument("--steps", type=int, default=64, help="decode steps a timed call")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per case and round")
-    parser.add_argument("--rounds", type=int, default=2, help="times each variant runs, alternated")
-    parser.add_argument("--budget-s", type=float, default=None, help="start no round after this many seconds")
+    parser.add_argument("--rounds", type=int, default=2, help="times each case runs under each variant, alternated")
+    parser.add_argument("--budget-s", type=float, default=None, help="start no case after this many seconds")
     args = parser.parse_args(argv)
     if min(args.steps, args.repeats, args.rounds) < 1:
         raise SystemExit("--steps, --repeats and --rounds must be at least 1")
@@ -130,17 +132,19 @@ def main(argv=None) -> list[dict]:
     args.out.mkdir(parents=True, exist_ok=True)
     start, results, first_tokens = time.perf_counter(), [], {}
     with open(args.out / "ab.jsonl", "w") as log:
-        for round_, (name, values) in ((r, v) for r in range(args.rounds) for v in variants):
+        for round_, case in ((r, c) for r in range(args.rounds) for c in cases):
             if args.budget_s is not None and time.perf_counter() - start > args.budget_s:
-                print(f"budget of {args.budget_s:.0f} s spent: stopping before round {round_} of {name}", flush=True)
+                print(f"budget of {args.budget_s:.0f} s spent: stopping before round {round_} of {case[0]} at "
+                      f"{case[2]} rows", flush=True)
                 break
-            with settings(values):
-                for row in run_variant(setup, cases, args, first_tokens):
-                    row = dict(variant=name, round=round_, **row)
-                    print(json.dumps(row), flush=True)
-                    log.write(json.dumps(row) + "\n")
-                    log.flush()
-                    results.append(row)
+            for name, values in variants:  # every variant of a case before the next case: a cut run still compares
+                with settings(values):
+                    for row in run_variant(setup, [case], args, first_tokens):
+                        row = dict(variant=name, round=round_, **row)
+                        print(json.dumps(row), flush=True)
+                        log.write(json.dumps(row) + "\n")
+                        log.flush()
+                        results.append(row)
     text = table(results, [name for name, _ in variants])
     print(text, flush=True)
     (args.out / "ab.md").write_text(text)

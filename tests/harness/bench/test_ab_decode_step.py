@@ -1,5 +1,6 @@
 """scripts/ab_decode_step.py on the tiny preset on the CPU (the GPU run is the same code, compiled): variants'
-settings hold for their own rounds only, rounds alternate, tokens are compared with the first variant's."""
+settings hold for their own runs only, every variant runs a case before the next case, tokens are compared with the
+first variant's."""
 
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ def test_variants_alternate_with_their_own_settings_then_the_code_is_as_it_was(t
     results = script.main(["--tiny", "--variants", "base; lean:kvprune.generation.gemv.FUSE_GATES=False,"
                            "kvprune.generation.gemv.MAX_ROWS=1", "--methods", "fastv,none", "--batch-sizes", "2",
                            "--seconds", "2", "--steps", "2", "--repeats", "1", "--rounds", "2", "--out", str(tmp_path)])
-    assert seen == [before, (False, 1), before, (False, 1)]
+    assert seen == [before, (False, 1)] * 4
     assert (gemv.FUSE_GATES, gemv.MAX_ROWS) == before
     assert [(r["round"], r["variant"], r["method"]) for r in results] == [
-        (0, "base", "fastv"), (0, "base", "none"), (0, "lean", "fastv"), (0, "lean", "none"),
-        (1, "base", "fastv"), (1, "base", "none"), (1, "lean", "fastv"), (1, "lean", "none")]
+        (0, "base", "fastv"), (0, "lean", "fastv"), (0, "base", "none"), (0, "lean", "none"),
+        (1, "base", "fastv"), (1, "lean", "fastv"), (1, "base", "none"), (1, "lean", "none")]
     assert all(r["tokens_equal_first"] and r["median_ms"] > 0 and len(r["step_ms"]) == 1 for r in results)
     logged = [json.loads(line) for line in (tmp_path / "ab.jsonl").read_text().splitlines()]
     assert logged == results
@@ -61,8 +62,8 @@ def test_bad_variants_say_what_to_write(monkeypatch, variants, problem):
         script.parse_variants(variants)
 
 
-def test_a_spent_budget_starts_no_further_round(tmp_path, monkeypatch, capsys):
+def test_a_spent_budget_starts_no_further_case(tmp_path, monkeypatch, capsys):
     script = load_script("ab_decode_step", monkeypatch)
-    monkeypatch.setattr(script, "run_variant", lambda *args: pytest.fail("a round started past the budget"))
+    monkeypatch.setattr(script, "run_variant", lambda *args: pytest.fail("a case started past the budget"))
     results = script.main(["--tiny", "--variants", "a;b", "--batch-sizes", "2", "--budget-s", "-1", "--out", str(tmp_path)])
-    assert results == [] and "stopping before round 0 of a" in capsys.readouterr().out
+    assert results == [] and "stopping before round 0 of fastv at 2 rows" in capsys.readouterr().out
