@@ -80,24 +80,21 @@ def settings(values: dict[tuple[str, str], object]):
             setattr(importlib.import_module(module), attribute, value)
 
 
-def run_variant(setup: StepModel, cases, args, first_tokens: dict) -> list[dict]:
-    """Every case under the settings in force: a fresh compilation, a warm call, ``args.repeats`` timed calls."""
+def run_variant(setup: StepModel, case, args, first_tokens: dict) -> dict:
+    """One case under the settings in force: a fresh compilation, a warm call, ``args.repeats`` timed calls."""
     torch._dynamo.reset()
     gemv._TUNED.clear()
     generator = Generator(setup.model, state_room=1)
-    rows_out = []
-    for label, press, rows in cases:
-        generator.forget_states()
-        start = time.perf_counter()
-        setup.generate(generator, press, rows, args.steps + 1)
-        warm_s = time.perf_counter() - start
-        outs = [setup.generate(generator, press, rows, args.steps + 1) for _ in range(args.repeats)]
-        tokens = outs[-1].new_tokens.cpu()
-        same = bool(torch.equal(first_tokens.setdefault((label, rows), tokens), tokens))
-        rows_out.append(dict(method=label, rows=rows, step_ms=[step_ms(out) for out in outs],
-                             median_ms=statistics.median(step_ms(out) for out in outs), warm_s=round(warm_s, 1),
-                             compiled=outs[-1].step_compiled, fallbacks=generator.fallbacks, tokens_equal_first=same))
-    return rows_out
+    label, press, rows = case
+    start = time.perf_counter()
+    setup.generate(generator, press, rows, args.steps + 1)
+    warm_s = time.perf_counter() - start
+    outs = [setup.generate(generator, press, rows, args.steps + 1) for _ in range(args.repeats)]
+    tokens = outs[-1].new_tokens.cpu()
+    same = bool(torch.equal(first_tokens.setdefault((label, rows), tokens), tokens))
+    return dict(method=label, rows=rows, step_ms=[step_ms(out) for out in outs],
+                median_ms=statistics.median(step_ms(out) for out in outs), warm_s=round(warm_s, 1),
+                compiled=outs[-1].step_compiled, fallbacks=generator.fallbacks, tokens_equal_first=same)
 
 
 def table(results: list[dict], variants: list[str]) -> str:
@@ -139,12 +136,11 @@ def main(argv=None) -> list[dict]:
                 break
             for name, values in variants:  # every variant of a case before the next case: a cut run still compares
                 with settings(values):
-                    for row in run_variant(setup, [case], args, first_tokens):
-                        row = dict(variant=name, round=round_, **row)
-                        print(json.dumps(row), flush=True)
-                        log.write(json.dumps(row) + "\n")
-                        log.flush()
-                        results.append(row)
+                    row = dict(variant=name, round=round_, **run_variant(setup, case, args, first_tokens))
+                print(json.dumps(row), flush=True)
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                results.append(row)
     text = table(results, [name for name, _ in variants])
     print(text, flush=True)
     (args.out / "ab.md").write_text(text)

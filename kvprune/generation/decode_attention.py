@@ -350,10 +350,13 @@ def fused_decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.
     return matmul_attention(query, key, value, mask, scaling)
 
 
-@fused_decode_attention.register_fake
-def _(query, key, value, mask, scaling, last_slots=None):
+def _output_like(query: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    """The attention operators' output as the compiler sees it: (B, 1, heads, D), the query's dtype and device."""
     batch, heads, _, dim = query.shape
     return query.new_empty(batch, 1, heads, dim)
+
+
+fused_decode_attention.register_fake(_output_like)
 
 
 @torch.library.custom_op("kvprune::write_and_attend", mutates_args=("key", "value"))
@@ -368,10 +371,7 @@ def write_and_attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return matmul_attention(query, key, value, mask, scaling)
 
 
-@write_and_attend.register_fake
-def _(query, key, value, mask, last_slots, new_entries, *, scaling):
-    batch, heads, _, dim = query.shape
-    return query.new_empty(batch, 1, heads, dim)
+write_and_attend.register_fake(_output_like)
 
 
 def fused_kernels_run(device: torch.device, fused: bool = True, dtype: torch.dtype | None = None) -> bool:
