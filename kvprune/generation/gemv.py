@@ -100,19 +100,20 @@ if triton is not None:
         return accumulator
 
     @triton.jit
-    def _store(y_ptr, b_ptr, accumulator, block, N, ROWS, ROWS_P: tl.constexpr, HAS_BIAS: tl.constexpr,
+    def _store(y_ptr, b_ptr, accumulator, block, N, ROWS, biased, ROWS_P: tl.constexpr, HAS_BIAS: tl.constexpr,
                BLOCK_N: tl.constexpr):
-        """``accumulator`` (``_sums``'s shape) plus the bias into outputs ``block*BLOCK_N ..``."""
+        """``accumulator`` (``_sums``'s shape) into outputs ``block*BLOCK_N ..``, plus the bias where ``HAS_BIAS``
+        and ``biased`` (a scalar: whether this program's weight has one)."""
         offs_n = block * BLOCK_N + tl.arange(0, BLOCK_N)
         in_n = offs_n < N
         if ROWS_P == 1:
             if HAS_BIAS:
-                accumulator += tl.load(b_ptr + offs_n, mask=in_n, other=0.0).to(tl.float32)
+                accumulator += tl.load(b_ptr + offs_n, mask=in_n & biased, other=0.0).to(tl.float32)
             tl.store(y_ptr + offs_n, accumulator.to(y_ptr.dtype.element_ty), mask=in_n)
         else:
             rows = tl.arange(0, ROWS_P)
             if HAS_BIAS:
-                accumulator += tl.load(b_ptr + offs_n, mask=in_n, other=0.0).to(tl.float32)[None, :]
+                accumulator += tl.load(b_ptr + offs_n, mask=in_n & biased, other=0.0).to(tl.float32)[None, :]
             tl.store(y_ptr + rows[:, None] * N + offs_n[None, :], accumulator.to(y_ptr.dtype.element_ty),
                      mask=(rows < ROWS)[:, None] & in_n[None, :])
 
@@ -121,12 +122,6 @@ if triton is not None:
         """``silu(gate) * up`` in float32, rounded once where it is stored (as Inductor fuses the two)."""
         gate = gate.to(tl.float32)
         return gate * tl.sigmoid(gate) * up.to(tl.float32)
-
-    @triton.jit
-    def _block(x_ptr, w_ptr, b_ptr, y_ptr, block, N, K, ROWS, ROWS_P: tl.constexpr, HAS_BIAS: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        accumulator = _sums(x_ptr, w_ptr, block, N, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K)
-        _store(y_ptr, b_ptr, accumulator, block, N, ROWS, ROWS_P, HAS_BIAS, BLOCK_N)
 
     @triton.jit
     def _grouped_kernel(x_ptr, w0, b0, y0, n0, w1, b1, y1, n1, w2, b2, y2, n2, N_TOTAL, K, ROWS,
@@ -146,13 +141,23 @@ if triton is not None:
         if GATED:
             gate = _sums(x_ptr, w0, pid, n0, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K).to(y0.dtype.element_ty)
             up = _sums(x_ptr, w1, pid, n0, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K).to(y0.dtype.element_ty)
-            _store(y0, b0, _silu_product(gate, up), pid, n0, ROWS, ROWS_P, False, BLOCK_N)
-        elif pid < blocks0:
-            _block(x_ptr, w0, b0, y0, pid, n0, K, ROWS, ROWS_P, BIAS0, BLOCK_N, BLOCK_K)
-        elif GROUPS > 1 and pid < blocks0 + blocks1:
-            _block(x_ptr, w1, b1, y1, pid - blocks0, n1, K, ROWS, ROWS_P, BIAS1, BLOCK_N, BLOCK_K)
-        elif GROUPS > 2:
-            _block(x_ptr, w2, b2, y2, pid - blocks0 - blocks1, n2, K, ROWS, ROWS_P, BIAS2, BLOCK_N, BLOCK_K)
+            _store(y0, b0, _silu_product(gate, up), pid, n0, ROWS, False, ROWS_P, False, BLOCK_N)
+        else:
+            # The program's weight chosen by value, then one loop for all. A branch per weight gave each branch
+            # shared memory of its own, three times one loop's: at 64 rows the q, k, v launch's tuned tiles took
+            # 147,456 bytes, one program per multiprocessor where one loop's 49,152 let four in, and it read 1.56 TB/s
+            # against the o projection's 2.2 (the 7B's linear layers 5.42 -> 5.24 ms, FastV 0.9's 64-row step 7.70 ->
+            # 7.55-7.57; H100, 2026-12-07)
+            second = (GROUPS > 1) & (pid >= blocks0)
+            third = (GROUPS > 2) & (pid >= blocks0 + blocks1)
+            w = tl.where(third, w2, tl.where(second, w1, w0))
+            b = tl.where(third, b2, tl.where(second, b1, b0))
+            y = tl.where(third, y2, tl.where(second, y1, y0))
+            n = tl.where(third, n2, tl.where(second, n1, n0))
+            block = pid - tl.where(second, blocks0, 0) - tl.where(third, blocks1, 0)
+            biased = tl.where(third, BIAS2, tl.where(second, BIAS1, BIAS0))
+            accumulator = _sums(x_ptr, w, block, n, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K)
+            _store(y, b, accumulator, block, n, ROWS, biased, ROWS_P, BIAS0 or BIAS1 or BIAS2, BLOCK_N)
 
     @triton.jit
     def _silu_mul_kernel(gate_ptr, up_ptr, n, BLOCK: tl.constexpr):

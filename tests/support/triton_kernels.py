@@ -22,14 +22,16 @@ def compile_for_h100(kernel, pointers: dict, constants: dict, *, warps: int, sta
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
 
 
-def compile_linear_for_h100(rows_p: int, config: tuple[int, int, int, int], *, gated: bool = False, pdl: bool = False):
-    """``gemv._grouped_kernel`` at one row block and ``(BLOCK_N, BLOCK_K, warps, stages)``, compiled for sm_90: three
-    weights with biases, or (``gated``) the gated MLP's two without; ``pdl``: as a dependent launch."""
+def compile_linear_for_h100(rows_p: int, config: tuple[int, int, int, int], *, gated: bool = False, pdl: bool = False,
+                            groups: int = 3):
+    """``gemv._grouped_kernel`` at one row block and ``(BLOCK_N, BLOCK_K, warps, stages)``, compiled for sm_90:
+    ``groups`` weights with biases (three: q, k and v), or (``gated``) the gated MLP's two without; ``pdl``: as a
+    dependent launch."""
     from kvprune.generation import gemv
 
     block_n, block_k, warps, stages = config
     pointers = dict.fromkeys(["x_ptr", "w0", "b0", "y0", "w1", "b1", "y1", "w2", "b2", "y2"], "*bf16")
-    constants = dict(ROWS_P=rows_p, GROUPS=2 if gated else 3, BIAS0=not gated, BIAS1=not gated, BIAS2=not gated,
+    constants = dict(ROWS_P=rows_p, GROUPS=2 if gated else groups, BIAS0=not gated, BIAS1=not gated, BIAS2=not gated,
                      BLOCK_N=block_n, BLOCK_K=block_k, PDL=pdl, GATED=gated)
     return compile_for_h100(gemv._grouped_kernel, pointers, constants, warps=warps, stages=stages,
                             aligned=("n0", "n1", "n2", "N_TOTAL", "K"))
