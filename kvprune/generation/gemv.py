@@ -124,6 +124,11 @@ if triton is not None:
         return gate * tl.sigmoid(gate) * up.to(tl.float32)
 
     @triton.jit
+    def _pick(second, third, first_value, second_value, third_value):
+        """Of a weight's three values, the one of the weight a program of ``_grouped_kernel`` takes."""
+        return tl.where(third, third_value, tl.where(second, second_value, first_value))
+
+    @triton.jit
     def _grouped_kernel(x_ptr, w0, b0, y0, n0, w1, b1, y1, n1, w2, b2, y2, n2, N_TOTAL, K, ROWS,
                         ROWS_P: tl.constexpr, GROUPS: tl.constexpr, BIAS0: tl.constexpr, BIAS1: tl.constexpr,
                         BIAS2: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False,
@@ -150,12 +155,10 @@ if triton is not None:
             # 7.55-7.57; H100, 2026-12-07)
             second = (GROUPS > 1) & (pid >= blocks0)
             third = (GROUPS > 2) & (pid >= blocks0 + blocks1)
-            w = tl.where(third, w2, tl.where(second, w1, w0))
-            b = tl.where(third, b2, tl.where(second, b1, b0))
-            y = tl.where(third, y2, tl.where(second, y1, y0))
-            n = tl.where(third, n2, tl.where(second, n1, n0))
+            w, b = _pick(second, third, w0, w1, w2), _pick(second, third, b0, b1, b2)
+            y, n = _pick(second, third, y0, y1, y2), _pick(second, third, n0, n1, n2)
+            biased = _pick(second, third, BIAS0, BIAS1, BIAS2)
             block = pid - tl.where(second, blocks0, 0) - tl.where(third, blocks1, 0)
-            biased = tl.where(third, BIAS2, tl.where(second, BIAS1, BIAS0))
             accumulator = _sums(x_ptr, w, block, n, K, ROWS, ROWS_P, BLOCK_N, BLOCK_K)
             _store(y, b, accumulator, block, n, ROWS, biased, ROWS_P, BIAS0 or BIAS1 or BIAS2, BLOCK_N)
 
