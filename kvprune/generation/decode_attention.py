@@ -38,6 +38,7 @@ import torch
 
 from .column_write import write_column
 from .dependent_launch import launch_options
+from .matmul_attention import matmul_attention
 from .triton_support import tl, triton
 
 BLOCK = 64  # cache slots per tile
@@ -55,21 +56,6 @@ H100_PROCESSORS = 132
 LOG2_E = 1.4426950408889634
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what the kernels take (``kernel_fits``)
 WRITE_IN_KERNEL = True  # a decode step's new keys and values stored by the attention's kernel, not one of their own
-
-
-def matmul_attention(query, key, value, mask, scaling: float) -> torch.Tensor:
-    """(B, heads, 1, D) queries against (B, kv_heads, C, D) keys and values with a (B, 1 | heads, 1, C)
-    boolean mask; returns (B, 1, heads, D) as the stock attention functions do. Two small matrix
-    products and a softmax in float32, with the query heads that share a key-value head stacked, so that
-    no key or value is copied per head (sdpa with a mask repeats them for grouped-query attention)."""
-    batch, heads, _, dim = query.shape
-    kv_heads, length = key.shape[1], key.shape[2]
-    groups = heads // kv_heads
-    scores = torch.matmul(query.view(batch, kv_heads, groups, dim), key.transpose(-1, -2)).float() * scaling
-    mask = mask.view(batch, kv_heads, groups, length) if mask.shape[1] == heads else mask.view(batch, 1, 1, length)
-    probs = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).to(value.dtype)
-    output = torch.matmul(probs, value)  # (B, kv_heads, groups, D)
-    return output.view(batch, heads, 1, dim).transpose(1, 2).contiguous()
 
 
 def split_aim(batch: int, kv_heads: int, processors: int) -> int:
