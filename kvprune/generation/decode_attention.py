@@ -41,7 +41,8 @@ from .dependent_launch import launch_options
 from .matmul_attention import matmul_attention
 from .triton_support import tl, triton
 
-BLOCK = 64  # cache slots per tile
+BLOCK = 64  # cache slots per tile where the (row, key-value head) programs fit one wave (``default_block``)
+WIDE_BLOCK = 128  # ... and beyond one wave
 WARPS = 4
 STAGES = 2  # loads in flight per program where a tile is too large for ``DEEP_STAGES`` (see ``pipeline_stages``)
 DEEP_STAGES = 3
@@ -88,6 +89,12 @@ def tail_splits(programs: int, places: int) -> int:
     return splits if waves[splits] <= (1 - TAIL_GAIN) * waves[1] else 1
 
 
+def default_block(batch: int, kv_heads: int, processors: int) -> int:
+    """Cache slots per tile: ``BLOCK`` within one wave, ``WIDE_BLOCK`` beyond it, where a program reads a row's whole
+    cache and fewer tiles cost it less of the loop's fixed work (``docs/benchmarks.md``, H100, 2026-12-07)."""
+    return BLOCK if one_wave(batch, kv_heads, processors) else WIDE_BLOCK
+
+
 def split_floor(batch: int, kv_heads: int, processors: int) -> int:
     """Tiles a split keeps at least: one within a wave; ``TAIL_MIN_TILES`` beyond it, where splitting a short cache
     costs more than the last wave's share it saves (FastV 0.9's layers >= K, ~1,000 slots, at 139 rows: 1.2% slower
@@ -104,9 +111,9 @@ def splits_of(tiles: int, aim: int, floor: int) -> int:
 def split_sizes(batch: int, kv_heads: int, length: int, processors: int, block: int | None = None) -> tuple[int, int]:
     """(splits, slots per split) for a cache of ``length`` slots: at most ``split_aim`` splits, each as few
     whole tiles as that aim allows; so no split is empty, and a long cache splits more than a short one.
-    The kernel splits each row's own slots by the same rule where it is given the rows' ends. ``block``: ``BLOCK``
-    unless told (read at the call, as every launch default here, so that setting the module's value changes them)."""
-    block = block or BLOCK
+    The kernel splits each row's own slots by the same rule where it is given the rows' ends. ``block``:
+    ``default_block`` unless told (read at the call, as every launch default here: setting a module value changes it)."""
+    block = block or default_block(batch, kv_heads, processors)
     tiles = -(-length // block)
     splits = splits_of(tiles, split_aim(batch, kv_heads, processors), split_floor(batch, kv_heads, processors))
     chunk = -(-tiles // splits) * block
@@ -282,10 +289,10 @@ def flash_decode(query, key, value, mask, scaling: float, last_slots: torch.Tens
     if new_entries is not None and last_slots is None:
         raise ValueError("flash_decode: new_entries are written at each row's last slot; give last_slots.")
     new_key, new_value = (query, query) if new_entries is None else new_entries  # not read without new entries
-    block, warps = block or BLOCK, warps or WARPS
     batch, heads, _, dim = query.shape
     kv_heads, length = key.shape[1], key.shape[2]
     processors = _processors(query.device)
+    block, warps = block or default_block(batch, kv_heads, processors), warps or WARPS
     aim, floor = split_aim(batch, kv_heads, processors), split_floor(batch, kv_heads, processors)
     row_splits = chunk is None and last_slots is not None
     if row_splits:  # enough programs for the longest row a buffer of this length holds; the kernel sizes each.

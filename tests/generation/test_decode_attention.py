@@ -74,12 +74,13 @@ def test_split_sizes_fills_the_device_with_whole_tiles():
     for batch, kv_heads, length in [(1, 4, 7700), (1, 4, 900), (16, 4, 7700), (16, 4, 900), (1, 4, 40), (64, 32, 7700)]:
         splits, chunk = fused.split_sizes(batch, kv_heads, length, H100_PROCESSORS)
         aim = fused.split_aim(batch, kv_heads, H100_PROCESSORS)
-        assert chunk % fused.BLOCK == 0 and (splits - 1) * chunk < length <= splits * chunk  # no empty split
+        block = fused.default_block(batch, kv_heads, H100_PROCESSORS)
+        assert chunk % block == 0 and (splits - 1) * chunk < length <= splits * chunk  # no empty split
         assert splits <= aim  # and one tile fewer per split would overshoot the aim:
-        assert chunk == fused.BLOCK or -(-length // (chunk - fused.BLOCK)) > aim
+        assert chunk == block or -(-length // (chunk - block)) > aim
     assert fused.split_sizes(1, 4, 7700, H100_PROCESSORS)[0] * 4 >= H100_PROCESSORS  # one row fills an H100
     assert fused.split_sizes(1, 4, 900, H100_PROCESSORS) == (15, 64)  # 15 tiles: one each
-    assert fused.split_sizes(64, 32, 7700, H100_PROCESSORS) == (1, 7744)  # 2048 programs already: no split
+    assert fused.split_sizes(64, 32, 7700, H100_PROCESSORS) == (1, 7808)  # 2048 programs already: no split, wide tiles
 
 
 def test_split_aim_fills_the_places_of_one_wave_and_no_more():
@@ -117,11 +118,23 @@ def test_beyond_one_wave_a_split_keeps_at_least_its_floor_of_tiles():
     assert fused.split_floor(139, 4, H100_PROCESSORS) == fused.TAIL_MIN_TILES
     assert fused.split_floor(66, 4, H100_PROCESSORS) == 1  # 264 programs: one wave exactly
     assert fused.split_sizes(139, 4, 1024, H100_PROCESSORS)[0] == 1
-    assert fused.split_sizes(139, 4, 7700, H100_PROCESSORS)[0] == fused.split_aim(139, 4, H100_PROCESSORS) == 6
+    assert fused.split_aim(139, 4, H100_PROCESSORS) == 6  # but 7,700 slots are 61 wide tiles: 3 splits of 16 or more
+    assert fused.split_sizes(139, 4, 7700, H100_PROCESSORS) == (3, 21 * fused.WIDE_BLOCK)
     assert fused.split_sizes(16, 4, 1024, H100_PROCESSORS)[0] == 4  # within one wave: 4 splits of 4 tiles
     for tiles in range(1, 200):
         splits = fused.splits_of(tiles, 6, fused.TAIL_MIN_TILES)
         assert splits == 1 or tiles // splits >= fused.TAIL_MIN_TILES
+
+
+def test_wide_tiles_beyond_one_wave_only():
+    """Beyond one wave a program reads a whole row's cache, and 128-slot tiles read FastV's short caches faster at 818
+    and 1,344 rows; within one wave (splits of few tiles) the 64-slot tiles stay, and so do the splits' sizes."""
+    assert fused.default_block(66, 4, H100_PROCESSORS) == fused.BLOCK == 64  # 264 programs: one wave exactly
+    assert fused.default_block(67, 4, H100_PROCESSORS) == fused.default_block(818, 4, H100_PROCESSORS) == 128
+    assert fused.split_sizes(818, 4, 842, H100_PROCESSORS) == (1, 896)  # 7 tiles of 128 slots, unsplit
+    assert fused.split_sizes(16, 4, 1024, H100_PROCESSORS) == (4, 256)  # within one wave: as before
+    query = torch.empty(818, 28, 1, 128, dtype=torch.bfloat16)  # a 128-slot bf16 tile holds two stages
+    assert fused.default_stages(query, fused.default_block(818, 4, H100_PROCESSORS)) == fused.STAGES
 
 
 def test_three_stages_where_the_tiles_are_small_enough():
@@ -236,14 +249,16 @@ def test_the_gpu_check_takes_the_batches_it_is_given():
 
 @pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
                     reason="compiles the kernels with Triton's GPU compiler: needs Triton, and not TRITON_INTERPRET=1")
-@pytest.mark.parametrize("dtype,single,stages,write", [("bf16", False, 2, False), ("bf16", True, 2, True),
-                                                       ("bf16", False, 3, True), ("bf16", True, 3, False),
-                                                       ("fp32", False, 2, True)])
-def test_kernels_compile_for_an_h100(dtype, single, stages, write):
-    """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128), at every
-    number of stages ``pipeline_stages`` gives that dtype and at two (what a launch may ask), writing the step's new
-    entries or not: they compile, within an H100's shared memory per block (227 KiB), their loads pipelined."""
-    tile_bytes = fused.BLOCK * 128 * (4 if dtype == "fp32" else 2)
+@pytest.mark.parametrize("dtype,single,stages,write,block", [
+    ("bf16", False, 2, False, fused.BLOCK), ("bf16", True, 2, True, fused.BLOCK), ("bf16", False, 3, True, fused.BLOCK),
+    ("bf16", True, 3, False, fused.BLOCK), ("fp32", False, 2, True, fused.BLOCK),
+    ("bf16", True, 2, True, fused.WIDE_BLOCK), ("bf16", False, 2, False, fused.WIDE_BLOCK)])
+def test_kernels_compile_for_an_h100(dtype, single, stages, write, block):
+    """The kernels as the GPU runs them at the 7B shape (28 heads, 7 per key-value head, head_dim 128), in the tiles
+    of one wave and of more (``default_block``), at every number of stages ``pipeline_stages`` gives that dtype and
+    tile and at two (what a launch may ask), writing the step's new entries or not: they compile, within an H100's
+    shared memory per block (227 KiB), their loads pipelined."""
+    tile_bytes = block * 128 * (4 if dtype == "fp32" else 2)
     assert stages == fused.pipeline_stages(tile_bytes) or stages == fused.STAGES  # its own, and the one that always fits
     partial = f"*{dtype}" if single else "*fp32"
     pointers = dict(q_ptr=f"*{dtype}", k_ptr=f"*{dtype}", v_ptr=f"*{dtype}", mask_ptr="*u8", last_ptr="*i64",
@@ -251,7 +266,7 @@ def test_kernels_compile_for_an_h100(dtype, single, stages, write):
                     new_v_ptr=f"*{dtype}")
     unit_strides = dict.fromkeys(["stride_qd", "stride_kd", "stride_vd", "stride_mc"], 1)  # Triton specialises 1s
     constants = dict(HEADS=28, GROUPS=7, DIM=128, SINGLE=single, PRECISION="ieee" if dtype == "fp32" else "tf32",
-                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=fused.BLOCK, ROW_ENDS=True, ROW_SPLITS=True,
+                     UPCAST=False, BLOCK_G=16, BLOCK_D=128, BLOCK_N=block, ROW_ENDS=True, ROW_SPLITS=True,
                      WRITE=write, **unit_strides)
     strides = [n for n in fused._split_kernel.arg_names if n.startswith(("stride_k", "stride_v", "stride_q")) or n == "chunk"]
     split = compile_for_h100(fused._split_kernel, pointers, constants, warps=fused.WARPS, stages=stages,
@@ -371,6 +386,21 @@ def test_beyond_one_wave_a_row_splits_by_its_own_length_and_only_into_long_split
         chunk = -(-tiles // splits) * block
         alone = fused.flash_decode(query, key, value, mask, dim**-0.5, last, chunk=chunk, block=block)
         assert torch.equal(output[row], alone[row])
+
+
+@needs_kernels
+def test_beyond_one_wave_a_launch_reads_wide_tiles():
+    """Beyond one wave (268 programs) a launch left to its defaults reads ``WIDE_BLOCK``-slot tiles: its float32
+    output equals a launch told that tile bit for bit, not one told ``BLOCK`` (the sums' order shows the tiles), and
+    the float64 attention within rounding."""
+    batch, heads, kv_heads, dim, length = 134, 4, 2, 16, 300
+    assert fused.default_block(batch, kv_heads, H100_PROCESSORS) == fused.WIDE_BLOCK
+    query, key, value, mask = inputs(batch, heads, kv_heads, length, dim, False, torch.float32)
+    last = torch.full((batch,), length - 1, device=DEVICE)
+    output = fused.flash_decode(query, key, value, mask, dim**-0.5, last)
+    assert torch.equal(output, fused.flash_decode(query, key, value, mask, dim**-0.5, last, block=fused.WIDE_BLOCK))
+    assert not torch.equal(output, fused.flash_decode(query, key, value, mask, dim**-0.5, last, block=fused.BLOCK))
+    assert relative_error(output, reference(query, key, value, mask, dim**-0.5)) <= TOLERANCE[torch.float32]
 
 
 def _written(key, value, columns, new):
