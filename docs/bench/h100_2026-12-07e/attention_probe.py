@@ -1,4 +1,5 @@
-"""Decode attention's read rate at large batches: flash_decode alone over distinct caches, launch variants."""
+"""Decode attention's read rate at large batches: flash_decode alone over distinct caches, launch variants
+(``--boundary``: just beyond one wave, the default tiles against 64-slot ones; ``--ncu ROWS LENGTH USED``: one case)."""
 import sys, json, torch
 from kvprune.generation import decode_attention as A
 
@@ -64,6 +65,9 @@ VARIANTS = {
     "b256s1": {"kw": {"block": 256, "stages": 1, "warps": 8}},
 }
 CASES = [(818, 896, 842, 3), (818, 7616, 7586, 2), (1344, 896, 842, 2), (146, 7616, 7586, 4), (64, 896, 836, 26), (64, 7616, 7586, 2), (16, 7616, 7586, 8), (1, 7616, 7586, 64), (1, 896, 836, 64)]
+if "--boundary" in sys.argv:  # just beyond one wave: the tiles default_block picks against the 64-slot ones
+    VARIANTS = {"default": {}, "narrow": {"kw": {"block": 64, "stages": 3}}}
+    CASES = [(rows, 896, 842, 8) for rows in (68, 96, 128, 146, 200, 264, 400)] + [(rows, 7616, 7586, 2) for rows in (68, 96, 200)]
 print(json.dumps({"copy_tb_s": round(copy_rate(), 3), "card": torch.cuda.get_device_name()}))
 for rows, length, used, count in CASES:
     if rows * KV * length * D * 4 * count > 40e9: count = max(1, int(40e9 // (rows * KV * length * D * 4)))
