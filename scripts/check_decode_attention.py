@@ -265,14 +265,15 @@ def sweep(setup: Setup, out, deadline: float) -> None:
         for length in setup.lengths:
             sets = input_sets(setup, batch, length, False)
             processors = fused._processors(sets[0][0].device)
-            stages_used = fused.default_stages(sets[0][0])
+            block_used = fused.default_block(batch, setup.kv_heads, processors)
+            stages_used = fused.default_stages(sets[0][0], block_used)
             settings = [(block, warps, stages, None) for block in (32, 64, 128) for warps in (4, 8) for stages in (2, 3)]
-            tiles = fused.split_sizes(batch, setup.kv_heads, length, processors)[1] // fused.BLOCK
+            tiles = fused.split_sizes(batch, setup.kv_heads, length, processors)[1] // block_used
             chunks = {}  # split count -> the fewest slots per split that give it
             for t in (max(1, tiles // 2), 2 * tiles, 4 * tiles):
-                chunks.setdefault(-(-length // (t * fused.BLOCK)), t * fused.BLOCK)
-            chunks.pop(-(-length // (tiles * fused.BLOCK)), None)  # the default's split count
-            settings += [(fused.BLOCK, fused.WARPS, stages_used, chunk) for chunk in chunks.values()]
+                chunks.setdefault(-(-length // (t * block_used)), t * block_used)
+            chunks.pop(-(-length // (tiles * block_used)), None)  # the default's split count
+            settings += [(block_used, fused.WARPS, stages_used, chunk) for chunk in chunks.values()]
             for block, warps, stages, chunk_override in settings:
                 if time.monotonic() > deadline:
                     print("   stopped: the run reached --budget seconds", file=out)
@@ -286,7 +287,7 @@ def sweep(setup: Setup, out, deadline: float) -> None:
                     us = f"{time_per_call(setup, launch, sets):>8.1f}"
                 except Exception as error:  # e.g. large tiles and many stages beyond shared memory: say so, go on
                     us = f"{type(error).__name__:>8}"
-                default = (block, warps, stages, chunk_override) == (fused.BLOCK, fused.WARPS, stages_used, None)
+                default = (block, warps, stages, chunk_override) == (block_used, fused.WARPS, stages_used, None)
                 print(f"{batch:>5} {length:>6} {block:>5} {warps:>5} {stages:>6} "
                       f"{-(-length // chunk_used):>6} x {chunk_used:<6} {us}{' *' if default else ''}", file=out)
             del sets
