@@ -10,8 +10,8 @@ does it in one pass over the cache, plus one small kernel when the cache is spli
 * the number of splits aims at as many programs as the device runs at once, two per multiprocessor, and
   no more (``split_aim``), so that one row with four key-value heads still reads a long cache with every
   multiprocessor and no partial second wave trails the first; where the rows alone take more than one wave,
-  splits shrink a nearly empty last wave (``tail_splits``); a second kernel then combines the splits of each
-  head (none where no row splits), over ``MAX_SPLITS`` lanes;
+  splits shrink a nearly empty last wave (``tail_splits``), and tiles are twice as wide (``default_block``); a
+  second kernel then combines the splits of each head (none where no row splits), over ``MAX_SPLITS`` lanes;
 * given each row's last slot that may be visible (``last_slots``: the decode state's column), a program
   reads no slot after it, and splits its own slots as ``split_sizes`` would a cache of its length: in a
   batch of prompts of different lengths, a row pays for its own entries, not for the bucket the longest
