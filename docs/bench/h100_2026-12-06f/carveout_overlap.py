@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # the repository (this file is docs/bench/<folder>/)
 spec = importlib.util.spec_from_file_location("overlap", ROOT / "docs/bench/h200_2026-11-29b/overlap_experiment.py")
 overlap = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(overlap)
