@@ -44,33 +44,49 @@ def each_layer(count: int, *steps):
 def side_by_side(linear_only, attention_only, processors: int, c: int, seconds: float = 2.0) -> dict:
     """The two parts with no dependence between them, each in its green context (the products' ``processors - c``
     multiprocessors with carveout ``c``, the attention's ``c``), alone and at once, launched eagerly for ``seconds``
-    each: whether the card runs both at once at their separate speeds. Prints each stretch's UTC times, to read
-    against clocks and power sampled by ``nvidia-smi`` beside the run."""
+    each: whether the card runs both at once at their separate speeds; and the same with a plain copy (6 GiB
+    read and written) in the attention's place, so that what slows is not kvprune's kernel alone. Each part is
+    also timed on its own stream while the other runs (events), to say which of the two slows. Prints each
+    stretch's UTC times, to read against clocks and power sampled by ``nvidia-smi`` beside the run."""
     import time
     from datetime import datetime, timezone
 
     linear, attention = green_stream(processors - c), green_stream(c)
-    parts = {"linear": (linear, carved(linear_only, c)), "attention": (attention, attention_only)}
+    source = torch.empty(6 * 1024**3, dtype=torch.uint8, device="cuda")
+    target = torch.empty_like(source)
+    parts = {"linear": (linear, carved(linear_only, c)), "attention": (attention, attention_only),
+             "copy": (attention, lambda: target.copy_(source))}
 
     def launch(names):
+        marks = {}
         for name in names:
             stream, fn = parts[name]
             with torch.cuda.stream(stream):
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
                 fn()
+                end.record()
+            marks[name] = (begin, end)
+        return marks
 
     results = {}
-    for names in (["linear"], ["attention"], ["linear", "attention"]):
+    for names in (["linear"], ["attention"], ["copy"], ["linear", "attention"], ["linear", "copy"]):
         launch(names)
         torch.cuda.synchronize()
-        calls, begun = 0, time.perf_counter()
+        calls, begun, own = 0, time.perf_counter(), dict.fromkeys(names, 0.0)
         start = datetime.now(timezone.utc).strftime("%H:%M:%S.%f")[:-3]
         while time.perf_counter() - begun < seconds:
-            launch(names)
+            marks = launch(names)
             torch.cuda.synchronize()
+            for name, (begin, end) in marks.items():
+                own[name] += begin.elapsed_time(end)
             calls += 1
         ms = (time.perf_counter() - begun) * 1000 / calls
         print(f"{' + '.join(names)} in green contexts: {start} to {datetime.now(timezone.utc).strftime('%H:%M:%S.%f')[:-3]} UTC")
-        results[f"{' and '.join(names)}, independent, green {processors - c} + {c}, eager (host-timed)"] = ms
+        label = f"{' and '.join(names)}, independent, green {processors - c} + {c}, eager"
+        results[f"{label} (host-timed)"] = ms
+        if len(names) > 1:
+            results.update({f"{label}: {name} on its stream" : total / calls for name, total in own.items()})
     return results
 
 
