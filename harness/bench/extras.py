@@ -158,4 +158,6 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, *, req
         flops, nbytes = decode_step_work(model, largest, timing.kv_bytes) if timing is not None else (math.nan, math.nan)
         row.update(max_batch_predicted=predicted, max_batch=largest, max_batch_tries=tried,
                    max_batch_step_ms=timing.decode_ms_per_token if timing is not None else math.nan,
-                   max_batch_step_flops=flops, max_batch_step_bytes=nbytes, **batching.throughput_at(timing, largest))
+                   max_batch_step_flops=flops, max_batch_step_bytes=nbytes,
+                   max_batch_kv_bytes=timing.kv_bytes if timing is not None else math.nan,
+                   **batching.throughput_at(timing, largest))

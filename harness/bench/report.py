@@ -32,7 +32,7 @@ MEASURED = (
     "prefill_vs_ideal_paired_noise layers_vs_ideal_paired layers_vs_ideal_paired_noise paired_rounds eager_score_ms "
     "eager_score_extra_gib last_row_score_ms encoder_identical encoder_max_rel_diff encoder_flops max_batch_predicted max_batch max_batch_tries "
     "step_flops step_bytes max_batch_decode_tokens_per_s max_batch_requests_per_s max_batch_step_ms max_batch_step_flops "
-    "max_batch_step_bytes error"
+    "max_batch_step_bytes max_batch_kv_bytes error"
 ).split()
 #: computed from the measured rows of the same model, audio length and batch size
 DERIVED = (
@@ -40,7 +40,8 @@ DERIVED = (
     "score_share kv_mib kv_vs_unpruned decode_vs_unpruned requests_per_s prefill_tokens_per_s decode_tokens_per_s "
     "encoder_speedup_vs_stock prefill_speedup_vs_stock request_speedup_vs_stock_dynamic request_speedup_vs_stock_static "
     "encoder_tflops_s encoder_floor_ms encoder_vs_floor encoder_below_floor step_matmul_bound_ms step_bytes_bound_ms "
-    "step_vs_bound max_batch_matmul_bound_ms max_batch_bytes_bound_ms max_batch_vs_bound"
+    "step_vs_bound step_sequential_bound_ms step_vs_sequential max_batch_matmul_bound_ms max_batch_bytes_bound_ms "
+    "max_batch_vs_bound max_batch_sequential_bound_ms max_batch_vs_sequential"
 ).split()
 #: the same for every row of a run
 META = "mode card device dtype attn repeats warmup decode_tokens gemm_tflops copy_tb_s torch transformers kvprune date command".split()
@@ -272,14 +273,17 @@ def _largest_batch_table(rows: pd.DataFrame) -> str:
         "requests/s": _column("max_batch_requests_per_s", "{:.2f}"), "step ms": _column("max_batch_step_ms", "{:.2f}"),
         "matmul bound ms": _column("max_batch_matmul_bound_ms", "{:.2f}"),
         "bytes bound ms": _column("max_batch_bytes_bound_ms", "{:.2f}"),
-        "step / larger bound": _column("max_batch_vs_bound", "{:.2f}x"), "tries": _column("max_batch_tries", str),
+        "step / larger bound": _column("max_batch_vs_bound", "{:.2f}x"),
+        "sequential bound ms": _column("max_batch_sequential_bound_ms", "{:.2f}"),
+        "step / sequential": _column("max_batch_vs_sequential", "{:.2f}x"), "tries": _column("max_batch_tries", str),
     }
     table = ("Largest batch that fits (predicted from the peaks above, then searched from the prediction, down while "
              "nothing runs, up while each size runs, then halved between; each size in `tries`; its throughput from a "
              "second, warm run). "
              "Its decode step beside its two bounds: the step's matrix products at the matrix rate and its bytes "
-             "(weights, every row's keys and values) at the copy bandwidth, both measured in this run; a step "
-             "whose two kinds of work run one after the other takes their sum:\n\n")
+             "(weights, every row's keys and values) at the copy bandwidth, both measured in this run; and beside "
+             "its sequential bound, what a step takes whose products and attention run one after the other: the "
+             "products (or the weights' bytes they read, whichever is longer) plus the keys' and values' bytes:\n\n")
     return table + _table(largest, columns) + _largest_batch_gain(largest)
 
 

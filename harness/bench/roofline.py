@@ -9,7 +9,10 @@ large square product) and its copy bandwidth (bytes read plus written by one lar
 * A decode step at the largest batch: its matrix products (each linear layer and the head, 2 x weights x
   rows; attention, 4 x heads x head_dim x every cached entry) at the matrix rate, and its bytes (the
   decoder's weights once, every row's keys and values once) at the copy rate: one step can be no faster
-  than the larger of the two, and takes their sum where the two run one after the other.
+  than the larger of the two. Where the products and the attention run one after the other, as they do
+  (the two at once slow each other on a GPU's shared memory system), the step takes at least its
+  *sequential* bound: the products (or the weights' bytes they read, whichever is longer) plus the keys'
+  and values' bytes.
 
 A time below its floor is a measurement bug.
 """
@@ -127,14 +130,22 @@ def with_encoder_bound(frame: pd.DataFrame) -> pd.DataFrame:
 def with_decode_bound(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with each row's decode step (``step_*``: a batch-mode row at its batch size) and the largest
     batch's (``max_batch_step_*``) against their bounds: the step's matrix FLOPs at the run's ``gemm_tflops``,
-    its bytes at its ``copy_tb_s``, and the step's time over the larger of the two."""
-    for work, time, out in (("step", "decode_ms_per_token", "step"), ("max_batch_step", "max_batch_step_ms", "max_batch")):
+    its bytes at its ``copy_tb_s``, the step's time over the larger of the two; and, given the keys' and values'
+    bytes (``kv_bytes``, ``max_batch_kv_bytes``), its sequential bound and the step's time over it."""
+    for work, time, out, kv in (("step", "decode_ms_per_token", "step", "kv_bytes"),
+                                ("max_batch_step", "max_batch_step_ms", "max_batch", "max_batch_kv_bytes")):
         if f"{work}_flops" not in frame:  # a frame of the other kind of rows alone
             continue
+        copy = pd.to_numeric(frame["copy_tb_s"]) * 1e9
         matmul = pd.to_numeric(frame[f"{work}_flops"]) / (pd.to_numeric(frame["gemm_tflops"]) * 1e9)
-        nbytes = pd.to_numeric(frame[f"{work}_bytes"]) / (pd.to_numeric(frame["copy_tb_s"]) * 1e9)
+        nbytes = pd.to_numeric(frame[f"{work}_bytes"]) / copy
         frame[f"{out}_matmul_bound_ms"], frame[f"{out}_bytes_bound_ms"] = matmul, nbytes
         frame[f"{out}_vs_bound"] = pd.to_numeric(frame[time]) / pd.concat([matmul, nbytes], axis=1).max(axis=1, skipna=False)
+        entries = pd.to_numeric(frame[kv]) / copy if kv in frame else pd.Series(float("nan"), index=frame.index)
+        weights = nbytes - entries  # the bytes the products read themselves
+        sequential = pd.concat([matmul, weights], axis=1).max(axis=1, skipna=False) + entries
+        frame[f"{out}_sequential_bound_ms"] = sequential
+        frame[f"{out}_vs_sequential"] = pd.to_numeric(frame[time]) / sequential
     return frame
 
 

@@ -617,6 +617,11 @@ def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
         assert row["step_matmul_bound_ms"] == pytest.approx(flops / (row["gemm_tflops"] * 1e9))
         larger = max(bytes_bound, row["step_matmul_bound_ms"])
         assert row["step_vs_bound"] == pytest.approx(row["decode_ms_per_token"] / larger)
+        entries = row["kv_bytes"] / (row["copy_tb_s"] * 1e9)  # the products, or the weights they read, then the cache
+        sequential = max(row["step_matmul_bound_ms"], (nbytes - row["kv_bytes"]) / (row["copy_tb_s"] * 1e9)) + entries
+        assert row["step_sequential_bound_ms"] == pytest.approx(sequential)
+        assert sequential >= larger or sequential == pytest.approx(larger)  # equal where the weights' bytes are longer
+        assert row["step_vs_sequential"] == pytest.approx(row["decode_ms_per_token"] / sequential)
     text = (tmp_path / "bench.md").read_text()
     assert "| method | ratio | batch | prefill ms | decode ms/token | matmul / bytes bound ms | step / larger bound | requests/s |" in text
     assert imread(tmp_path / "throughput_vs_batch.png").ndim == 3
@@ -899,15 +904,17 @@ def test_the_report_compares_throughput_each_at_its_largest_batch():
     rows = pd.DataFrame([
         dict(method="none", ratio=0.0, max_batch=100.0, max_batch_predicted=110.0, max_batch_tries="110: out of memory; 99: ran",
              max_batch_decode_tokens_per_s=4000.0, max_batch_requests_per_s=1.5, max_batch_step_ms=25.0,
-             max_batch_step_flops=2e12, max_batch_step_bytes=80e9),
+             max_batch_step_flops=2e12, max_batch_step_bytes=80e9, max_batch_kv_bytes=72e9),
         dict(method="fastv", ratio=0.9, max_batch=700.0, max_batch_predicted=700.0, max_batch_tries="700: ran",
-             max_batch_decode_tokens_per_s=18000.0, max_batch_requests_per_s=9.0, max_batch_step_ms=38.9,
-             max_batch_step_flops=10e12, max_batch_step_bytes=40e9),
+             max_batch_decode_tokens_per_s=18000.0, max_batch_requests_per_s=9.0, max_batch_step_ms=39.0,
+             max_batch_step_flops=10e12, max_batch_step_bytes=40e9, max_batch_kv_bytes=30e9),
     ]).assign(gemm_tflops=800.0, copy_tb_s=4.0)
     text = _largest_batch_table(with_decode_bound(rows))
-    # none: 2 TFLOP at 800 TFLOP/s = 2.5 ms, 80 GB at 4 TB/s = 20 ms, a step of 25 ms = 1.25x the larger
-    assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 25.00 | 2.50 | 20.00 | 1.25x | 110: out of memory; 99: ran |" in text
-    assert "| fastv | 0.9 | 700 | 700 | 18,000 | 9.00 | 38.90 | 12.50 | 10.00 | 3.11x | 700: ran |" in text
+    # none: 2 TFLOP at 800 TFLOP/s = 2.5 ms, 80 GB at 4 TB/s = 20 ms, a step of 25 ms = 1.25x the larger; one after
+    # the other: the products' 2.5 ms (longer than their 8 GB of weights, 2 ms) and 72 GB of keys and values, 18 ms
+    assert "| none | 0 | 100 | 110 | 4,000 | 1.50 | 25.00 | 2.50 | 20.00 | 1.25x | 20.50 | 1.22x | 110: out of memory; 99: ran |" in text
+    # fastv: products 12.5 ms, bytes 10 ms (2.5 of weights, 7.5 of keys and values): 12.5 + 7.5 = 20 ms
+    assert "| fastv | 0.9 | 700 | 700 | 18,000 | 9.00 | 39.00 | 12.50 | 10.00 | 3.12x | 20.00 | 1.95x | 700: ran |" in text
     assert "- fastv at 0.9: 4.50x the unpruned model's decoded tokens/s, each at its largest batch" in text
 
 
