@@ -240,11 +240,21 @@ def test_the_gpu_check_runs_on_the_cpu():
 
 
 @needs_interpreter
-def test_the_gpu_check_takes_the_batches_it_is_given():
-    out = io.StringIO()
-    assert CHECK.main(["--tiny", "--no-sweep", "--batches", "3"], out=out) == 0
+def test_the_gpu_check_takes_the_batches_and_lengths_it_is_given():
+    out = io.StringIO()  # 3 rows: more than the tiny setup's 2 reference rows, so the kernel's first 2 are compared
+    assert CHECK.main(["--tiny", "--no-sweep", "--batches", "3", "--lengths", "150"], out=out) == 0
     accuracy = [line.split() for line in out.getvalue().splitlines() if line.endswith((" x 64", " x 128"))]
-    assert accuracy and {row[0] for row in accuracy} == {"3"}
+    assert accuracy and {(row[0], row[1]) for row in accuracy} == {("3", "150")}
+    assert "its first 2)" in out.getvalue()
+
+
+def test_the_gpu_check_holds_as_many_input_sets_as_its_memory_affords():
+    """A set of 2 rows x 100 slots at the tiny shape: keys and values 2 x 2 x 2 heads x 100 x 64 x 2 bytes =
+    102,400, its mask at most 2 x 100 x (14 heads + 1) = 3,000 bytes."""
+    setup = CHECK.TINY._replace(min_sets=6)
+    assert len(CHECK.input_sets(setup._replace(memory_bytes=1e12), 2, 100, False)) == 6
+    assert len(CHECK.input_sets(setup._replace(memory_bytes=2.5 * 105_400), 2, 100, False)) == 2
+    assert len(CHECK.input_sets(setup._replace(memory_bytes=1.0), 2, 100, False)) == 1  # one at least
 
 
 @pytest.mark.skipif(fused.triton is None or os.environ.get("TRITON_INTERPRET") == "1",
