@@ -65,7 +65,7 @@ class Setup(NamedTuple):
     min_sets: int
     replays: int
     graphs: bool  # time CUDA-graph replays (else plain calls: the smoke test on the CPU)
-    reference_rows: int  # rows compared with the float64 reference (its heads repeated: ~6 GB a row at 7,700 slots)
+    reference_rows: int  # rows compared with the float64 reference (heads repeated: 0.44 GB a row at 7,700 slots)
     memory_bytes: float  # the most a timed graph's input sets may take
 
 
