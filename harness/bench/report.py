@@ -193,6 +193,7 @@ TABLES: dict[str, dict[str, Callable]] = {
         "decode ms/token": _column("decode_ms_per_token", "{:.2f}"),
         "matmul / bytes bound ms": _step_bounds,
         "step / larger bound": _column("step_vs_bound", "{:.2f}x"),
+        "step / sequential": _column("step_vs_sequential", "{:.2f}x"),
         "requests/s": _column("requests_per_s", "{:.2f}"),
         "prefill tokens/s": _column("prefill_tokens_per_s", "{:,.0f}"),
         "decoded tokens/s": _column("decode_tokens_per_s", "{:,.0f}"),
@@ -325,7 +326,8 @@ HEADER = {
     ],
     "batch": ["- every row of a batch holds the same prompt; requests/s = batch / (prefill + decoding)",
               "- each decode step beside its bounds: its matrix products at the matrix rate and its bytes (weights, "
-              "every row's keys and values) at the copy bandwidth, both measured in this run"],
+              "every row's keys and values) at the copy bandwidth, both measured in this run; and beside its "
+              "sequential bound: the products (or the weights' bytes, if longer) then the keys' and values' bytes"],
     "compare": [
         "- whole generate calls; stock HF = no kvprune at all (stock audio encoder); the ideal is a prefill bound",
     ],

@@ -623,7 +623,7 @@ def test_batch_mode_reports_throughput_at_each_batch_size(tmp_path):
         assert sequential >= larger or sequential == pytest.approx(larger)  # equal where the weights' bytes are longer
         assert row["step_vs_sequential"] == pytest.approx(row["decode_ms_per_token"] / sequential)
     text = (tmp_path / "bench.md").read_text()
-    assert "| method | ratio | batch | prefill ms | decode ms/token | matmul / bytes bound ms | step / larger bound | requests/s |" in text
+    assert "| method | ratio | batch | prefill ms | decode ms/token | matmul / bytes bound ms | step / larger bound | step / sequential | requests/s |" in text
     assert imread(tmp_path / "throughput_vs_batch.png").ndim == 3
 
 
