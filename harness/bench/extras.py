@@ -155,9 +155,16 @@ def largest_batches(state: BenchState, model, preset: Preset, base: dict, *, req
         release_memory()
     for row in rows:
         predicted, largest, timing, tried = found.get((row["method"], row["ratio"]), (math.nan, math.nan, None, ""))
-        flops, nbytes = decode_step_work(model, largest, timing.kv_bytes) if timing is not None else (math.nan, math.nan)
         row.update(max_batch_predicted=predicted, max_batch=largest, max_batch_tries=tried,
-                   max_batch_step_ms=timing.decode_ms_per_token if timing is not None else math.nan,
-                   max_batch_step_flops=flops, max_batch_step_bytes=nbytes,
-                   max_batch_kv_bytes=timing.kv_bytes if timing is not None else math.nan,
-                   **batching.throughput_at(timing, largest))
+                   **_largest_batch_step(model, largest, timing), **batching.throughput_at(timing, largest))
+
+
+def _largest_batch_step(model, largest, timing) -> dict:
+    """The largest batch's decode step: its time, its work (``roofline.decode_step_work``) and its keys' and values'
+    bytes (NaN where no size ran)."""
+    if timing is None:
+        return dict.fromkeys(["max_batch_step_ms", "max_batch_step_flops", "max_batch_step_bytes", "max_batch_kv_bytes"],
+                             math.nan)
+    flops, nbytes = decode_step_work(model, largest, timing.kv_bytes)
+    return dict(max_batch_step_ms=timing.decode_ms_per_token, max_batch_step_flops=flops, max_batch_step_bytes=nbytes,
+                max_batch_kv_bytes=timing.kv_bytes)

@@ -139,13 +139,14 @@ def with_decode_bound(frame: pd.DataFrame) -> pd.DataFrame:
         copy = pd.to_numeric(frame["copy_tb_s"]) * 1e9
         matmul = pd.to_numeric(frame[f"{work}_flops"]) / (pd.to_numeric(frame["gemm_tflops"]) * 1e9)
         nbytes = pd.to_numeric(frame[f"{work}_bytes"]) / copy
+        step = pd.to_numeric(frame[time])
         frame[f"{out}_matmul_bound_ms"], frame[f"{out}_bytes_bound_ms"] = matmul, nbytes
-        frame[f"{out}_vs_bound"] = pd.to_numeric(frame[time]) / pd.concat([matmul, nbytes], axis=1).max(axis=1, skipna=False)
+        frame[f"{out}_vs_bound"] = step / pd.concat([matmul, nbytes], axis=1).max(axis=1, skipna=False)
         entries = pd.to_numeric(frame[kv]) / copy if kv in frame else pd.Series(float("nan"), index=frame.index)
         weights = nbytes - entries  # the bytes the products read themselves
         sequential = pd.concat([matmul, weights], axis=1).max(axis=1, skipna=False) + entries
         frame[f"{out}_sequential_bound_ms"] = sequential
-        frame[f"{out}_vs_sequential"] = pd.to_numeric(frame[time]) / sequential
+        frame[f"{out}_vs_sequential"] = step / sequential
     return frame
 
 

@@ -965,3 +965,17 @@ def test_a_decode_step_s_work_counts_every_linear_weight_per_row_and_every_cache
     biases = layers * (q + 2 * kv)  # Qwen2's q, k, v projections have biases
     norms = layers * 2 * hidden + hidden
     assert nbytes == 4 * (layers * per_layer + biases + norms + vocab * hidden) + kv_bytes
+
+
+def test_the_largest_batch_s_step_is_its_timing_and_its_work_or_nan_where_no_size_ran():
+    from types import SimpleNamespace
+
+    from kvprune.harness.bench.extras import _largest_batch_step
+    from kvprune.harness.bench.roofline import decode_step_work
+
+    model = bench_presets.PRESETS.get("tiny-aero").build(torch.device("meta"), torch.float32, "sdpa")
+    step = _largest_batch_step(model, 12, SimpleNamespace(decode_ms_per_token=3.5, kv_bytes=4e6))
+    flops, nbytes = decode_step_work(model, 12, 4e6)
+    assert step == dict(max_batch_step_ms=3.5, max_batch_step_flops=flops, max_batch_step_bytes=nbytes, max_batch_kv_bytes=4e6)
+    missing = _largest_batch_step(model, math.nan, None)
+    assert set(missing) == set(step) and all(math.isnan(value) for value in missing.values())
